@@ -1,0 +1,257 @@
+//! Prometheus exposition: the self-metrics registry plus the skew series rendered from the
+//! latest [`WindowSnapshot`] at scrape time.
+//!
+//! The derived series (Gini, shares, p99, key shares) are written straight from the snapshot in
+//! text format 0.0.4, so a shard or key that left the snapshot leaves no stale series and a
+//! scrape costs one pass over the snapshot. Label values are escaped; the empty key is rendered
+//! `(empty)` because Prometheus drops empty label values.
+
+use std::fmt::Write as _;
+
+use prometheus::{Encoder, Registry, TextEncoder};
+use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
+use skewwatch_detectors::snapshot::{GroupSnapshot, WindowSnapshot};
+
+/// The content type of text format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Renders the whole `/metrics` page.
+pub fn render(registry: &Registry, snapshot: &WindowSnapshot, exported_keys: usize) -> String {
+    let mut out = String::with_capacity(4096 + snapshot.groups.len() * 256);
+    render_snapshot(&mut out, snapshot, exported_keys);
+    let mut buf = Vec::new();
+    // Encoding into a Vec cannot fail for well-formed families.
+    if TextEncoder::new().encode(&registry.gather(), &mut buf).is_ok() {
+        out.push_str(&String::from_utf8_lossy(&buf));
+    }
+    out
+}
+
+/// Appends `s` escaped as a label value.
+fn escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// One gauge family being written.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+}
+
+impl<'a> Family<'a> {
+    fn new(out: &'a mut String, name: &'static str, help: &str) -> Self {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        Family { out, name }
+    }
+
+    fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(self.name);
+        self.out.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            self.out.push_str(k);
+            self.out.push_str("=\"");
+            escape_into(self.out, v);
+            self.out.push('"');
+        }
+        self.out.push_str("} ");
+        write_value(self.out, value);
+        self.out.push('\n');
+    }
+}
+
+fn write_value(out: &mut String, v: f64) {
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{v}");
+    }
+}
+
+type GroupValue = fn(&GroupSnapshot) -> Option<f64>;
+
+const GROUP_GAUGES: &[(&str, &str, GroupValue)] = &[
+    (
+        "skewwatch_gini_ratio",
+        "Bias-corrected Gini coefficient of per-shard request load in the last window (0 even, 1 all on one shard).",
+        |g| g.skew.as_ref().map(|s| s.gini),
+    ),
+    (
+        "skewwatch_gini_noise_floor_ratio",
+        "Expected corrected Gini of the last window under pure Poisson noise at its volume, 1/sqrt(pi*mean).",
+        |g| g.skew.as_ref().map(|s| s.gini_noise_floor),
+    ),
+    (
+        "skewwatch_peak_to_mean_ratio",
+        "Busiest shard's load over the mean shard load in the last window.",
+        |g| g.skew.as_ref().map(|s| s.peak_to_mean),
+    ),
+    (
+        "skewwatch_load_cv_ratio",
+        "Coefficient of variation of per-shard load in the last window.",
+        |g| g.skew.as_ref().map(|s| s.cv),
+    ),
+    (
+        "skewwatch_load_cv_excess_ratio",
+        "Coefficient of variation of per-shard load beyond Poisson sampling noise, sqrt(max(0, cv^2 - 1/mean)).",
+        |g| g.skew.as_ref().map(|s| s.cv_excess),
+    ),
+    (
+        "skewwatch_hoover_ratio",
+        "Hoover index: the fraction of load that would have to move to even out the shards.",
+        |g| g.skew.as_ref().map(|s| s.hoover),
+    ),
+    (
+        "skewwatch_skew_beyond_noise",
+        "1 when the dispersion test finds per-shard load more uneven than Poisson noise (alpha 0.001), else 0.",
+        |g| {
+            g.skew
+                .as_ref()
+                .and_then(|s| s.dispersion)
+                .map(|d| f64::from(u8::from(d.beyond_noise)))
+        },
+    ),
+    (
+        "skewwatch_group_shards",
+        "Shards tracked in the last window, including idle ones, excluding __other__.",
+        |g| Some(g.shards.iter().filter(|s| s.shard != OTHER_LABEL).count() as f64),
+    ),
+    (
+        "skewwatch_requests_per_second",
+        "Requests per second over the last window, whole group.",
+        |g| Some(g.requests_per_second),
+    ),
+    (
+        "skewwatch_error_ratio",
+        "Share of the group's requests in the last window whose outcome was not ok.",
+        |g| g.error_ratio,
+    ),
+    (
+        "skewwatch_cache_hit_ratio",
+        "Look-aside cache hits over hits plus misses in the last window, whole group.",
+        |g| g.cache_hit_ratio,
+    ),
+    (
+        "skewwatch_latency_p99_seconds",
+        "99th percentile latency of the group's requests in the last window, from merged histograms.",
+        |g| g.latency.map(|l| l.p99_ms / 1000.0),
+    ),
+];
+
+type ShardValue = fn(&skewwatch_detectors::snapshot::ShardSnapshot) -> Option<f64>;
+
+const SHARD_GAUGES: &[(&str, &str, ShardValue)] = &[
+    (
+        "skewwatch_shard_share_ratio",
+        "Each shard's share of the group's requests in the last window.",
+        |s| Some(s.share),
+    ),
+    (
+        "skewwatch_shard_requests_per_second",
+        "Requests per second to each shard over the last window.",
+        |s| Some(s.requests_per_second),
+    ),
+    (
+        "skewwatch_shard_latency_p99_seconds",
+        "99th percentile latency of each shard's requests in the last window.",
+        |s| s.latency.map(|l| l.p99_ms / 1000.0),
+    ),
+    (
+        "skewwatch_shard_error_ratio",
+        "Share of each shard's requests in the last window whose outcome was not ok.",
+        |s| s.error_ratio,
+    ),
+    (
+        "skewwatch_shard_cache_hit_ratio",
+        "Look-aside cache hits over hits plus misses for each shard in the last window.",
+        |s| s.cache_hit_ratio,
+    ),
+];
+
+/// Writes the derived skew series of `snap`.
+pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: usize) {
+    for &(name, help, value) in GROUP_GAUGES {
+        let mut f = Family::new(out, name, help);
+        for g in &snap.groups {
+            if let Some(v) = value(g) {
+                f.sample(&[("group", &g.group)], v);
+            }
+        }
+    }
+    {
+        let mut f = Family::new(
+            out,
+            "skewwatch_topk_share_ratio",
+            "Share of the group's requests on its k busiest shards in the last window (k=1 and k=ceil(10% of shards)).",
+        );
+        for g in &snap.groups {
+            if let Some(s) = &g.skew {
+                f.sample(&[("group", &g.group), ("k", "1")], s.top1_share);
+                if s.topk != 1 {
+                    f.sample(&[("group", &g.group), ("k", &s.topk.to_string())], s.topk_share);
+                }
+            }
+        }
+    }
+    for &(name, help, value) in SHARD_GAUGES {
+        let mut f = Family::new(out, name, help);
+        for g in &snap.groups {
+            for s in &g.shards {
+                if let Some(v) = value(s) {
+                    f.sample(&[("group", &g.group), ("shard", &s.shard)], v);
+                }
+            }
+        }
+    }
+    let mut f = Family::new(
+        out,
+        "skewwatch_key_share_ratio",
+        "Top keys' share of the group's requests in the last window (upper-bound estimate); key=\"(empty)\" is the empty key, key=\"__other__\" every other keyed request.",
+    );
+    for g in &snap.groups {
+        if g.requests == 0 {
+            continue;
+        }
+        let mut shown = 0.0;
+        for k in g.top_keys.iter().take(exported_keys) {
+            f.sample(&[("group", &g.group), ("key", key_label(&k.key))], k.share);
+            shown += k.requests as f64;
+        }
+        let rest = (g.keyed_requests as f64 - shown).max(0.0) / g.requests as f64;
+        if rest > 0.0 {
+            f.sample(&[("group", &g.group), ("key", OTHER_LABEL)], rest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skewwatch_detectors::observation::ObservationRef;
+    use skewwatch_detectors::window::{WindowConfig, Windows};
+
+    #[test]
+    fn label_values_are_escaped_and_the_empty_key_is_rendered() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "a\"b\\c\nd");
+        o.key = Some("");
+        w.record(&o);
+        let snap = w.close(10.0);
+        let mut out = String::new();
+        render_snapshot(&mut out, &snap, 10);
+        assert!(out.contains(r#"shard="a\"b\\c\nd""#), "{out}");
+        assert!(out.contains(r#"skewwatch_key_share_ratio{group="db",key="(empty)"} 1"#));
+    }
+}

@@ -1,0 +1,198 @@
+//! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`,
+//! `/api/v1/alerts` and `POST /api/v1/observations`.
+//!
+//! Read endpoints render the latest immutable snapshot; the ingest endpoint parses the body,
+//! hands one batch to the pipeline and answers with accepted and rejected counts. Bodies over
+//! the configured limit get 413; a full ingest queue gets 503 with `Retry-After`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use prometheus::Registry;
+use serde::Serialize;
+use skewwatch_detectors::observation::Batch;
+use skewwatch_detectors::snapshot::WindowSnapshot;
+use tokio::sync::{mpsc, watch};
+
+use crate::exposition;
+use crate::ingest::{self, QueueError, ndjson};
+use crate::telemetry::{SelfMetrics, Source};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// Self-metrics registry.
+    pub registry: Registry,
+    /// Self-metrics.
+    pub metrics: SelfMetrics,
+    /// Latest closed window.
+    pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
+    /// Where ingested batches go.
+    pub batches: mpsc::Sender<Batch>,
+    /// Bearer token required for ingest, if any.
+    pub token: Option<Arc<str>>,
+    /// True once every listener is bound.
+    pub ready: Arc<AtomicBool>,
+    /// Top keys exported per group.
+    pub exported_keys: usize,
+    /// Window length, reported by the status endpoint.
+    pub window_secs: f64,
+}
+
+/// Builds the router with the body limit applied.
+pub fn router(state: AppState, body_limit: usize) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/observations", post(observations))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let snap = s.snapshots.borrow().clone();
+    let body = exposition::render(&s.registry, &snap, s.exported_keys);
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(exposition::CONTENT_TYPE))],
+        body,
+    )
+        .into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    if s.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
+    }
+}
+
+#[derive(Serialize)]
+struct Status<'a> {
+    version: &'static str,
+    window_secs: f64,
+    window: &'a WindowSnapshot,
+}
+
+async fn status(State(s): State<AppState>) -> Response {
+    let snap = s.snapshots.borrow().clone();
+    axum::Json(Status {
+        version: env!("CARGO_PKG_VERSION"),
+        window_secs: s.window_secs,
+        window: &snap,
+    })
+    .into_response()
+}
+
+#[derive(Serialize)]
+struct LineErrorBody {
+    line: usize,
+    reason: &'static str,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct IngestReply {
+    accepted: usize,
+    rejected: u64,
+    errors: Vec<LineErrorBody>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+fn authorized(token: Option<&str>, headers: &HeaderMap) -> bool {
+    let Some(token) = token else { return true };
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+}
+
+/// Compares without an early exit, so response timing does not reveal a token prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn observations(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if !authorized(s.token.as_deref(), &headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a valid bearer token is required\n",
+        )
+            .into_response();
+    }
+    let mut batch = Batch::with_capacity(body.len() / 64 + 1);
+    let outcome = ndjson::parse_body(&body, &mut batch);
+    s.metrics.add_rejections(Source::Http, &outcome.rejected);
+    let errors = outcome
+        .errors
+        .iter()
+        .map(|e| LineErrorBody {
+            line: e.line,
+            reason: e.reason.as_str(),
+            message: e.reason.to_string(),
+        })
+        .collect();
+    let mut reply = IngestReply {
+        accepted: outcome.accepted,
+        rejected: outcome.rejected.total(),
+        errors,
+        error: None,
+    };
+    let mut code = if outcome.accepted == 0 && reply.rejected > 0 {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    if !batch.is_empty()
+        && let Err(e) = ingest::submit(&s.batches, &s.metrics, Source::Http, batch)
+    {
+        // Nothing of this body was taken: the client may retry it whole.
+        reply.accepted = 0;
+        reply.error = Some(e.to_string());
+        code = StatusCode::SERVICE_UNAVAILABLE;
+        let mut resp = (code, axum::Json(reply)).into_response();
+        if e == QueueError::Full {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        return resp;
+    }
+    (code, axum::Json(reply)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_token_must_match_exactly() {
+        let mut h = HeaderMap::new();
+        assert!(authorized(None, &h));
+        assert!(!authorized(Some("s3cret"), &h));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cre"));
+        assert!(!authorized(Some("s3cret"), &h));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret"));
+        assert!(authorized(Some("s3cret"), &h));
+    }
+}

@@ -1,0 +1,57 @@
+//! Ingest: the first stage of the live flow. Each input parses its wire format into
+//! [`skewwatch_detectors::observation::Batch`]es and hands them to the pipeline over a bounded
+//! channel without ever blocking: a full queue drops the batch and counts it in
+//! `skewwatch_ingest_dropped_total{reason="queue_full"}`.
+//!
+//! - [`statsd`]: StatsD / DogStatsD line parser.
+//! - [`udp`]: the UDP receiver thread that feeds it.
+//! - [`ndjson`]: NDJSON body parser for `POST /api/v1/observations` and `replay`.
+
+pub mod ndjson;
+pub mod statsd;
+pub mod udp;
+
+use skewwatch_detectors::observation::Batch;
+use tokio::sync::mpsc;
+
+use crate::telemetry::{SelfMetrics, Source};
+
+/// Why a batch could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The pipeline is behind; the batch was dropped and counted.
+    #[error("the ingest queue is full; retry later")]
+    Full,
+    /// The pipeline has stopped (shutdown).
+    #[error("the agent is shutting down")]
+    Closed,
+}
+
+/// Hands a batch to the pipeline, counting it as accepted or dropped.
+pub fn submit(
+    tx: &mpsc::Sender<Batch>,
+    metrics: &SelfMetrics,
+    source: Source,
+    batch: Batch,
+) -> Result<(), QueueError> {
+    let records = batch.len() as u64;
+    let requests = batch.requests();
+    match tx.try_send(batch) {
+        Ok(()) => {
+            metrics.records.with_label_values(&[source.as_str()]).inc_by(records);
+            metrics.requests.with_label_values(&[source.as_str()]).inc_by(requests);
+            Ok(())
+        }
+        Err(e) => {
+            let (reason, err) = match e {
+                mpsc::error::TrySendError::Full(_) => ("queue_full", QueueError::Full),
+                mpsc::error::TrySendError::Closed(_) => ("shutdown", QueueError::Closed),
+            };
+            metrics
+                .dropped
+                .with_label_values(&[source.as_str(), reason])
+                .inc_by(records);
+            Err(err)
+        }
+    }
+}

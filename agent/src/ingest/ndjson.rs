@@ -1,0 +1,1059 @@
+//! NDJSON observation parser: the HTTP input and the `replay` trace format.
+//!
+//! It sits at the start of the flow (`Observation -> Window -> SkewStats -> Detectors ->
+//! Alerts/Snapshot -> Outputs`): `POST /api/v1/observations` hands its body to [`parse_body`],
+//! which validates each record and packs the good ones into a [`Batch`] for the pipeline;
+//! `skewwatch replay` reads a trace line by line with [`parse_record`], which keeps the `ts`.
+//!
+//! A body is one JSON object per line (blank lines skipped), or a single JSON array of objects
+//! (told apart by the first non-whitespace byte being `[`). The fields follow the data model of
+//! the external interface: `ts`, `group`, `shard`, `key`, `count`, `latency_ms`, `outcome`,
+//! `cache`; unknown fields are ignored, a JSON `null` counts as an absent field, and a field
+//! given twice takes its last value.
+//!
+//! Each record is either taken or rejected with one [`RejectReason`]; valid records around a
+//! bad one are still taken. When a record breaks several rules, the first of this order is
+//! reported: `Malformed` (not JSON, not UTF-8, not an object), `MissingGroup`, `MissingShard`
+//! (or `WrongType` for either), then per field in the order `key`, `count`, `latency_ms`,
+//! `outcome`, `cache`, `ts` (`WrongType` for a JSON type that field never takes, else its own
+//! reason), then the data-model rules of [`ObservationRef::validate`].
+//!
+//! Records are read by a serde visitor straight from the body: strings borrow from it unless
+//! they hold JSON escapes, unknown fields are skipped without being built, and a wrong JSON
+//! type is noted per field instead of failing the whole parse.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use skewwatch_detectors::observation::{
+    Batch, CacheResult, ObservationRef, Outcome, RejectReason, Rejections,
+};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// How many [`LineError`]s a [`NdjsonOutcome`] keeps; the counts in
+/// [`NdjsonOutcome::rejected`] still cover every rejected record.
+pub const MAX_LINE_ERRORS: usize = 20;
+
+/// What [`parse_body`] did with a body: what the HTTP reply reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NdjsonOutcome {
+    /// Records validated and pushed to the batch.
+    pub accepted: usize,
+    /// Rejected records by reason.
+    pub rejected: Rejections,
+    /// The first [`MAX_LINE_ERRORS`] rejected records, in body order.
+    pub errors: Vec<LineError>,
+}
+
+/// One rejected record of a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineError {
+    /// 1-based line number (NDJSON), or 1-based element number (JSON array body).
+    pub line: usize,
+    /// Why the record was rejected.
+    pub reason: RejectReason,
+}
+
+/// One valid record, its strings borrowed from the input unless they held JSON escapes.
+///
+/// [`Record::observation`] gives the [`ObservationRef`] the pipeline takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<'a> {
+    ts: Option<f64>,
+    group: Cow<'a, str>,
+    shard: Cow<'a, str>,
+    key: Option<Cow<'a, str>>,
+    count: u64,
+    latency_ms: Option<f64>,
+    outcome: Outcome,
+    cache: Option<CacheResult>,
+}
+
+/// Parses a body of one JSON object per line, or a single JSON array of objects.
+///
+/// Valid records are pushed to `out`. In the NDJSON form a bad line costs only that line. In
+/// the array form a bad element costs only that element, except a JSON syntax error, after
+/// which nothing more can be read: it is counted once, as `Malformed`, on the element where it
+/// happened, and the elements before it are kept.
+pub fn parse_body(body: &[u8], out: &mut Batch) -> NdjsonOutcome {
+    let mut result = NdjsonOutcome::default();
+    // Some Windows tools start a UTF-8 file with a byte order mark; JSON has no place for it.
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    match body.iter().find(|b| !is_json_whitespace(**b)) {
+        None => {}
+        Some(b'[') => parse_array(body, out, &mut result),
+        Some(_) => parse_lines(body, out, &mut result),
+    }
+    result
+}
+
+/// Parses and validates one NDJSON record (surrounding whitespace allowed).
+pub fn parse_record(line: &[u8]) -> Result<Record<'_>, RejectReason> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let raw = RawSeed
+        .deserialize(&mut de)
+        .map_err(|_| RejectReason::Malformed)?;
+    de.end().map_err(|_| RejectReason::Malformed)?;
+    raw?.interpret()
+}
+
+/// Reads a `ts` value: a number of unix seconds (fractional ok) or an RFC 3339 string.
+///
+/// Other JSON types are [`RejectReason::WrongType`]; a string that is not RFC 3339 or a
+/// non-finite number is [`RejectReason::BadTimestamp`].
+pub fn parse_timestamp(value: &serde_json::Value) -> Result<f64, RejectReason> {
+    match value {
+        serde_json::Value::Number(n) => n
+            .as_f64()
+            .filter(|t| t.is_finite())
+            .ok_or(RejectReason::BadTimestamp),
+        serde_json::Value::String(s) => parse_rfc3339(s),
+        _ => Err(RejectReason::WrongType),
+    }
+}
+
+/// Reads an RFC 3339 timestamp (`2024-05-01T12:00:00.250Z`, `...+02:00`) as unix seconds.
+pub fn parse_rfc3339(s: &str) -> Result<f64, RejectReason> {
+    let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|_| RejectReason::BadTimestamp)?;
+    Ok(t.unix_timestamp() as f64 + f64::from(t.nanosecond()) * 1e-9)
+}
+
+impl NdjsonOutcome {
+    fn reject(&mut self, line: usize, reason: RejectReason) {
+        self.rejected.add(reason);
+        if self.errors.len() < MAX_LINE_ERRORS {
+            self.errors.push(LineError { line, reason });
+        }
+    }
+
+    fn take(&mut self, line: usize, record: Result<Record<'_>, RejectReason>, out: &mut Batch) {
+        match record {
+            Ok(record) => {
+                out.push(&record.observation());
+                self.accepted += 1;
+            }
+            Err(reason) => self.reject(line, reason),
+        }
+    }
+}
+
+impl Record<'_> {
+    /// The observation, borrowing from this record.
+    pub fn observation(&self) -> ObservationRef<'_> {
+        ObservationRef {
+            ts: self.ts,
+            group: &self.group,
+            shard: &self.shard,
+            key: self.key.as_deref(),
+            count: self.count,
+            latency_ms: self.latency_ms,
+            outcome: self.outcome,
+            cache: self.cache,
+        }
+    }
+
+    /// The record's trace time in unix seconds, when it carried one.
+    pub fn ts(&self) -> Option<f64> {
+        self.ts
+    }
+}
+
+/// JSON's four whitespace bytes; `u8::is_ascii_whitespace` also takes form feed, which
+/// `serde_json` does not.
+fn is_json_whitespace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+fn parse_lines(body: &[u8], out: &mut Batch, result: &mut NdjsonOutcome) {
+    for (index, line) in body.split(|&b| b == b'\n').enumerate() {
+        if line.iter().all(|&b| is_json_whitespace(b)) {
+            continue;
+        }
+        result.take(index + 1, parse_record(line), out);
+    }
+}
+
+fn parse_array(body: &[u8], out: &mut Batch, result: &mut NdjsonOutcome) {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let mut element = 1;
+    let seed = ArraySeed {
+        out,
+        result: &mut *result,
+        element: &mut element,
+    };
+    let read = seed.deserialize(&mut de).and_then(|()| de.end());
+    if read.is_err() {
+        // `element` is the element being read when the syntax broke (or one past the last,
+        // for bytes after the closing bracket).
+        result.reject(element, RejectReason::Malformed);
+    }
+}
+
+/// A JSON value as far as a record field needs it: no nested values are built.
+enum Json<'a> {
+    Null,
+    Str(Cow<'a, str>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    /// A boolean, array or object: no field takes one.
+    Other,
+}
+
+/// A record's known fields as they came, before any rule is applied; `None` is absent.
+#[derive(Default)]
+struct RawRecord<'a> {
+    ts: Option<Json<'a>>,
+    group: Option<Json<'a>>,
+    shard: Option<Json<'a>>,
+    key: Option<Json<'a>>,
+    count: Option<Json<'a>>,
+    latency_ms: Option<Json<'a>>,
+    outcome: Option<Json<'a>>,
+    cache: Option<Json<'a>>,
+}
+
+impl<'a> RawRecord<'a> {
+    /// Applies the data-model rules, in the order the module docs give.
+    fn interpret(self) -> Result<Record<'a>, RejectReason> {
+        let group = required_str(self.group, RejectReason::MissingGroup)?;
+        let shard = required_str(self.shard, RejectReason::MissingShard)?;
+        let key = match present(self.key) {
+            None => None,
+            Some(Json::Str(s)) => Some(s),
+            Some(_) => return Err(RejectReason::WrongType),
+        };
+        let count = match present(self.count) {
+            None => 1,
+            Some(Json::U64(n)) => n,
+            // serde_json reads non-negative integers as u64, so an i64 is negative.
+            Some(Json::I64(_) | Json::F64(_)) => return Err(RejectReason::BadCount),
+            Some(_) => return Err(RejectReason::WrongType),
+        };
+        let latency_ms = match present(self.latency_ms) {
+            None => None,
+            Some(j) => Some(number(j).ok_or(RejectReason::WrongType)?),
+        };
+        let outcome = match present(self.outcome) {
+            None => Outcome::Ok,
+            Some(Json::Str(s)) => Outcome::parse(&s).ok_or(RejectReason::UnknownOutcome)?,
+            Some(_) => return Err(RejectReason::WrongType),
+        };
+        let cache = match present(self.cache) {
+            None => None,
+            Some(Json::Str(s)) => Some(CacheResult::parse(&s).ok_or(RejectReason::BadCache)?),
+            Some(_) => return Err(RejectReason::WrongType),
+        };
+        let ts = match present(self.ts) {
+            None => None,
+            Some(Json::Str(s)) => Some(parse_rfc3339(&s)?),
+            Some(j) => Some(number(j).ok_or(RejectReason::WrongType)?),
+        };
+        let record = Record {
+            ts,
+            group,
+            shard,
+            key,
+            count,
+            latency_ms,
+            outcome,
+            cache,
+        };
+        record.observation().validate()?;
+        Ok(record)
+    }
+}
+
+/// A field that is there and not `null`.
+fn present(field: Option<Json<'_>>) -> Option<Json<'_>> {
+    field.filter(|j| !matches!(j, Json::Null))
+}
+
+fn required_str<'a>(
+    field: Option<Json<'a>>,
+    missing: RejectReason,
+) -> Result<Cow<'a, str>, RejectReason> {
+    match present(field) {
+        None => Err(missing),
+        Some(Json::Str(s)) => Ok(s),
+        Some(_) => Err(RejectReason::WrongType),
+    }
+}
+
+fn number(j: Json<'_>) -> Option<f64> {
+    match j {
+        Json::U64(n) => Some(n as f64),
+        Json::I64(n) => Some(n as f64),
+        Json::F64(f) => Some(f),
+        _ => None,
+    }
+}
+
+/// Names of the fields a record reads; anything else is skipped.
+enum Field {
+    Ts,
+    Group,
+    Shard,
+    Key,
+    Count,
+    LatencyMs,
+    Outcome,
+    Cache,
+    Unknown,
+}
+
+impl<'de> de::Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_identifier(FieldVisitor)
+    }
+}
+
+struct FieldVisitor;
+
+impl Visitor<'_> for FieldVisitor {
+    type Value = Field;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Field, E> {
+        Ok(match name {
+            "ts" => Field::Ts,
+            "group" => Field::Group,
+            "shard" => Field::Shard,
+            "key" => Field::Key,
+            "count" => Field::Count,
+            "latency_ms" => Field::LatencyMs,
+            "outcome" => Field::Outcome,
+            "cache" => Field::Cache,
+            _ => Field::Unknown,
+        })
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Json<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Json::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(Json::U64(n))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+        Ok(Json::I64(n))
+    }
+
+    fn visit_f64<E: de::Error>(self, f: f64) -> Result<Self::Value, E> {
+        Ok(Json::F64(f))
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Json::Str(Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        // Only strings with escapes get here: they had to be unescaped into a scratch buffer.
+        Ok(Json::Str(Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+        Ok(Json::Str(Cow::Owned(s)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Json::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Json::Other)
+    }
+}
+
+/// Reads one record. The outer error is a JSON syntax error; the inner one a record that is
+/// valid JSON but not an object, so that an array body can go on to its next element.
+struct RawSeed;
+
+impl<'de> DeserializeSeed<'de> for RawSeed {
+    type Value = Result<RawRecord<'de>, RejectReason>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl RawVisitor {
+    /// Any JSON value that is not an object: consumed, then rejected as not a record.
+    fn not_an_object<E>(self) -> Result<Result<RawRecord<'static>, RejectReason>, E> {
+        Ok(Err(RejectReason::Malformed))
+    }
+}
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = Result<RawRecord<'de>, RejectReason>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an observation object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut raw = RawRecord::default();
+        while let Some(field) = map.next_key::<Field>()? {
+            let slot = match field {
+                Field::Ts => &mut raw.ts,
+                Field::Group => &mut raw.group,
+                Field::Shard => &mut raw.shard,
+                Field::Key => &mut raw.key,
+                Field::Count => &mut raw.count,
+                Field::LatencyMs => &mut raw.latency_ms,
+                Field::Outcome => &mut raw.outcome,
+                Field::Cache => &mut raw.cache,
+                Field::Unknown => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value::<Json<'de>>()?);
+        }
+        Ok(Ok(raw))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        self.not_an_object()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.not_an_object()
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        self.not_an_object()
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        self.not_an_object()
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        self.not_an_object()
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        self.not_an_object()
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        self.not_an_object()
+    }
+}
+
+/// Reads an array body element by element, taking each record as soon as it is read.
+struct ArraySeed<'s> {
+    out: &'s mut Batch,
+    result: &'s mut NdjsonOutcome,
+    /// 1-based number of the element being read.
+    element: &'s mut usize,
+}
+
+impl<'de> DeserializeSeed<'de> for ArraySeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArraySeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of observation objects")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(raw) = seq.next_element_seed(RawSeed)? {
+            let record = raw.and_then(RawRecord::interpret);
+            self.result.take(*self.element, record, self.out);
+            *self.element += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ok(line: &str) -> ObservationRef<'static> {
+        // Leaked so the test can hold the borrowed observation; tests only.
+        let line: &'static str = Box::leak(line.to_owned().into_boxed_str());
+        let record: &'static Record<'static> = match parse_record(line.as_bytes()) {
+            Ok(r) => Box::leak(Box::new(r)),
+            Err(reason) => panic!("{line:?} rejected: {reason:?}"),
+        };
+        record.observation()
+    }
+
+    fn err(line: &str) -> RejectReason {
+        match parse_record(line.as_bytes()) {
+            Ok(r) => panic!("{line:?} accepted: {r:?}"),
+            Err(reason) => reason,
+        }
+    }
+
+    #[test]
+    fn parses_a_full_record() {
+        let obs = ok(
+            r#"{"ts":1700000000.5,"group":"db","shard":"s1","key":"u42","count":3,"latency_ms":12.5,"outcome":"throttled","cache":"hit"}"#,
+        );
+        assert_eq!(
+            obs,
+            ObservationRef {
+                ts: Some(1_700_000_000.5),
+                group: "db",
+                shard: "s1",
+                key: Some("u42"),
+                count: 3,
+                latency_ms: Some(12.5),
+                outcome: Outcome::Throttled,
+                cache: Some(CacheResult::Hit),
+            }
+        );
+    }
+
+    #[test]
+    fn defaults_for_optional_fields() {
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s"}"#),
+            ObservationRef::new("g", "s")
+        );
+        // null is the same as absent.
+        let obs = ok(
+            r#"{"group":"g","shard":"s","key":null,"count":null,"latency_ms":null,"outcome":null,"cache":null,"ts":null}"#,
+        );
+        assert_eq!(obs, ObservationRef::new("g", "s"));
+    }
+
+    #[test]
+    fn empty_key_differs_from_absent_key() {
+        assert_eq!(ok(r#"{"group":"g","shard":"s","key":""}"#).key, Some(""));
+        assert_eq!(ok(r#"{"group":"g","shard":"s"}"#).key, None);
+        assert_eq!(ok(r#"{"group":"g","shard":"s","key":null}"#).key, None);
+    }
+
+    #[test]
+    fn escaped_strings_are_unescaped() {
+        let obs = ok(r#"{"group":"meta\u002ddb","shard":"s\"1\"","key":"a\\b\nc"}"#);
+        assert_eq!(obs.group, "meta-db");
+        assert_eq!(obs.shard, "s\"1\"");
+        assert_eq!(obs.key, Some("a\\b\nc"));
+        // An escaped field name is still that field.
+        assert_eq!(ok(r#"{"gro\u0075p":"g","shard":"s"}"#).group, "g");
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_duplicates_take_the_last_value() {
+        let obs = ok(
+            r#"{"env":"prod","nested":{"a":[1,2,{"b":null}]},"group":"g","shard":"s","shard":"t","tags":["x"],"flag":true}"#,
+        );
+        assert_eq!((obs.group, obs.shard), ("g", "t"));
+    }
+
+    #[test]
+    fn missing_group_or_shard() {
+        assert_eq!(err(r#"{"shard":"s"}"#), RejectReason::MissingGroup);
+        assert_eq!(err(r#"{"group":"g"}"#), RejectReason::MissingShard);
+        assert_eq!(err(r#"{}"#), RejectReason::MissingGroup);
+        assert_eq!(
+            err(r#"{"group":null,"shard":"s"}"#),
+            RejectReason::MissingGroup
+        );
+    }
+
+    #[test]
+    fn wrong_types() {
+        for line in [
+            r#"{"group":5,"shard":"s"}"#,
+            r#"{"group":"g","shard":["s"]}"#,
+            r#"{"group":"g","shard":"s","key":7}"#,
+            r#"{"group":"g","shard":"s","count":"3"}"#,
+            r#"{"group":"g","shard":"s","count":true}"#,
+            r#"{"group":"g","shard":"s","latency_ms":"12"}"#,
+            r#"{"group":"g","shard":"s","outcome":1}"#,
+            r#"{"group":"g","shard":"s","cache":false}"#,
+            r#"{"group":"g","shard":"s","ts":{"s":1}}"#,
+        ] {
+            assert_eq!(err(line), RejectReason::WrongType, "{line}");
+        }
+    }
+
+    #[test]
+    fn count_must_be_an_integer_of_at_least_one() {
+        assert_eq!(ok(r#"{"group":"g","shard":"s","count":7}"#).count, 7);
+        for c in [
+            "0",
+            "-1",
+            "1.5",
+            "2.0",
+            "1e3",
+            "18446744073709551616",
+            "1099511627777",
+        ] {
+            let line = format!(r#"{{"group":"g","shard":"s","count":{c}}}"#);
+            assert_eq!(err(&line), RejectReason::BadCount, "{c}");
+        }
+    }
+
+    #[test]
+    fn latency_rules() {
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","latency_ms":0}"#).latency_ms,
+            Some(0.0)
+        );
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","latency_ms":2e1}"#).latency_ms,
+            Some(20.0)
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","latency_ms":-1}"#),
+            RejectReason::BadLatency
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","latency_ms":-0.5}"#),
+            RejectReason::BadLatency
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","latency_ms":1e12}"#),
+            RejectReason::BadLatency
+        );
+        // JSON has no NaN or Infinity literal: such a line is not JSON.
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","latency_ms":NaN}"#),
+            RejectReason::Malformed
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","latency_ms":Infinity}"#),
+            RejectReason::Malformed
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","latency_ms":1e999}"#),
+            RejectReason::Malformed
+        );
+    }
+
+    #[test]
+    fn outcome_and_cache_values() {
+        for o in Outcome::ALL {
+            let line = format!(r#"{{"group":"g","shard":"s","outcome":"{o}"}}"#);
+            assert_eq!(ok(&line).outcome, o);
+        }
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","outcome":"fail"}"#),
+            RejectReason::UnknownOutcome
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","outcome":"OK"}"#),
+            RejectReason::UnknownOutcome
+        );
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","cache":"miss"}"#).cache,
+            Some(CacheResult::Miss)
+        );
+        assert_eq!(
+            err(r#"{"group":"g","shard":"s","cache":"HIT"}"#),
+            RejectReason::BadCache
+        );
+    }
+
+    #[test]
+    fn overlong_and_empty_fields() {
+        let long = "x".repeat(129);
+        assert_eq!(
+            err(&format!(r#"{{"group":"{long}","shard":"s"}}"#)),
+            RejectReason::FieldLength
+        );
+        assert_eq!(
+            err(&format!(r#"{{"group":"g","shard":"{long}"}}"#)),
+            RejectReason::FieldLength
+        );
+        let key = "k".repeat(257);
+        let line = format!(r#"{{"group":"g","shard":"s","key":"{key}"}}"#);
+        assert_eq!(err(&line), RejectReason::FieldLength);
+        let key = "k".repeat(256);
+        let line = format!(r#"{{"group":"g","shard":"s","key":"{key}"}}"#);
+        assert_eq!(ok(&line).key.map(str::len), Some(256));
+        assert_eq!(
+            err(r#"{"group":"","shard":"s"}"#),
+            RejectReason::FieldLength
+        );
+        // Lengths count the unescaped bytes: 128 escaped `a`s are 128 bytes.
+        let escaped = r"\u0061".repeat(128);
+        assert_eq!(
+            ok(&format!(r#"{{"group":"{escaped}","shard":"s"}}"#))
+                .group
+                .len(),
+            128
+        );
+    }
+
+    #[test]
+    fn timestamps_numeric_and_rfc3339() {
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","ts":1700000000}"#).ts,
+            Some(1_700_000_000.0)
+        );
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","ts":1700000000.25}"#).ts,
+            Some(1_700_000_000.25)
+        );
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","ts":"2023-11-14T22:13:20Z"}"#).ts,
+            Some(1_700_000_000.0)
+        );
+        assert_eq!(
+            ok(r#"{"group":"g","shard":"s","ts":"2023-11-15T00:13:20.5+02:00"}"#).ts,
+            Some(1_700_000_000.5)
+        );
+        for bad in [
+            r#""yesterday""#,
+            r#""2023-11-14 22:13:20""#,
+            r#""2023-11-14""#,
+            r#""""#,
+        ] {
+            let line = format!(r#"{{"group":"g","shard":"s","ts":{bad}}}"#);
+            assert_eq!(err(&line), RejectReason::BadTimestamp, "{bad}");
+        }
+        assert_eq!(parse_timestamp(&serde_json::json!(12.5)), Ok(12.5));
+        assert_eq!(
+            parse_timestamp(&serde_json::json!("1970-01-01T00:00:01Z")),
+            Ok(1.0)
+        );
+        assert_eq!(
+            parse_timestamp(&serde_json::json!(true)),
+            Err(RejectReason::WrongType)
+        );
+        assert_eq!(
+            parse_timestamp(&serde_json::json!("x")),
+            Err(RejectReason::BadTimestamp)
+        );
+    }
+
+    #[test]
+    fn garbage_and_non_objects_are_malformed() {
+        for line in [
+            "hello",
+            "{",
+            r#"{"group":"g","shard":"s"} trailing"#,
+            r#"{"group":"g","shard":"s"}{"group":"g","shard":"s"}"#,
+            r#"{"group":"g",,"shard":"s"}"#,
+            "5",
+            r#""group""#,
+            "null",
+            "[]",
+            "\u{feff}{}",
+        ] {
+            assert_eq!(err(line), RejectReason::Malformed, "{line:?}");
+        }
+        assert_eq!(
+            parse_record(b"{\"group\":\"g\xff\",\"shard\":\"s\"}"),
+            Err(RejectReason::Malformed)
+        );
+        assert_eq!(
+            parse_record(b"\xff\xfe\x00\x01"),
+            Err(RejectReason::Malformed)
+        );
+    }
+
+    #[test]
+    fn deep_nesting_does_not_overflow_the_stack() {
+        let (open, close) = ("[".repeat(100_000), "]".repeat(100_000));
+        // Skipped values are skipped without recursion, so an unknown field may nest deeply.
+        assert_eq!(
+            ok(&format!(r#"{{"group":"g","shard":"s","x":{open}{close}}}"#)).group,
+            "g"
+        );
+        assert_eq!(
+            err(&format!(
+                r#"{{"group":"g","shard":"s","key":{open}{close}}}"#
+            )),
+            RejectReason::WrongType
+        );
+        assert_eq!(err(&format!("{open}{close}")), RejectReason::Malformed);
+        assert_eq!(
+            err(&format!(r#"{{"group":"g","shard":"s","x":{open}}}"#)),
+            RejectReason::Malformed
+        );
+        let result = parse_body(format!("{open}{close}").as_bytes(), &mut Batch::default());
+        assert_eq!(result.rejected.total(), 1);
+    }
+
+    #[test]
+    fn ndjson_body_keeps_good_lines_around_bad_ones() {
+        let body = b"{\"group\":\"g\",\"shard\":\"a\"}\r\n\
+            not json\n\
+            \n\
+            {\"group\":\"g\",\"shard\":\"b\",\"key\":\"\"}\n   \n\
+            {\"group\":\"g\",\"shard\":\"c\",\"latency_ms\":-3}\n\
+            {\"shard\":\"d\"}\n\
+            {\"group\":\"g\",\"shard\":\"e\",\"count\":5}";
+        let mut batch = Batch::default();
+        let result = parse_body(body, &mut batch);
+        assert_eq!(result.accepted, 3);
+        let got: Vec<_> = batch.iter().map(|o| (o.shard, o.key, o.count)).collect();
+        assert_eq!(
+            got,
+            vec![("a", None, 1), ("b", Some(""), 1), ("e", None, 5)]
+        );
+        assert_eq!(result.rejected.total(), 3);
+        assert_eq!(
+            result.errors,
+            vec![
+                LineError {
+                    line: 2,
+                    reason: RejectReason::Malformed
+                },
+                LineError {
+                    line: 6,
+                    reason: RejectReason::BadLatency
+                },
+                LineError {
+                    line: 7,
+                    reason: RejectReason::MissingGroup
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn array_body_is_read_element_by_element() {
+        let body = br#"  [
+            {"group":"g","shard":"a"},
+            {"group":5,"shard":"b"},
+            "not an object",
+            [1, 2],
+            {"group":"g","shard":"c","outcome":"nope"},
+            {"group":"g","shard":"d","key":"k\u00e9"}
+        ]
+        "#;
+        let mut batch = Batch::default();
+        let result = parse_body(body, &mut batch);
+        assert_eq!(result.accepted, 2);
+        let got: Vec<_> = batch.iter().map(|o| (o.shard, o.key)).collect();
+        assert_eq!(got, vec![("a", None), ("d", Some("ké"))]);
+        assert_eq!(
+            result.errors,
+            vec![
+                LineError {
+                    line: 2,
+                    reason: RejectReason::WrongType
+                },
+                LineError {
+                    line: 3,
+                    reason: RejectReason::Malformed
+                },
+                LineError {
+                    line: 4,
+                    reason: RejectReason::Malformed
+                },
+                LineError {
+                    line: 5,
+                    reason: RejectReason::UnknownOutcome
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn array_body_syntax_error_keeps_the_elements_before_it() {
+        let body = br#"[{"group":"g","shard":"a"},{"group":"g","shard":"b"},{"group":"g" "shard":"c"},{"group":"g","shard":"d"}]"#;
+        let mut batch = Batch::default();
+        let result = parse_body(body, &mut batch);
+        assert_eq!(result.accepted, 2);
+        assert_eq!(result.rejected.total(), 1);
+        assert_eq!(
+            result.errors,
+            vec![LineError {
+                line: 3,
+                reason: RejectReason::Malformed
+            }]
+        );
+
+        let mut batch = Batch::default();
+        let result = parse_body(br#"[{"group":"g","shard":"a"}] junk"#, &mut batch);
+        assert_eq!(result.accepted, 1);
+        assert_eq!(
+            result.errors,
+            vec![LineError {
+                line: 2,
+                reason: RejectReason::Malformed
+            }]
+        );
+
+        let result = parse_body(b"[", &mut Batch::default());
+        assert_eq!(
+            result.errors,
+            vec![LineError {
+                line: 1,
+                reason: RejectReason::Malformed
+            }]
+        );
+        let result = parse_body(b" [ ] ", &mut Batch::default());
+        assert_eq!(result, NdjsonOutcome::default());
+    }
+
+    #[test]
+    fn empty_and_blank_bodies_take_nothing() {
+        for body in [&b""[..], b"\n\n", b"  \r\n\t\n", b"\xEF\xBB\xBF"] {
+            assert_eq!(
+                parse_body(body, &mut Batch::default()),
+                NdjsonOutcome::default()
+            );
+        }
+        // A byte order mark before the first record is skipped.
+        let result = parse_body(
+            b"\xEF\xBB\xBF{\"group\":\"g\",\"shard\":\"s\"}",
+            &mut Batch::default(),
+        );
+        assert_eq!(result.accepted, 1);
+    }
+
+    #[test]
+    fn errors_are_capped_but_counts_are_not() {
+        let body = "x\n".repeat(50);
+        let result = parse_body(body.as_bytes(), &mut Batch::default());
+        assert_eq!(result.rejected.get(RejectReason::Malformed), 50);
+        assert_eq!(result.errors.len(), MAX_LINE_ERRORS);
+        assert_eq!(result.errors[19].line, 20);
+    }
+
+    fn non_blank_lines(body: &[u8]) -> usize {
+        body.split(|&b| b == b'\n')
+            .filter(|l| !l.iter().all(|&b| is_json_whitespace(b)))
+            .count()
+    }
+
+    fn line_strategy() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..80),
+            proptest::collection::vec(
+                prop_oneof![
+                    Just(&br#"{"group":"g","#[..]),
+                    Just(&br#""shard":"s""#[..]),
+                    Just(&br#""key":"""#[..]),
+                    Just(&br#""count":2"#[..]),
+                    Just(&br#""latency_ms":-1"#[..]),
+                    Just(&br#""ts":"2024-01-01T00:00:00Z""#[..]),
+                    Just(&br#""outcome":"error""#[..]),
+                    Just(&b"\"\\u00e9\""[..]),
+                    Just(&b"{"[..]),
+                    Just(&b"}"[..]),
+                    Just(&b"["[..]),
+                    Just(&b"]"[..]),
+                    Just(&b","[..]),
+                    Just(&b":"[..]),
+                    Just(&b"\n"[..]),
+                    Just(&b"\xff"[..]),
+                    Just(&b"null"[..]),
+                ],
+                0..12
+            )
+            .prop_map(|parts| parts.concat()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bodies_never_panic_and_every_line_is_counted(
+            lines in proptest::collection::vec(line_strategy(), 0..8)
+        ) {
+            let body = lines.join(&b'\n');
+            let mut batch = Batch::default();
+            let result = parse_body(&body, &mut batch);
+            prop_assert_eq!(result.accepted, batch.len());
+            prop_assert!(result.errors.len() <= MAX_LINE_ERRORS);
+            for obs in batch.iter() {
+                prop_assert_eq!(obs.validate(), Ok(()));
+            }
+            let first = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body)
+                .iter().copied().find(|&b| !is_json_whitespace(b));
+            if first != Some(b'[') {
+                prop_assert_eq!(
+                    result.accepted + result.rejected.total() as usize,
+                    non_blank_lines(body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&body))
+                );
+            }
+        }
+
+        #[test]
+        fn arbitrary_array_bodies_never_panic(elems in proptest::collection::vec(line_strategy(), 0..8)) {
+            let body = [b"[".as_slice(), &elems.join(&b','), b"]"].concat();
+            let mut batch = Batch::default();
+            let result = parse_body(&body, &mut batch);
+            prop_assert_eq!(result.accepted, batch.len());
+            prop_assert!(result.errors.len() <= MAX_LINE_ERRORS);
+        }
+
+        #[test]
+        fn serialized_records_round_trip(
+            group in "\\PC{1,20}",
+            shard in "[a-z0-9-]{1,20}",
+            key in proptest::option::of("\\PC{0,30}"),
+            count in 1u64..1_000_000,
+            latency in proptest::option::of(0.0f64..1e6),
+            ts in 0.0f64..2e9,
+        ) {
+            prop_assume!(group.len() <= 128 && key.as_ref().is_none_or(|k| k.len() <= 256));
+            let mut v = serde_json::json!({
+                "group": group, "shard": shard, "count": count, "ts": ts,
+            });
+            if let Some(k) = &key { v["key"] = serde_json::json!(k); }
+            if let Some(l) = latency { v["latency_ms"] = serde_json::json!(l); }
+            let line = serde_json::to_vec(&v).unwrap();
+            let record = parse_record(&line).unwrap();
+            let obs = record.observation();
+            prop_assert_eq!(obs.group, group.as_str());
+            prop_assert_eq!(obs.shard, shard.as_str());
+            prop_assert_eq!(obs.key, key.as_deref());
+            prop_assert_eq!(obs.count, count);
+            match (obs.latency_ms, latency) {
+                (Some(got), Some(l)) => prop_assert!((got - l).abs() <= l * 4.0 * f64::EPSILON),
+                (got, l) => prop_assert_eq!(got, l),
+            }
+            // serde_json's default float parser may be one ulp off (exact needs its
+            // `float_roundtrip` feature); a ulp of a unix time is a fraction of a microsecond.
+            let got = obs.ts.unwrap();
+            prop_assert!((got - ts).abs() <= ts * 4.0 * f64::EPSILON, "{} vs {}", got, ts);
+        }
+    }
+}

@@ -1,0 +1,809 @@
+//! StatsD / DogStatsD line parser: the UDP input.
+//!
+//! It sits at the very start of the flow (`Observation -> Window -> SkewStats -> Detectors ->
+//! Alerts/Snapshot -> Outputs`): the UDP listener hands each datagram to [`parse_datagram`],
+//! which turns its lines into [`ObservationRef`]s, validates them and packs them into a
+//! [`Batch`] for the pipeline; rejected lines are counted by [`RejectReason`].
+//!
+//! The native convention, with DogStatsD tags:
+//!
+//! ```text
+//! skewwatch.request:<latency_ms>|ms|#group:<g>,shard:<s>[,key:<k>][,outcome:<o>][,cache:hit|miss]
+//! skewwatch.request:<n>|c|#group:<g>,shard:<s>,...
+//! ```
+//!
+//! - Types `ms`, `h` and `d` (timer, histogram, distribution of milliseconds) carry one
+//!   request's latency; type `c` stands for `n` requests without latency (`n` an integer >= 1).
+//!   Other names and types (`g`, `s`, ...) are [`RejectReason::UnsupportedMetric`].
+//! - `|@<rate>` (rate in `(0, 1]`) scales the count to `round(n / rate)`: `|@0.1` is ten requests.
+//! - Tags come in any order; the last of a duplicated tag wins; a value is everything after the
+//!   tag's first `:` (so it may contain `:`); `key:` with nothing after it is the empty key;
+//!   unknown tags and tags without a `:` are ignored.
+//! - DogStatsD's other sections (`|c:<container-id>`, `|e:...`, `|card:...`) are ignored;
+//!   `|T<unix seconds>` sets the observation's `ts`.
+//! - DogStatsD 1.1 multi-value packets (`name:1:2:3|d`) are not taken: one line is one record.
+//!
+//! When a line breaks several rules, the first of this order is reported: `Malformed`,
+//! `UnsupportedMetric`, `MissingGroup`, `MissingShard`, the value (`BadLatency` / `BadCount`),
+//! the sample rate (`BadCount`), `BadTimestamp`, `UnknownOutcome`, `BadCache`, then the
+//! data-model rules of [`ObservationRef::validate`].
+//!
+//! The parser is on the hot path (millions of lines a second over UDP): it works on the
+//! datagram's bytes, borrows every string from them and allocates nothing.
+
+use skewwatch_detectors::observation::{
+    Batch, CacheResult, MAX_COUNT, ObservationRef, Outcome, RejectReason, Rejections,
+};
+
+/// The one StatsD metric name skewwatch takes.
+pub const METRIC_NAME: &str = "skewwatch.request";
+
+/// Parses one datagram of newline-separated lines.
+///
+/// `\r\n` line ends and a trailing newline are tolerated; empty lines are skipped and counted
+/// nowhere. Valid lines are validated and pushed to `out`; each rejected line adds its reason
+/// to `rejected`. Returns the number of accepted lines.
+pub fn parse_datagram(datagram: &[u8], out: &mut Batch, rejected: &mut Rejections) -> usize {
+    let mut accepted = 0;
+    let mut start = 0;
+    while start < datagram.len() {
+        let end = find(datagram, start, b'\n', b'\n');
+        let line = datagram.get(start..end).unwrap_or_default();
+        start = end + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        match parse_line(line) {
+            Ok(obs) => {
+                out.push(&obs);
+                accepted += 1;
+            }
+            Err(reason) => rejected.add(reason),
+        }
+    }
+    accepted
+}
+
+/// Parses and validates one line (without its line end).
+pub fn parse_line(line: &[u8]) -> Result<ObservationRef<'_>, RejectReason> {
+    // Validating the whole line up front keeps "not UTF-8" one rule, wherever the bad byte is,
+    // and lets every later step split a `&str` at ASCII delimiters.
+    let line = std::str::from_utf8(line).map_err(|_| RejectReason::Malformed)?;
+    let Some(rest) = line
+        .strip_prefix(METRIC_NAME)
+        .and_then(|r| r.strip_prefix(':'))
+    else {
+        return Err(foreign_line_reason(line));
+    };
+
+    let Sections {
+        value,
+        kind,
+        rate,
+        ts,
+        tags: raw,
+    } = Sections::scan(rest)?;
+
+    let group = raw.group.ok_or(RejectReason::MissingGroup)?;
+    let shard = raw.shard.ok_or(RejectReason::MissingShard)?;
+    let (requests, latency_ms) = match kind {
+        Kind::Latency => (1, Some(parse_f64(value).ok_or(RejectReason::BadLatency)?)),
+        Kind::Counter => (parse_u64(value).ok_or(RejectReason::BadCount)?, None),
+    };
+    let count = match rate {
+        None => requests,
+        Some(rate) => scale_by_rate(requests, rate)?,
+    };
+    let ts = match ts {
+        None => None,
+        Some(t) => Some(parse_u64(t).ok_or(RejectReason::BadTimestamp)? as f64),
+    };
+    let outcome = match raw.outcome {
+        None => Outcome::Ok,
+        Some(o) => Outcome::parse(o).ok_or(RejectReason::UnknownOutcome)?,
+    };
+    let cache = match raw.cache {
+        None => None,
+        Some(c) => Some(CacheResult::parse(c).ok_or(RejectReason::BadCache)?),
+    };
+
+    let obs = ObservationRef {
+        ts,
+        group,
+        shard,
+        key: raw.key,
+        count,
+        latency_ms,
+        outcome,
+        cache,
+    };
+    obs.validate()?;
+    Ok(obs)
+}
+
+/// What a line's value stands for, from its StatsD type.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `ms`, `h`, `d`: one request and its latency in milliseconds.
+    Latency,
+    /// `c`: a number of requests.
+    Counter,
+}
+
+/// The parts of a line after `skewwatch.request:`, as raw text.
+struct Sections<'a> {
+    value: &'a str,
+    kind: Kind,
+    rate: Option<&'a str>,
+    ts: Option<&'a str>,
+    tags: RawTags<'a>,
+}
+
+impl<'a> Sections<'a> {
+    /// Splits `<value>|<type>[|section]...` in one pass over the bytes. Hand-written rather
+    /// than `str::split`, whose per-item searcher setup took most of a line's time.
+    fn scan(rest: &'a str) -> Result<Self, RejectReason> {
+        let bytes = rest.as_bytes();
+        let value_end = find(bytes, 0, b'|', b'|');
+        if value_end == bytes.len() {
+            return Err(RejectReason::Malformed);
+        }
+        let type_end = find(bytes, value_end + 1, b'|', b'|');
+        let kind = match bytes.get(value_end + 1..type_end) {
+            Some(b"ms" | b"h" | b"d") => Kind::Latency,
+            Some(b"c") => Kind::Counter,
+            Some(b"") | None => return Err(RejectReason::Malformed),
+            Some(_) => return Err(RejectReason::UnsupportedMetric),
+        };
+        let mut sections = Sections {
+            value: sub(rest, 0, value_end),
+            kind,
+            rate: None,
+            ts: None,
+            tags: RawTags::default(),
+        };
+        // `pipe` is the index of a `|` while the loop runs.
+        let mut pipe = type_end;
+        while pipe < bytes.len() {
+            let start = pipe + 1;
+            pipe = match bytes.get(start) {
+                None | Some(b'|') => return Err(RejectReason::Malformed),
+                Some(b'#') => sections.tags.read(rest, start + 1),
+                Some(&sigil) => {
+                    let end = find(bytes, start + 1, b'|', b'|');
+                    let body = sub(rest, start + 1, end);
+                    match sigil {
+                        b'@' => sections.rate = Some(body),
+                        b'T' => sections.ts = Some(body),
+                        // `c:<container-id>`, `e:<external data>`, `card:<cardinality>` and
+                        // whatever DogStatsD adds next describe the sender, not the request.
+                        _ => {}
+                    }
+                    end
+                }
+            };
+        }
+        Ok(sections)
+    }
+}
+
+/// The tags skewwatch reads, as their raw values; the last occurrence wins.
+#[derive(Default)]
+struct RawTags<'a> {
+    group: Option<&'a str>,
+    shard: Option<&'a str>,
+    key: Option<&'a str>,
+    outcome: Option<&'a str>,
+    cache: Option<&'a str>,
+}
+
+impl<'a> RawTags<'a> {
+    /// Reads the `tag:value,tag:value` list that starts at `start` in `line`, up to the next
+    /// `|` or the end; returns where it stopped.
+    fn read(&mut self, line: &'a str, start: usize) -> usize {
+        let bytes = line.as_bytes();
+        let mut start = start;
+        loop {
+            let end = find(bytes, start, b',', b'|');
+            let tag = bytes.get(start..end).unwrap_or_default();
+            // A tag's name is what precedes its first `:`, so `tag` starts with `group:`
+            // exactly when its name is `group`; a bare tag (`canary`) matches nothing.
+            let known = match tag.first() {
+                Some(b'g') if tag.starts_with(b"group:") => Some((&mut self.group, 6)),
+                Some(b's') if tag.starts_with(b"shard:") => Some((&mut self.shard, 6)),
+                Some(b'k') if tag.starts_with(b"key:") => Some((&mut self.key, 4)),
+                Some(b'o') if tag.starts_with(b"outcome:") => Some((&mut self.outcome, 8)),
+                Some(b'c') if tag.starts_with(b"cache:") => Some((&mut self.cache, 6)),
+                _ => None,
+            };
+            if let Some((slot, name_len)) = known {
+                *slot = Some(sub(line, start + name_len, end));
+            }
+            if bytes.get(end) != Some(&b',') {
+                return end;
+            }
+            start = end + 1;
+        }
+    }
+}
+
+/// Index of the first byte equal to `a` or `b` at or after `from`, or `bytes.len()`.
+///
+/// Reads eight bytes at a time (the "has zero byte" trick on `word ^ pattern`): a tag
+/// section is most of a line. Pass `a == b` to look for one byte.
+#[inline(always)]
+fn find(bytes: &[u8], from: usize, a: u8, b: u8) -> usize {
+    const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let zero_bytes = |x: u64| x.wrapping_sub(LOW) & !x & HIGH;
+    let (pa, pb) = (LOW * u64::from(a), LOW * u64::from(b));
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let word = u64::from_le_bytes(*chunk);
+        // The lowest flagged byte is exact (only bytes above a match can be flagged
+        // falsely), and only the lowest is read.
+        let hits = if a == b {
+            zero_bytes(word ^ pa)
+        } else {
+            zero_bytes(word ^ pa) | zero_bytes(word ^ pb)
+        };
+        if hits != 0 {
+            return i + (hits.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = bytes.get(i) {
+        if c == a || c == b {
+            return i;
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+/// `s[start..end]`, for indices at ASCII delimiters (always char boundaries); empty when
+/// out of range, which the callers never ask for.
+fn sub(s: &str, start: usize, end: usize) -> &str {
+    s.get(start..end).unwrap_or_default()
+}
+
+/// The reason for a line that is not `skewwatch.request:...`: another metric when it has the
+/// StatsD shape `name:value|type`, otherwise not StatsD at all.
+fn foreign_line_reason(line: &str) -> RejectReason {
+    match (line.find(':'), line.find('|')) {
+        (Some(colon), Some(pipe)) if colon < pipe => RejectReason::UnsupportedMetric,
+        _ => RejectReason::Malformed,
+    }
+}
+
+/// `round(requests / rate)` for a sample rate in `(0, 1]`.
+fn scale_by_rate(requests: u64, rate: &str) -> Result<u64, RejectReason> {
+    let rate = parse_f64(rate).ok_or(RejectReason::BadCount)?;
+    // Written so that NaN fails too.
+    if !(rate > 0.0 && rate <= 1.0) {
+        return Err(RejectReason::BadCount);
+    }
+    // `x + 0.5` truncated is `x.round()` for 1 <= x <= 2^40, where the addition is exact,
+    // and avoids a libm call on baseline x86-64. Compared as a float first: the cast
+    // saturates, which would hide an overflow.
+    let half_up = requests as f64 / rate + 0.5;
+    if !(half_up < (MAX_COUNT + 1) as f64) {
+        return Err(RejectReason::BadCount);
+    }
+    Ok(half_up as u64)
+}
+
+/// Powers of ten that are exact in an `f64`.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// Parses a decimal number; `None` when it is not one.
+///
+/// Plain decimals of at most 15 digits (`12`, `3.25`, `0.001`) take a fast path that gives the
+/// same, correctly rounded result as `str::parse`: the digits form an integer below 2^53 and
+/// the divisor is an exact power of ten, so the one IEEE division rounds correctly (Clinger's
+/// fast path). Everything else (signs, exponents, `NaN`, long inputs) goes to `str::parse`.
+fn parse_f64(s: &str) -> Option<f64> {
+    let bytes = s.as_bytes();
+    if bytes.len() <= 16 {
+        let mut mantissa: u64 = 0;
+        let mut digits = 0usize;
+        let mut frac_digits = 0usize;
+        let mut seen_dot = false;
+        let mut simple = true;
+        for &b in bytes {
+            match b {
+                b'0'..=b'9' => {
+                    mantissa = mantissa * 10 + u64::from(b - b'0');
+                    digits += 1;
+                    frac_digits += usize::from(seen_dot);
+                }
+                b'.' if !seen_dot => seen_dot = true,
+                _ => {
+                    simple = false;
+                    break;
+                }
+            }
+        }
+        if simple && (1..=15).contains(&digits) {
+            return Some(mantissa as f64 / POW10[frac_digits]);
+        }
+    }
+    s.parse().ok()
+}
+
+/// Parses a non-empty string of ASCII digits; `None` on anything else or on overflow.
+fn parse_u64(s: &str) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.bytes().try_fold(0u64, |n, b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ok(line: &str) -> ObservationRef<'_> {
+        match parse_line(line.as_bytes()) {
+            Ok(obs) => obs,
+            Err(reason) => panic!("{line:?} rejected: {reason:?}"),
+        }
+    }
+
+    fn err(line: &[u8]) -> RejectReason {
+        match parse_line(line) {
+            Ok(obs) => panic!("{line:?} accepted: {obs:?}"),
+            Err(reason) => reason,
+        }
+    }
+
+    #[test]
+    fn parses_a_full_timer_line() {
+        let obs = ok(
+            "skewwatch.request:12.5|ms|#group:db,shard:s1,key:user42,outcome:timeout,cache:miss",
+        );
+        assert_eq!(
+            obs,
+            ObservationRef {
+                ts: None,
+                group: "db",
+                shard: "s1",
+                key: Some("user42"),
+                count: 1,
+                latency_ms: Some(12.5),
+                outcome: Outcome::Timeout,
+                cache: Some(CacheResult::Miss),
+            }
+        );
+    }
+
+    #[test]
+    fn defaults_when_only_group_and_shard_are_given() {
+        let obs = ok("skewwatch.request:3|ms|#group:db,shard:s1");
+        assert_eq!(obs.key, None);
+        assert_eq!(obs.count, 1);
+        assert_eq!(obs.latency_ms, Some(3.0));
+        assert_eq!(obs.outcome, Outcome::Ok);
+        assert_eq!(obs.cache, None);
+        assert_eq!(obs.ts, None);
+    }
+
+    #[test]
+    fn histogram_and_distribution_types_carry_latency_like_ms() {
+        for ty in ["ms", "h", "d"] {
+            let line = format!("skewwatch.request:7.25|{ty}|#group:g,shard:s");
+            assert_eq!(ok(&line).latency_ms, Some(7.25), "{ty}");
+        }
+    }
+
+    #[test]
+    fn sample_rate_scales_the_count() {
+        assert_eq!(ok("skewwatch.request:5|ms|@0.1|#group:g,shard:s").count, 10);
+        assert_eq!(ok("skewwatch.request:5|ms|@1|#group:g,shard:s").count, 1);
+        assert_eq!(ok("skewwatch.request:5|ms|@0.5|#group:g,shard:s").count, 2);
+        // round(1 / 0.3) = round(3.33) = 3; round(1 / 0.4) = round(2.5) = 3.
+        assert_eq!(ok("skewwatch.request:5|ms|@0.3|#group:g,shard:s").count, 3);
+        assert_eq!(ok("skewwatch.request:5|ms|@0.4|#group:g,shard:s").count, 3);
+        // The rate may stand anywhere among the sections.
+        assert_eq!(ok("skewwatch.request:5|ms|#group:g,shard:s|@0.25").count, 4);
+        // A counter is scaled too.
+        let obs = ok("skewwatch.request:3|c|@0.1|#group:g,shard:s");
+        assert_eq!((obs.count, obs.latency_ms), (30, None));
+    }
+
+    #[test]
+    fn sample_rate_outside_zero_to_one_is_bad_count() {
+        for rate in ["0", "-0.5", "1.5", "NaN", "inf", "", "x", "1e-300"] {
+            let line = format!("skewwatch.request:5|ms|@{rate}|#group:g,shard:s");
+            assert_eq!(
+                err(line.as_bytes()),
+                RejectReason::BadCount,
+                "rate {rate:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn counter_stands_for_n_requests_without_latency() {
+        let obs = ok("skewwatch.request:42|c|#group:g,shard:s,outcome:not_found");
+        assert_eq!(obs.count, 42);
+        assert_eq!(obs.latency_ms, None);
+        assert_eq!(obs.outcome, Outcome::NotFound);
+        for bad in [
+            "0",
+            "-1",
+            "1.5",
+            "2.0",
+            "",
+            "abc",
+            "99999999999999999999999",
+            "1099511627777",
+        ] {
+            let line = format!("skewwatch.request:{bad}|c|#group:g,shard:s");
+            assert_eq!(err(line.as_bytes()), RejectReason::BadCount, "{bad:?}");
+        }
+        // The largest count the model takes is still fine.
+        let line = format!("skewwatch.request:{MAX_COUNT}|c|#group:g,shard:s");
+        assert_eq!(ok(&line).count, MAX_COUNT);
+    }
+
+    #[test]
+    fn empty_key_differs_from_absent_key() {
+        assert_eq!(
+            ok("skewwatch.request:1|ms|#group:g,shard:s,key:").key,
+            Some("")
+        );
+        assert_eq!(
+            ok("skewwatch.request:1|ms|#key:,group:g,shard:s").key,
+            Some("")
+        );
+        assert_eq!(ok("skewwatch.request:1|ms|#group:g,shard:s").key, None);
+        // A bare `key` tag has no colon, so it is not a key tag at all.
+        assert_eq!(ok("skewwatch.request:1|ms|#group:g,shard:s,key").key, None);
+    }
+
+    #[test]
+    fn tags_in_any_order_unknown_ignored_last_wins_values_keep_colons() {
+        let obs = ok(
+            "skewwatch.request:1|ms|#env:prod,cache:hit,shard:s1,canary,key:a:b:c,group:g,shard:s2,,outcome:error",
+        );
+        assert_eq!(obs.group, "g");
+        assert_eq!(obs.shard, "s2");
+        assert_eq!(obs.key, Some("a:b:c"));
+        assert_eq!(obs.outcome, Outcome::Error);
+        assert_eq!(obs.cache, Some(CacheResult::Hit));
+        // Last wins also over an invalid earlier value.
+        assert_eq!(
+            ok("skewwatch.request:1|ms|#group:g,shard:s,outcome:bogus,outcome:ok").outcome,
+            Outcome::Ok
+        );
+        // Tags spread over two sections read as one list.
+        let obs = ok("skewwatch.request:1|ms|#group:g|#shard:s,group:h");
+        assert_eq!((obs.group, obs.shard), ("h", "s"));
+    }
+
+    #[test]
+    fn every_outcome_and_cache_value_parses() {
+        for o in Outcome::ALL {
+            let line = format!("skewwatch.request:1|ms|#group:g,shard:s,outcome:{o}");
+            assert_eq!(ok(&line).outcome, o);
+        }
+        for c in [CacheResult::Hit, CacheResult::Miss] {
+            let line = format!(
+                "skewwatch.request:1|ms|#group:g,shard:s,cache:{}",
+                c.as_str()
+            );
+            assert_eq!(ok(&line).cache, Some(c));
+        }
+    }
+
+    #[test]
+    fn unknown_outcome_and_bad_cache_are_rejected() {
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g,shard:s,outcome:OK"),
+            RejectReason::UnknownOutcome
+        );
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g,shard:s,outcome:"),
+            RejectReason::UnknownOutcome
+        );
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g,shard:s,cache:maybe"),
+            RejectReason::BadCache
+        );
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g,shard:s,cache:"),
+            RejectReason::BadCache
+        );
+    }
+
+    #[test]
+    fn missing_group_or_shard() {
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#shard:s"),
+            RejectReason::MissingGroup
+        );
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g"),
+            RejectReason::MissingShard
+        );
+        assert_eq!(err(b"skewwatch.request:1|ms"), RejectReason::MissingGroup);
+        assert_eq!(err(b"skewwatch.request:1|ms|#"), RejectReason::MissingGroup);
+        // `group` without a colon is a bare tag, not an empty group.
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group,shard:s"),
+            RejectReason::MissingGroup
+        );
+    }
+
+    #[test]
+    fn bad_latency_values() {
+        for v in [
+            "NaN", "nan", "-1", "-0.5", "inf", "abc", "", "1,5", "86400001", "1e300",
+        ] {
+            let line = format!("skewwatch.request:{v}|ms|#group:g,shard:s");
+            assert_eq!(err(line.as_bytes()), RejectReason::BadLatency, "{v:?}");
+        }
+        // Forms that `str::parse` takes are fine.
+        assert_eq!(
+            ok("skewwatch.request:1e2|ms|#group:g,shard:s").latency_ms,
+            Some(100.0)
+        );
+        assert_eq!(
+            ok("skewwatch.request:.5|ms|#group:g,shard:s").latency_ms,
+            Some(0.5)
+        );
+        assert_eq!(
+            ok("skewwatch.request:0|ms|#group:g,shard:s").latency_ms,
+            Some(0.0)
+        );
+        assert_eq!(
+            ok("skewwatch.request:86400000|ms|#group:g,shard:s").latency_ms,
+            Some(86_400_000.0)
+        );
+    }
+
+    #[test]
+    fn overlong_and_empty_fields_are_field_length() {
+        let long = "x".repeat(129);
+        let line = format!("skewwatch.request:1|ms|#group:{long},shard:s");
+        assert_eq!(err(line.as_bytes()), RejectReason::FieldLength);
+        let line = format!("skewwatch.request:1|ms|#group:g,shard:{long}");
+        assert_eq!(err(line.as_bytes()), RejectReason::FieldLength);
+        let key = "k".repeat(257);
+        let line = format!("skewwatch.request:1|ms|#group:g,shard:s,key:{key}");
+        assert_eq!(err(line.as_bytes()), RejectReason::FieldLength);
+        let key = "k".repeat(256);
+        let line = format!("skewwatch.request:1|ms|#group:g,shard:s,key:{key}");
+        assert_eq!(ok(&line).key.map(str::len), Some(256));
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:,shard:s"),
+            RejectReason::FieldLength
+        );
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g,shard:"),
+            RejectReason::FieldLength
+        );
+    }
+
+    #[test]
+    fn other_metrics_and_types_are_unsupported() {
+        for line in [
+            "other.metric:1|ms|#group:g,shard:s",
+            "skewwatch.requests:1|ms|#group:g,shard:s",
+            "skewwatch.request:1|g|#group:g,shard:s",
+            "skewwatch.request:1|s|#group:g,shard:s",
+            "skewwatch.request:1|MS|#group:g,shard:s",
+            "_e{5,4}:title|text",
+        ] {
+            assert_eq!(
+                err(line.as_bytes()),
+                RejectReason::UnsupportedMetric,
+                "{line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_and_bad_syntax_are_malformed() {
+        for line in [
+            &b"hello"[..],
+            b"skewwatch.request",
+            b"skewwatch.request:1",
+            b"skewwatch.request:1||#group:g,shard:s",
+            b"skewwatch.request:1|ms||#group:g,shard:s",
+            b"skewwatch.request:1|ms|#group:g,shard:s|",
+            b"\xff\xfe\x00garbage",
+            b"skewwatch.request:1|ms|#group:g\xff,shard:s",
+            b"skewwatch.request:1|ms|#group:g,shard:s,env:\xc3",
+            b"|",
+            b":",
+        ] {
+            assert_eq!(err(line), RejectReason::Malformed, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn dogstatsd_extra_sections_are_tolerated() {
+        let obs =
+            ok("skewwatch.request:4|d|#group:g,shard:s|c:abc123|T1700000000|e:it-xyz|card:low");
+        assert_eq!(obs.ts, Some(1_700_000_000.0));
+        assert_eq!(obs.latency_ms, Some(4.0));
+        let obs = ok("skewwatch.request:4|ms|@0.5|#group:g,shard:s|c:ci-0123");
+        assert_eq!((obs.count, obs.ts), (2, None));
+        assert_eq!(
+            err(b"skewwatch.request:4|ms|#group:g,shard:s|Tyesterday"),
+            RejectReason::BadTimestamp
+        );
+    }
+
+    #[test]
+    fn datagram_keeps_good_lines_around_bad_ones() {
+        let datagram = b"skewwatch.request:1|ms|#group:g,shard:a\r\n\
+            garbage\n\
+            \n\
+            skewwatch.request:2|ms|@0.5|#group:g,shard:b\n\
+            skewwatch.request:x|ms|#group:g,shard:c\n\
+            \r\n\
+            other:1|c\n\
+            skewwatch.request:3|c|#shard:d\n\
+            skewwatch.request:4|h|#group:g,shard:e,key:\n";
+        let mut batch = Batch::default();
+        let mut rejected = Rejections::default();
+        let accepted = parse_datagram(datagram, &mut batch, &mut rejected);
+        assert_eq!(accepted, 3);
+        assert_eq!(batch.len(), 3);
+        let shards: Vec<_> = batch.iter().map(|o| (o.shard, o.count, o.key)).collect();
+        assert_eq!(
+            shards,
+            vec![("a", 1, None), ("b", 2, None), ("e", 1, Some(""))]
+        );
+        assert_eq!(rejected.total(), 4);
+        assert_eq!(rejected.get(RejectReason::Malformed), 1);
+        assert_eq!(rejected.get(RejectReason::BadLatency), 1);
+        assert_eq!(rejected.get(RejectReason::UnsupportedMetric), 1);
+        assert_eq!(rejected.get(RejectReason::MissingGroup), 1);
+    }
+
+    #[test]
+    fn datagram_without_trailing_newline_and_empty_datagram() {
+        let mut batch = Batch::default();
+        let mut rejected = Rejections::default();
+        let n = parse_datagram(
+            b"skewwatch.request:1|ms|#group:g,shard:a\nskewwatch.request:1|ms|#group:g,shard:b",
+            &mut batch,
+            &mut rejected,
+        );
+        assert_eq!(n, 2);
+        assert_eq!(parse_datagram(b"", &mut batch, &mut rejected), 0);
+        assert_eq!(parse_datagram(b"\n\r\n\n", &mut batch, &mut rejected), 0);
+        assert_eq!(rejected.total(), 0);
+        assert_eq!(batch.len(), 2);
+    }
+
+    #[test]
+    fn fast_float_path_agrees_with_std_on_examples() {
+        for s in [
+            "0",
+            "1",
+            "12.5",
+            "0.1",
+            "0.3",
+            "123456789012345",
+            "1234567890.12345",
+            "9007199254740993",
+            "0.000000000000001",
+            "99999.99999",
+            "5.",
+            ".5",
+            "00012.50",
+            "1.2.3",
+            ".",
+            "",
+        ] {
+            assert_eq!(parse_f64(s), s.parse::<f64>().ok(), "{s:?}");
+        }
+    }
+
+    /// Counts what [`parse_datagram`] should see as lines.
+    fn non_empty_lines(datagram: &[u8]) -> usize {
+        datagram
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.strip_suffix(b"\r").unwrap_or(l).is_empty())
+            .count()
+    }
+
+    fn line_strategy() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            // Arbitrary bytes.
+            proptest::collection::vec(any::<u8>(), 0..120),
+            // Near-valid lines built from the grammar's own pieces.
+            proptest::collection::vec(
+                prop_oneof![
+                    Just(&b"skewwatch.request:"[..]),
+                    Just(&b"12.5"[..]),
+                    Just(&b"-3"[..]),
+                    Just(&b"NaN"[..]),
+                    Just(&b"|ms"[..]),
+                    Just(&b"|c"[..]),
+                    Just(&b"|g"[..]),
+                    Just(&b"|@0.1"[..]),
+                    Just(&b"|@"[..]),
+                    Just(&b"|#"[..]),
+                    Just(&b"group:g"[..]),
+                    Just(&b"shard:s"[..]),
+                    Just(&b"key:"[..]),
+                    Just(&b"outcome:error"[..]),
+                    Just(&b"cache:hit"[..]),
+                    Just(&b","[..]),
+                    Just(&b":"[..]),
+                    Just(&b"|"[..]),
+                    Just(&b"\r"[..]),
+                    Just(&b"\n"[..]),
+                    Just(&b"\xff"[..]),
+                    Just(&b"|T17"[..]),
+                ],
+                0..14
+            )
+            .prop_map(|parts| parts.concat()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_datagrams_never_panic_and_every_line_is_counted(
+            lines in proptest::collection::vec(line_strategy(), 0..8)
+        ) {
+            let datagram = lines.join(&b'\n');
+            let mut batch = Batch::default();
+            let mut rejected = Rejections::default();
+            let accepted = parse_datagram(&datagram, &mut batch, &mut rejected);
+            prop_assert_eq!(accepted, batch.len());
+            prop_assert_eq!(accepted + rejected.total() as usize, non_empty_lines(&datagram));
+            for obs in batch.iter() {
+                prop_assert_eq!(obs.validate(), Ok(()));
+            }
+        }
+
+        #[test]
+        fn accepted_lines_round_trip(
+            latency in 0.0f64..1e6,
+            group in "[a-z0-9-]{1,20}",
+            shard in "[a-z0-9-]{1,20}",
+            key in proptest::option::of("[a-zA-Z0-9:_-]{0,30}"),
+            inv_rate in 1u32..1000,
+        ) {
+            let latency = (latency * 1000.0).round() / 1000.0;
+            let key_tag = key.as_deref().map(|k| format!(",key:{k}")).unwrap_or_default();
+            let rate = 1.0 / f64::from(inv_rate);
+            let line = format!("skewwatch.request:{latency}|ms|@{rate}|#shard:{shard}{key_tag},group:{group}");
+            let obs = parse_line(line.as_bytes()).unwrap();
+            prop_assert_eq!(obs.latency_ms, Some(latency));
+            prop_assert_eq!(obs.group, group.as_str());
+            prop_assert_eq!(obs.shard, shard.as_str());
+            prop_assert_eq!(obs.key, key.as_deref());
+            prop_assert_eq!(obs.count, u64::from(inv_rate));
+        }
+
+        #[test]
+        fn fast_float_path_agrees_with_std(s in "[0-9]{0,10}(\\.[0-9]{0,8})?") {
+            prop_assert_eq!(parse_f64(&s), s.parse::<f64>().ok());
+        }
+
+        #[test]
+        fn fast_float_path_agrees_with_std_on_float_text(x in 0.0f64..1e9, places in 0usize..8) {
+            let s = format!("{x:.places$}");
+            prop_assert_eq!(parse_f64(&s), s.parse::<f64>().ok());
+        }
+    }
+}

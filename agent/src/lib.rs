@@ -1,0 +1,24 @@
+//! The skewwatch agent: ingest, the pipeline task, and the outputs.
+//!
+//! ```text
+//! StatsD/UDP ─┐                    ┌─> /metrics (exposition)
+//!             ├─> Batch ─> pipeline (Engine: windows, stats) ─> Arc<WindowSnapshot>
+//! HTTP NDJSON ┘     bounded channel                             └─> /api/v1/status
+//! ```
+//!
+//! - [`config`]: YAML configuration and its validation.
+//! - [`ingest`]: wire formats into batches ([`ingest::statsd`], [`ingest::ndjson`], [`ingest::udp`]).
+//! - [`pipeline`]: the one task that owns the engine and publishes snapshots.
+//! - [`exposition`] and [`http`]: what the outputs render.
+//! - [`telemetry`]: self-metrics.
+//! - [`run`]: the daemon assembled, with graceful shutdown.
+//!
+//! Statistics and detectors live in the pure `skewwatch-detectors` crate.
+
+pub mod config;
+pub mod exposition;
+pub mod http;
+pub mod ingest;
+pub mod pipeline;
+pub mod run;
+pub mod telemetry;

@@ -1,0 +1,111 @@
+//! The `skewwatch` command line: `run`, `check-config`, `replay`, `demo`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use skewwatch::config::Config;
+use tokio_util::sync::CancellationToken;
+
+/// Finds hot shards, hot keys and the feedback loops they start.
+#[derive(Debug, Parser)]
+#[command(name = "skewwatch", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent (on the embedded defaults when no --config is given).
+    Run {
+        /// YAML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// HTTP listener address, overriding the configuration (e.g. 0.0.0.0:9477).
+        #[arg(long)]
+        http_listen: Option<std::net::SocketAddr>,
+        /// StatsD UDP listener address, overriding the configuration.
+        #[arg(long)]
+        statsd_listen: Option<std::net::SocketAddr>,
+    },
+    /// Validate a configuration file; exit 0 when valid, 1 with every problem named when not.
+    CheckConfig {
+        /// YAML configuration file.
+        file: PathBuf,
+    },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    Ok(match path {
+        Some(p) => Config::load(p)?,
+        None => Config::embedded(),
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::CheckConfig { file } => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: configuration is valid", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run {
+            config,
+            http_listen,
+            statsd_listen,
+        } => {
+            let result = load_config(config.as_ref()).and_then(|mut c| {
+                if let Some(a) = http_listen {
+                    c.http_listen = a;
+                }
+                if let Some(a) = statsd_listen {
+                    c.statsd_listen = Some(a);
+                }
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .context("starting the async runtime")?;
+                rt.block_on(skewwatch::run::run(c, CancellationToken::new()))
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("skewwatch: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

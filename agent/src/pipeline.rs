@@ -1,0 +1,121 @@
+//! The pipeline task: the single owner of the [`Engine`].
+//!
+//! Ingest hands it [`Batch`]es over a bounded channel; it records them, closes windows on the
+//! wall clock, and publishes each closed window as an immutable `Arc<WindowSnapshot>` on a
+//! watch channel that `/metrics` and `/api/v1/status` read. Nothing else touches the engine,
+//! so the hot path takes no lock.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use skewwatch_detectors::engine::{Engine, Evaluation};
+use skewwatch_detectors::observation::Batch;
+use skewwatch_detectors::snapshot::WindowSnapshot;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::telemetry::SelfMetrics;
+
+/// Reads wall-clock time as unix seconds. A trait so tests can drive time themselves.
+pub trait Clock: Send + Sync + 'static {
+    /// Now, in unix seconds.
+    fn now(&self) -> f64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> f64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+}
+
+/// The ends of the channels around the pipeline.
+#[derive(Debug)]
+pub struct PipelineChannels {
+    /// Where ingest sends batches.
+    pub batches: mpsc::Sender<Batch>,
+    /// The latest closed window.
+    pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
+}
+
+/// The pipeline task's state.
+pub struct Pipeline<C: Clock> {
+    engine: Engine,
+    clock: C,
+    batches: mpsc::Receiver<Batch>,
+    snapshots: watch::Sender<Arc<WindowSnapshot>>,
+    metrics: SelfMetrics,
+    on_evaluation: Option<Box<dyn FnMut(&Evaluation) + Send>>,
+}
+
+impl<C: Clock> Pipeline<C> {
+    /// A pipeline around `engine` with a queue of `queue_batches` batches.
+    pub fn new(
+        engine: Engine,
+        clock: C,
+        queue_batches: usize,
+        metrics: SelfMetrics,
+    ) -> (Self, PipelineChannels) {
+        let (tx, rx) = mpsc::channel(queue_batches);
+        let (stx, srx) = watch::channel(Arc::new(WindowSnapshot::empty(engine.window_start())));
+        (
+            Pipeline {
+                engine,
+                clock,
+                batches: rx,
+                snapshots: stx,
+                metrics,
+                on_evaluation: None,
+            },
+            PipelineChannels {
+                batches: tx,
+                snapshots: srx,
+            },
+        )
+    }
+
+    /// Calls `f` for every closed window, after the snapshot is published.
+    pub fn on_evaluation(&mut self, f: impl FnMut(&Evaluation) + Send + 'static) {
+        self.on_evaluation = Some(Box::new(f));
+    }
+
+    /// Runs until `cancel` fires and the queue is drained.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        loop {
+            let wait = (self.engine.window_end() - self.clock.now()).max(0.0);
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep(Duration::from_secs_f64(wait)) => {
+                    self.evaluate(self.clock.now());
+                }
+                batch = self.batches.recv() => match batch {
+                    Some(b) => self.engine.record_batch(&b),
+                    None => break,
+                },
+                _ = cancel.cancelled() => break,
+            }
+        }
+        // Take what ingest already queued; the ingest tasks stop first on shutdown.
+        self.batches.close();
+        while let Ok(b) = self.batches.try_recv() {
+            self.engine.record_batch(&b);
+        }
+        tracing::info!("Pipeline stopped.");
+    }
+
+    fn evaluate(&mut self, now: f64) {
+        for ev in self.engine.advance(now) {
+            self.metrics.windows.inc();
+            self.metrics.last_window_end.set(ev.snapshot.end as i64);
+            self.snapshots.send_replace(ev.snapshot.clone());
+            if let Some(f) = &mut self.on_evaluation {
+                f(&ev);
+            }
+        }
+    }
+}

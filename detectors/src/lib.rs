@@ -1,0 +1,30 @@
+//! Pure statistics, windows and detectors of skewwatch.
+//!
+//! The data flow, one module per stage:
+//!
+//! ```text
+//! observation -> window -> stats (SkewStats) -> detectors -> alerts / snapshot
+//! ```
+//!
+//! - [`observation`]: the data model and the packed [`observation::Batch`].
+//! - [`window`]: per-group, per-shard windows with counts, HDR latency histograms and key
+//!   summaries; closing a window yields a [`snapshot::WindowSnapshot`].
+//! - [`keys`]: the heavy-hitter key summary (Space-Saving family).
+//! - [`stats`]: skew statistics (bias-corrected Gini, top-k share, peak-to-mean, CV and its
+//!   noise floor, dispersion test).
+//! - [`detect`]: the detectors, each reading a closed window and its own baselines.
+//! - [`alert`]: the alert state machine (inactive, pending, firing, resolved).
+//! - [`engine`]: owns the windows and detectors and is driven by time passed in.
+//!
+//! This crate does no I/O, reads no clock and has no global state: every function that depends
+//! on time takes `now`. The live agent, `skewwatch replay` and the tests share it, so a scenario
+//! gives the same verdict everywhere.
+
+pub mod alert;
+pub mod detect;
+pub mod engine;
+pub mod keys;
+pub mod observation;
+pub mod snapshot;
+pub mod stats;
+pub mod window;

@@ -1,0 +1,467 @@
+//! The observation model: one or more identical requests to one shard of one sharded system.
+//!
+//! This is the first stage of the flow (`Observation -> Window -> SkewStats -> Detectors`).
+//! Inputs (StatsD, NDJSON, replay traces) parse into [`ObservationRef`], borrowing from their
+//! buffers; [`Batch`] packs many of them into one string arena so a batch crosses a channel
+//! with two allocations instead of several per record.
+
+use std::fmt;
+
+/// Longest accepted `group` or `shard` value, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Longest accepted `key` value, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+/// Largest accepted `latency_ms`: one day. Longer values are almost surely unit mistakes.
+pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
+/// Largest accepted `count` for one record.
+pub const MAX_COUNT: u64 = 1 << 40;
+
+/// The label value that stands for the empty key, because Prometheus and Alertmanager drop
+/// empty label values.
+pub const EMPTY_KEY_LABEL: &str = "(empty)";
+/// The label value that collects shards, keys or groups beyond their caps.
+pub const OTHER_LABEL: &str = "__other__";
+
+/// Result class of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum Outcome {
+    /// The request succeeded.
+    #[default]
+    Ok = 0,
+    /// A generic failure.
+    Error = 1,
+    /// The request ran out of time.
+    Timeout = 2,
+    /// The shard answered that the item does not exist (the fast-failure incident's answer).
+    NotFound = 3,
+    /// The shard refused the request because of a rate limit.
+    Throttled = 4,
+    /// The shard could not serve at all.
+    Unavailable = 5,
+}
+
+impl Outcome {
+    /// Every outcome class, in index order.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Ok,
+        Outcome::Error,
+        Outcome::Timeout,
+        Outcome::NotFound,
+        Outcome::Throttled,
+        Outcome::Unavailable,
+    ];
+    /// Number of outcome classes.
+    pub const COUNT: usize = 6;
+
+    /// Parses the wire name (`ok`, `error`, `timeout`, `not_found`, `throttled`, `unavailable`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "ok" => Outcome::Ok,
+            "error" => Outcome::Error,
+            "timeout" => Outcome::Timeout,
+            "not_found" => Outcome::NotFound,
+            "throttled" => Outcome::Throttled,
+            "unavailable" => Outcome::Unavailable,
+            _ => return None,
+        })
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Timeout => "timeout",
+            Outcome::NotFound => "not_found",
+            Outcome::Throttled => "throttled",
+            Outcome::Unavailable => "unavailable",
+        }
+    }
+
+    /// Index into per-outcome arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// True for every class but `ok`.
+    pub fn is_error(self) -> bool {
+        self != Outcome::Ok
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Look-aside cache result of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheResult {
+    /// Served from the cache.
+    Hit,
+    /// Not in the cache: the request went to the backend.
+    Miss,
+}
+
+impl CacheResult {
+    /// Parses `hit` or `miss`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "hit" => Some(CacheResult::Hit),
+            "miss" => Some(CacheResult::Miss),
+            _ => None,
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+        }
+    }
+}
+
+/// Why a record was rejected. Each reason is a label value of
+/// `skewwatch_ingest_rejected_total{source,reason}`, so the set is closed and small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, thiserror::Error)]
+#[repr(u8)]
+pub enum RejectReason {
+    /// The bytes are not valid UTF-8, or not the expected syntax (JSON, StatsD line).
+    #[error("malformed record: not valid JSON / StatsD syntax or not UTF-8")]
+    Malformed,
+    /// `group` is absent.
+    #[error("missing required field `group`")]
+    MissingGroup,
+    /// `shard` is absent.
+    #[error("missing required field `shard`")]
+    MissingShard,
+    /// `group` or `shard` is empty or longer than 128 bytes, or `key` longer than 256 bytes.
+    #[error("field too long or empty: group and shard take 1..=128 bytes, key 0..=256")]
+    FieldLength,
+    /// A field has the wrong JSON type (a number where a string belongs, say).
+    #[error("field has the wrong type")]
+    WrongType,
+    /// `latency_ms` is negative, NaN, infinite or above one day.
+    #[error("latency_ms must be a finite number in 0..=86400000")]
+    BadLatency,
+    /// `count` is not an integer in 1..=2^40, or a StatsD sample rate is not in (0, 1].
+    #[error("count must be an integer >= 1; sample rate must be in (0, 1]")]
+    BadCount,
+    /// `outcome` is not one of the six classes.
+    #[error("outcome must be one of ok, error, timeout, not_found, throttled, unavailable")]
+    UnknownOutcome,
+    /// `cache` is not `hit` or `miss`.
+    #[error("cache must be hit or miss")]
+    BadCache,
+    /// `ts` is not unix seconds or an RFC 3339 string.
+    #[error("ts must be unix seconds or an RFC 3339 timestamp")]
+    BadTimestamp,
+    /// A StatsD line with a metric name or type that skewwatch does not take.
+    #[error("unsupported StatsD metric name or type")]
+    UnsupportedMetric,
+}
+
+impl RejectReason {
+    /// Every reason, for pre-registering counters so that zeros are visible.
+    pub const ALL: [RejectReason; 11] = [
+        RejectReason::Malformed,
+        RejectReason::MissingGroup,
+        RejectReason::MissingShard,
+        RejectReason::FieldLength,
+        RejectReason::WrongType,
+        RejectReason::BadLatency,
+        RejectReason::BadCount,
+        RejectReason::UnknownOutcome,
+        RejectReason::BadCache,
+        RejectReason::BadTimestamp,
+        RejectReason::UnsupportedMetric,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Malformed => "malformed",
+            RejectReason::MissingGroup => "missing_group",
+            RejectReason::MissingShard => "missing_shard",
+            RejectReason::FieldLength => "field_length",
+            RejectReason::WrongType => "wrong_type",
+            RejectReason::BadLatency => "bad_latency",
+            RejectReason::BadCount => "bad_count",
+            RejectReason::UnknownOutcome => "unknown_outcome",
+            RejectReason::BadCache => "bad_cache",
+            RejectReason::BadTimestamp => "bad_timestamp",
+            RejectReason::UnsupportedMetric => "unsupported_metric",
+        }
+    }
+}
+
+/// Rejected-record counts by reason, kept by a parser and added to the self-metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rejections {
+    counts: [u64; RejectReason::ALL.len()],
+}
+
+impl Rejections {
+    /// Counts one rejected record.
+    pub fn add(&mut self, reason: RejectReason) {
+        self.counts[reason as usize] += 1;
+    }
+
+    /// How many records were rejected for `reason`.
+    pub fn get(&self, reason: RejectReason) -> u64 {
+        self.counts[reason as usize]
+    }
+
+    /// All rejected records.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The non-zero counts.
+    pub fn iter(&self) -> impl Iterator<Item = (RejectReason, u64)> + '_ {
+        RejectReason::ALL
+            .iter()
+            .map(|&r| (r, self.get(r)))
+            .filter(|&(_, n)| n > 0)
+    }
+
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &Rejections) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts) {
+            *a += b;
+        }
+    }
+}
+
+/// One observation, borrowing its strings from the input buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ObservationRef<'a> {
+    /// Trace time in unix seconds, when the input carried one.
+    pub ts: Option<f64>,
+    /// The sharded system.
+    pub group: &'a str,
+    /// The shard, partition, backend or cluster.
+    pub shard: &'a str,
+    /// The partition or index key; `Some("")` is the empty key, `None` is no key.
+    pub key: Option<&'a str>,
+    /// How many identical requests this record stands for (>= 1).
+    pub count: u64,
+    /// Latency of each request, when known.
+    pub latency_ms: Option<f64>,
+    /// Result class.
+    pub outcome: Outcome,
+    /// Cache result, when the request went through a look-aside cache.
+    pub cache: Option<CacheResult>,
+}
+
+impl<'a> ObservationRef<'a> {
+    /// A successful single request with no key, latency or cache result.
+    pub fn new(group: &'a str, shard: &'a str) -> Self {
+        ObservationRef {
+            ts: None,
+            group,
+            shard,
+            key: None,
+            count: 1,
+            latency_ms: None,
+            outcome: Outcome::Ok,
+            cache: None,
+        }
+    }
+
+    /// Checks the data-model rules that do not depend on the wire format.
+    pub fn validate(&self) -> Result<(), RejectReason> {
+        if self.group.is_empty()
+            || self.group.len() > MAX_NAME_BYTES
+            || self.shard.is_empty()
+            || self.shard.len() > MAX_NAME_BYTES
+        {
+            return Err(RejectReason::FieldLength);
+        }
+        if self.key.is_some_and(|k| k.len() > MAX_KEY_BYTES) {
+            return Err(RejectReason::FieldLength);
+        }
+        if self.count == 0 || self.count > MAX_COUNT {
+            return Err(RejectReason::BadCount);
+        }
+        if let Some(l) = self.latency_ms
+            && !(l.is_finite() && (0.0..=MAX_LATENCY_MS).contains(&l))
+        {
+            return Err(RejectReason::BadLatency);
+        }
+        if let Some(ts) = self.ts
+            && !ts.is_finite()
+        {
+            return Err(RejectReason::BadTimestamp);
+        }
+        Ok(())
+    }
+}
+
+/// Renders a key as a label value: the empty key becomes `(empty)`.
+pub fn key_label(key: &str) -> &str {
+    if key.is_empty() { EMPTY_KEY_LABEL } else { key }
+}
+
+/// A packed record inside a [`Batch`]: string fields are byte ranges of the arena.
+#[derive(Debug, Clone, Copy)]
+struct Packed {
+    ts: Option<f64>,
+    group: (u32, u32),
+    shard: (u32, u32),
+    /// `u32::MAX` start marks "no key".
+    key: (u32, u32),
+    count: u64,
+    latency_ms: Option<f64>,
+    outcome: Outcome,
+    cache: Option<CacheResult>,
+}
+
+/// Many observations in one string arena: what ingest hands the pipeline.
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    arena: String,
+    records: Vec<Packed>,
+}
+
+impl Batch {
+    /// An empty batch with room for `records` records of about 48 string bytes each.
+    pub fn with_capacity(records: usize) -> Self {
+        Batch {
+            arena: String::with_capacity(records * 48),
+            records: Vec::with_capacity(records),
+        }
+    }
+
+    /// Appends a copy of `obs`. The caller validates first.
+    pub fn push(&mut self, obs: &ObservationRef<'_>) {
+        let group = self.intern(obs.group);
+        let shard = if obs.shard == obs.group {
+            group
+        } else {
+            self.intern(obs.shard)
+        };
+        let key = match obs.key {
+            Some(k) => self.intern(k),
+            None => (u32::MAX, 0),
+        };
+        self.records.push(Packed {
+            ts: obs.ts,
+            group,
+            shard,
+            key,
+            count: obs.count,
+            latency_ms: obs.latency_ms,
+            outcome: obs.outcome,
+            cache: obs.cache,
+        });
+    }
+
+    fn intern(&mut self, s: &str) -> (u32, u32) {
+        // Consecutive records usually share group and shard; reuse the previous copy.
+        if let Some(last) = self.records.last() {
+            for r in [last.group, last.shard] {
+                if &self.arena[r.0 as usize..r.1 as usize] == s {
+                    return r;
+                }
+            }
+        }
+        let start = self.arena.len() as u32;
+        self.arena.push_str(s);
+        (start, self.arena.len() as u32)
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// True when the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Total requests the batch stands for (sum of counts).
+    pub fn requests(&self) -> u64 {
+        self.records.iter().map(|r| r.count).sum()
+    }
+
+    /// Removes every record, keeping the allocations.
+    pub fn clear(&mut self) {
+        self.arena.clear();
+        self.records.clear();
+    }
+
+    /// The records, in insertion order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = ObservationRef<'_>> + '_ {
+        self.records.iter().map(move |p| {
+            let s = |r: (u32, u32)| &self.arena[r.0 as usize..r.1 as usize];
+            ObservationRef {
+                ts: p.ts,
+                group: s(p.group),
+                shard: s(p.shard),
+                key: (p.key.0 != u32::MAX).then(|| s(p.key)),
+                count: p.count,
+                latency_ms: p.latency_ms,
+                outcome: p.outcome,
+                cache: p.cache,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_round_trips_records_and_keeps_empty_key_apart_from_absent_key() {
+        let mut b = Batch::with_capacity(4);
+        let mut a = ObservationRef::new("db", "s1");
+        a.key = Some("");
+        let mut c = ObservationRef::new("db", "s2");
+        c.count = 10;
+        c.latency_ms = Some(2.5);
+        c.outcome = Outcome::NotFound;
+        c.cache = Some(CacheResult::Miss);
+        b.push(&a);
+        b.push(&c);
+        let got: Vec<_> = b.iter().collect();
+        assert_eq!(got, vec![a, c]);
+        assert_eq!(got[0].key, Some(""));
+        assert_eq!(got[1].key, None);
+        assert_eq!(b.requests(), 11);
+    }
+
+    #[test]
+    fn validate_rejects_each_rule() {
+        let ok = ObservationRef::new("g", "s");
+        assert_eq!(ok.validate(), Ok(()));
+        let long = "x".repeat(129);
+        assert_eq!(ObservationRef::new(&long, "s").validate(), Err(RejectReason::FieldLength));
+        assert_eq!(ObservationRef::new("g", "").validate(), Err(RejectReason::FieldLength));
+        let mut o = ok;
+        o.latency_ms = Some(f64::NAN);
+        assert_eq!(o.validate(), Err(RejectReason::BadLatency));
+        o.latency_ms = Some(-1.0);
+        assert_eq!(o.validate(), Err(RejectReason::BadLatency));
+        let mut o = ok;
+        o.count = 0;
+        assert_eq!(o.validate(), Err(RejectReason::BadCount));
+        let key = "k".repeat(257);
+        let mut o = ok;
+        o.key = Some(&key);
+        assert_eq!(o.validate(), Err(RejectReason::FieldLength));
+    }
+
+    #[test]
+    fn outcome_names_round_trip() {
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::parse(o.as_str()), Some(o));
+        }
+        assert_eq!(Outcome::parse("NOT_FOUND"), None);
+    }
+}

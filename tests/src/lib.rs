@@ -1,0 +1,7 @@
+//! Test support for skewwatch's end-to-end tests: starting the real binary on loopback ports,
+//! scraping and matching Prometheus series regardless of line order, and the seeded scenario
+//! generator that builds incident and benign traces.
+
+pub mod agent;
+pub mod prom;
+pub mod scenario;
