@@ -12,13 +12,17 @@
 //! - [`exposition`] and [`http`]: what the outputs render.
 //! - [`telemetry`]: self-metrics.
 //! - [`run`]: the daemon assembled, with graceful shutdown.
+//! - [`replay`]: the engine over a recorded trace, in trace time.
+//! - [`demo`]: the agent fed a simulated incident.
 //!
 //! Statistics and detectors live in the pure `skewwatch-detectors` crate.
 
 pub mod config;
+pub mod demo;
 pub mod exposition;
 pub mod http;
 pub mod ingest;
 pub mod pipeline;
+pub mod replay;
 pub mod run;
 pub mod telemetry;

@@ -44,6 +44,10 @@ enum Command {
         /// YAML configuration file.
         file: PathBuf,
     },
+    /// Run the detectors over a recorded NDJSON trace in trace time; print alert transitions.
+    Replay(skewwatch::replay::Args),
+    /// Run the agent and feed it a built-in simulated incident over UDP.
+    Demo(skewwatch::demo::Args),
 }
 
 fn init_logging(format: LogFormat) {
@@ -80,6 +84,8 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Replay(args) => exit(skewwatch::replay::run(args)),
+        Command::Demo(args) => exit(skewwatch::demo::run(args)),
         Command::Run {
             config,
             http_listen,
@@ -108,4 +114,11 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn exit(result: anyhow::Result<ExitCode>) -> ExitCode {
+    result.unwrap_or_else(|e| {
+        eprintln!("skewwatch: {e:#}");
+        ExitCode::FAILURE
+    })
 }

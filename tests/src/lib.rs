@@ -4,4 +4,6 @@
 
 pub mod agent;
 pub mod prom;
+pub mod replay;
 pub mod scenario;
+pub mod scenarios;

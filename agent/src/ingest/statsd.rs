@@ -309,24 +309,23 @@ fn parse_f64(s: &str) -> Option<f64> {
     let bytes = s.as_bytes();
     if bytes.len() <= 16 {
         let mut mantissa: u64 = 0;
-        let mut digits = 0usize;
-        let mut frac_digits = 0usize;
-        let mut seen_dot = false;
+        let mut dot = None;
         let mut simple = true;
-        for &b in bytes {
-            match b {
-                b'0'..=b'9' => {
-                    mantissa = mantissa * 10 + u64::from(b - b'0');
-                    digits += 1;
-                    frac_digits += usize::from(seen_dot);
-                }
-                b'.' if !seen_dot => seen_dot = true,
-                _ => {
-                    simple = false;
-                    break;
-                }
+        for (i, &b) in bytes.iter().enumerate() {
+            let digit = b.wrapping_sub(b'0');
+            if digit < 10 {
+                mantissa = mantissa * 10 + u64::from(digit);
+            } else if b == b'.' && dot.is_none() {
+                dot = Some(i);
+            } else {
+                simple = false;
+                break;
             }
         }
+        let (digits, frac_digits) = match dot {
+            None => (bytes.len(), 0),
+            Some(i) => (bytes.len() - 1, bytes.len() - 1 - i),
+        };
         if simple && (1..=15).contains(&digits) {
             return Some(mantissa as f64 / POW10[frac_digits]);
         }

@@ -1,0 +1,1 @@
+//! Scenario traces: benign (being written).

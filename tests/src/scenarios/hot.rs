@@ -1,0 +1,1 @@
+//! Scenario traces: hot (being written).

@@ -1,0 +1,1 @@
+//! Scenario traces: incidents (being written).
