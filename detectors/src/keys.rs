@@ -452,25 +452,34 @@ impl KeySummary {
         self.slots[self.heap[pos] as usize].count
     }
 
-    fn swap_heap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.slots[self.heap[a] as usize].heap_pos = a as u32;
-        self.slots[self.heap[b] as usize].heap_pos = b as u32;
+    /// Puts slot `s` at heap position `pos`.
+    fn place(&mut self, pos: usize, s: u32) {
+        self.heap[pos] = s;
+        self.slots[s as usize].heap_pos = pos as u32;
     }
 
+    /// Restores heap order after the count at `pos` decreased or a slot was appended there.
+    /// Moves parents down into the hole and writes the moving slot once.
     fn sift_up(&mut self, mut pos: usize) {
+        let moving = self.heap[pos];
+        let count = self.slots[moving as usize].count;
         while pos > 0 {
             let parent = (pos - 1) / 2;
-            if self.count_at(pos) >= self.count_at(parent) {
+            if count >= self.count_at(parent) {
                 break;
             }
-            self.swap_heap(pos, parent);
+            self.place(pos, self.heap[parent]);
             pos = parent;
         }
+        self.place(pos, moving);
     }
 
+    /// Restores heap order after the count at `pos` increased. Equal counts stop the descent,
+    /// so among equal minimums the one already nearest the root stays the eviction victim.
     fn sift_down(&mut self, mut pos: usize) {
         let n = self.heap.len();
+        let moving = self.heap[pos];
+        let count = self.slots[moving as usize].count;
         loop {
             let left = 2 * pos + 1;
             if left >= n {
@@ -482,12 +491,13 @@ impl KeySummary {
             } else {
                 left
             };
-            if self.count_at(child) >= self.count_at(pos) {
+            if self.count_at(child) >= count {
                 break;
             }
-            self.swap_heap(pos, child);
+            self.place(pos, self.heap[child]);
             pos = child;
         }
+        self.place(pos, moving);
     }
 }
 

@@ -7,3 +7,4 @@ pub mod prom;
 pub mod replay;
 pub mod scenario;
 pub mod scenarios;
+pub mod tools;

@@ -205,19 +205,26 @@ impl<'a> RawTags<'a> {
         let bytes = line.as_bytes();
         let mut start = start;
         loop {
-            let end = find(bytes, start, b',', b'|');
-            let tag = bytes.get(start..end).unwrap_or_default();
-            // A tag's name is what precedes its first `:`, so `tag` starts with `group:`
-            // exactly when its name is `group`; a bare tag (`canary`) matches nothing.
-            let known = match tag.first() {
-                Some(b'g') if tag.starts_with(b"group:") => Some((&mut self.group, 6)),
-                Some(b's') if tag.starts_with(b"shard:") => Some((&mut self.shard, 6)),
-                Some(b'k') if tag.starts_with(b"key:") => Some((&mut self.key, 4)),
-                Some(b'o') if tag.starts_with(b"outcome:") => Some((&mut self.outcome, 8)),
-                Some(b'c') if tag.starts_with(b"cache:") => Some((&mut self.cache, 6)),
-                _ => None,
+            // A tag's name is what precedes its first `:`, so a tag is `group` exactly when
+            // the line continues with `group:` at its start (`,` and `|` end a tag and occur
+            // in no name). Compared as one masked word rather than byte by byte.
+            let head = word_at(bytes, start);
+            let (slot, name_len) = if head & MASK6 == GROUP {
+                (Some(&mut self.group), 6)
+            } else if head & MASK6 == SHARD {
+                (Some(&mut self.shard), 6)
+            } else if head & MASK4 == KEY {
+                (Some(&mut self.key), 4)
+            } else if head == OUTCOME {
+                (Some(&mut self.outcome), 8)
+            } else if head & MASK6 == CACHE {
+                (Some(&mut self.cache), 6)
+            } else {
+                // Unknown tags, and bare tags without a `:`, carry nothing skewwatch reads.
+                (None, 0)
             };
-            if let Some((slot, name_len)) = known {
+            let end = find(bytes, start + name_len, b',', b'|');
+            if let Some(slot) = slot {
                 *slot = Some(sub(line, start + name_len, end));
             }
             if bytes.get(end) != Some(&b',') {
@@ -226,6 +233,32 @@ impl<'a> RawTags<'a> {
             start = end + 1;
         }
     }
+}
+
+/// `name:` as the low bytes of a little-endian word, for matching with [`word_at`].
+const fn tag_word(name: &[u8; 8]) -> u64 {
+    u64::from_le_bytes(*name)
+}
+
+const MASK4: u64 = (1 << 32) - 1;
+const MASK6: u64 = (1 << 48) - 1;
+const GROUP: u64 = tag_word(b"group:\0\0");
+const SHARD: u64 = tag_word(b"shard:\0\0");
+const KEY: u64 = tag_word(b"key:\0\0\0\0");
+const OUTCOME: u64 = tag_word(b"outcome:");
+const CACHE: u64 = tag_word(b"cache:\0\0");
+
+/// The eight bytes at `at` as a little-endian word, zero-padded past the end.
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let tail = bytes.get(at..).unwrap_or_default();
+    if let Some(chunk) = tail.first_chunk::<8>() {
+        return u64::from_le_bytes(*chunk);
+    }
+    let mut word = [0u8; 8];
+    for (w, b) in word.iter_mut().zip(tail) {
+        *w = *b;
+    }
+    u64::from_le_bytes(word)
 }
 
 /// Index of the first byte equal to `a` or `b` at or after `from`, or `bytes.len()`.
