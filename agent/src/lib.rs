@@ -14,6 +14,7 @@
 //! - [`run`]: the daemon assembled, with graceful shutdown.
 //! - [`replay`]: the engine over a recorded trace, in trace time.
 //! - [`demo`]: the agent fed a simulated incident.
+//! - [`loadgen`]: `skewwatch bench`, the load generator.
 //!
 //! Statistics and detectors live in the pure `skewwatch-detectors` crate.
 
@@ -22,6 +23,7 @@ pub mod demo;
 pub mod exposition;
 pub mod http;
 pub mod ingest;
+pub mod loadgen;
 pub mod pipeline;
 pub mod replay;
 pub mod run;

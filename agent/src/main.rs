@@ -48,6 +48,8 @@ enum Command {
     Replay(skewwatch::replay::Args),
     /// Run the agent and feed it a built-in simulated incident over UDP.
     Demo(skewwatch::demo::Args),
+    /// Send StatsD or HTTP load at a target rate and report sent, accepted and dropped.
+    Bench(skewwatch::loadgen::Args),
 }
 
 fn init_logging(format: LogFormat) {
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         },
         Command::Replay(args) => exit(skewwatch::replay::run(args)),
         Command::Demo(args) => exit(skewwatch::demo::run(args)),
+        Command::Bench(args) => exit(skewwatch::loadgen::run(args)),
         Command::Run {
             config,
             http_listen,
