@@ -3,12 +3,14 @@
 //!
 //! The derived series (Gini, shares, p99, key shares) are written straight from the snapshot in
 //! text format 0.0.4, so a shard or key that left the snapshot leaves no stale series and a
-//! scrape costs one pass over the snapshot. Label values are escaped; the empty key is rendered
+//! scrape costs one pass over the snapshot. `skewwatch_alert_firing` is written the same way
+//! from the latest active alerts. Label values are escaped; the empty key is rendered
 //! `(empty)` because Prometheus drops empty label values.
 
 use std::fmt::Write as _;
 
 use prometheus::{Encoder, Registry, TextEncoder};
+use skewwatch_detectors::alert::{Alert, AlertState};
 use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, WindowSnapshot};
 
@@ -16,12 +18,21 @@ use skewwatch_detectors::snapshot::{GroupSnapshot, WindowSnapshot};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Renders the whole `/metrics` page.
-pub fn render(registry: &Registry, snapshot: &WindowSnapshot, exported_keys: usize) -> String {
-    let mut out = String::with_capacity(4096 + snapshot.groups.len() * 256);
+pub fn render(
+    registry: &Registry,
+    snapshot: &WindowSnapshot,
+    alerts: &[Alert],
+    exported_keys: usize,
+) -> String {
+    let mut out = String::with_capacity(4096 + snapshot.groups.len() * 256 + alerts.len() * 128);
     render_snapshot(&mut out, snapshot, exported_keys);
+    render_alerts(&mut out, alerts);
     let mut buf = Vec::new();
     // Encoding into a Vec cannot fail for well-formed families.
-    if TextEncoder::new().encode(&registry.gather(), &mut buf).is_ok() {
+    if TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .is_ok()
+    {
         out.push_str(&String::from_utf8_lossy(&buf));
     }
     out
@@ -200,7 +211,10 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
             if let Some(s) = &g.skew {
                 f.sample(&[("group", &g.group), ("k", "1")], s.top1_share);
                 if s.topk != 1 {
-                    f.sample(&[("group", &g.group), ("k", &s.topk.to_string())], s.topk_share);
+                    f.sample(
+                        &[("group", &g.group), ("k", &s.topk.to_string())],
+                        s.topk_share,
+                    );
                 }
             }
         }
@@ -236,6 +250,26 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
     }
 }
 
+/// The alert labels `skewwatch_alert_firing` carries, in this order. Other labels stay out so
+/// the series set is bounded by the detectors' caps, whatever labels a detector adds.
+pub const ALERT_FIRING_LABELS: [&str; 5] = ["alertname", "group", "shard", "key", "severity"];
+
+/// Writes `skewwatch_alert_firing` = 1 for every firing alert.
+pub fn render_alerts(out: &mut String, alerts: &[Alert]) {
+    let mut f = Family::new(
+        out,
+        "skewwatch_alert_firing",
+        "1 for each firing skewwatch alert, by alertname, group, shard, key and severity (the labels an alert has).",
+    );
+    for a in alerts.iter().filter(|a| a.state == AlertState::Firing) {
+        let labels: Vec<(&str, &str)> = ALERT_FIRING_LABELS
+            .iter()
+            .filter_map(|&name| a.labels.get(name).map(|v| (name, v.as_str())))
+            .collect();
+        f.sample(&labels, 1.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +287,55 @@ mod tests {
         render_snapshot(&mut out, &snap, 10);
         assert!(out.contains(r#"shard="a\"b\\c\nd""#), "{out}");
         assert!(out.contains(r#"skewwatch_key_share_ratio{group="db",key="(empty)"} 1"#));
+    }
+
+    #[test]
+    fn alert_firing_has_one_series_per_firing_alert_with_bounded_labels() {
+        use skewwatch_detectors::alert::Labels;
+        let alert = |state, pairs: &[(&str, &str)]| Alert {
+            labels: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<Labels>(),
+            annotations: Labels::new(),
+            state,
+            active_at: 0.0,
+            fired_at: None,
+            last_true_at: 0.0,
+        };
+        let alerts = [
+            alert(
+                AlertState::Firing,
+                &[
+                    ("alertname", "HotShard"),
+                    ("group", "db"),
+                    ("shard", "s1"),
+                    ("severity", "critical"),
+                    ("dimension", "requests"),
+                ],
+            ),
+            alert(
+                AlertState::Pending,
+                &[("alertname", "HotShard"), ("group", "db"), ("shard", "s2")],
+            ),
+            alert(
+                AlertState::Firing,
+                &[
+                    ("alertname", "ErrorSurge"),
+                    ("group", "db"),
+                    ("severity", "warning"),
+                ],
+            ),
+        ];
+        let mut out = String::new();
+        render_alerts(&mut out, &alerts);
+        let samples: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                r#"skewwatch_alert_firing{alertname="HotShard",group="db",shard="s1",severity="critical"} 1"#,
+                r#"skewwatch_alert_firing{alertname="ErrorSurge",group="db",severity="warning"} 1"#,
+            ]
+        );
     }
 }

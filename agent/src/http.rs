@@ -1,7 +1,8 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`,
 //! `/api/v1/alerts` and `POST /api/v1/observations`.
 //!
-//! Read endpoints render the latest immutable snapshot; the ingest endpoint parses the body,
+//! Read endpoints render the latest immutable snapshot (and `/api/v1/alerts` the latest active
+//! alerts); the ingest endpoint parses the body,
 //! hands one batch to the pipeline and answers with accepted and rejected counts. Bodies over
 //! the configured limit get 413; a full ingest queue gets 503 with `Retry-After`.
 
@@ -16,10 +17,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prometheus::Registry;
 use serde::Serialize;
+use skewwatch_detectors::alert::{Alert, AlertState, Labels};
 use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{mpsc, watch};
 
+use crate::alerting::rfc3339;
 use crate::exposition;
 use crate::ingest::{self, QueueError, ndjson};
 use crate::telemetry::{SelfMetrics, Source};
@@ -33,6 +36,8 @@ pub struct AppState {
     pub metrics: SelfMetrics,
     /// Latest closed window.
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
+    /// Active alerts after the latest evaluation.
+    pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
     /// Where ingested batches go.
     pub batches: mpsc::Sender<Batch>,
     /// Bearer token required for ingest, if any.
@@ -52,6 +57,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
+        .route("/api/v1/alerts", get(alerts))
         .route("/api/v1/observations", post(observations))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
@@ -59,9 +65,13 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
 
 async fn metrics(State(s): State<AppState>) -> Response {
     let snap = s.snapshots.borrow().clone();
-    let body = exposition::render(&s.registry, &snap, s.exported_keys);
+    let alerts = s.alerts.borrow().clone();
+    let body = exposition::render(&s.registry, &snap, &alerts, s.exported_keys);
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(exposition::CONTENT_TYPE))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(exposition::CONTENT_TYPE),
+        )],
         body,
     )
         .into_response()
@@ -94,6 +104,52 @@ async fn status(State(s): State<AppState>) -> Response {
         window: &snap,
     })
     .into_response()
+}
+
+/// `GET /api/v1/alerts`, shaped like Prometheus' alerts API so tools that read one read both.
+#[derive(Serialize)]
+struct AlertsReply<'a> {
+    status: &'static str,
+    data: AlertsData<'a>,
+}
+
+#[derive(Serialize)]
+struct AlertsData<'a> {
+    alerts: Vec<ActiveAlert<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ActiveAlert<'a> {
+    labels: &'a Labels,
+    annotations: &'a Labels,
+    state: AlertState,
+    active_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fired_at: Option<String>,
+}
+
+fn alerts_reply(alerts: &[Alert]) -> AlertsReply<'_> {
+    AlertsReply {
+        status: "success",
+        data: AlertsData {
+            alerts: alerts
+                .iter()
+                .map(|a| ActiveAlert {
+                    labels: &a.labels,
+                    annotations: &a.annotations,
+                    state: a.state,
+                    active_at: rfc3339(a.active_at),
+                    fired_at: a.fired_at.map(rfc3339),
+                })
+                .collect(),
+        },
+    }
+}
+
+async fn alerts(State(s): State<AppState>) -> Response {
+    let alerts = s.alerts.borrow().clone();
+    axum::Json(alerts_reply(&alerts)).into_response()
 }
 
 #[derive(Serialize)]
@@ -186,13 +242,52 @@ mod tests {
     use super::*;
 
     #[test]
+    fn alerts_reply_lists_state_and_times() {
+        let labels: Labels = [("alertname".to_owned(), "HotShard".to_owned())].into();
+        let alerts = [
+            Alert {
+                labels: labels.clone(),
+                annotations: Labels::new(),
+                state: AlertState::Firing,
+                active_at: 1_714_564_790.0,
+                fired_at: Some(1_714_564_800.0),
+                last_true_at: 1_714_564_800.0,
+            },
+            Alert {
+                labels,
+                annotations: Labels::new(),
+                state: AlertState::Pending,
+                active_at: 1_714_564_800.0,
+                fired_at: None,
+                last_true_at: 1_714_564_800.0,
+            },
+        ];
+        let v = serde_json::to_value(alerts_reply(&alerts)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"status": "success", "data": {"alerts": [
+                {"labels": {"alertname": "HotShard"}, "annotations": {}, "state": "firing",
+                 "activeAt": "2024-05-01T11:59:50Z", "firedAt": "2024-05-01T12:00:00Z"},
+                {"labels": {"alertname": "HotShard"}, "annotations": {}, "state": "pending",
+                 "activeAt": "2024-05-01T12:00:00Z"}
+            ]}})
+        );
+    }
+
+    #[test]
     fn bearer_token_must_match_exactly() {
         let mut h = HeaderMap::new();
         assert!(authorized(None, &h));
         assert!(!authorized(Some("s3cret"), &h));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cre"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer s3cre"),
+        );
         assert!(!authorized(Some("s3cret"), &h));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer s3cret"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer s3cret"),
+        );
         assert!(authorized(Some("s3cret"), &h));
     }
 }

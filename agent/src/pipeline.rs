@@ -2,12 +2,15 @@
 //!
 //! Ingest hands it [`Batch`]es over a bounded channel; it records them, closes windows on the
 //! wall clock, and publishes each closed window as an immutable `Arc<WindowSnapshot>` on a
-//! watch channel that `/metrics` and `/api/v1/status` read. Nothing else touches the engine,
-//! so the hot path takes no lock.
+//! watch channel that `/metrics` and `/api/v1/status` read, and the active alerts as an
+//! `Arc<Vec<Alert>>` on a second one that `/api/v1/alerts` and `skewwatch_alert_firing` read.
+//! Alert delivery gets each evaluation through [`Pipeline::on_evaluation`]. Nothing else
+//! touches the engine, so the hot path takes no lock.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::{Engine, Evaluation};
 use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
@@ -41,7 +44,12 @@ pub struct PipelineChannels {
     pub batches: mpsc::Sender<Batch>,
     /// The latest closed window.
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
+    /// The active (pending and firing) alerts after the latest evaluation.
+    pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
 }
+
+/// What [`Pipeline::on_evaluation`] registers.
+type EvaluationHook = Box<dyn FnMut(&Evaluation) + Send>;
 
 /// The pipeline task's state.
 pub struct Pipeline<C: Clock> {
@@ -49,8 +57,9 @@ pub struct Pipeline<C: Clock> {
     clock: C,
     batches: mpsc::Receiver<Batch>,
     snapshots: watch::Sender<Arc<WindowSnapshot>>,
+    alerts: watch::Sender<Arc<Vec<Alert>>>,
     metrics: SelfMetrics,
-    on_evaluation: Option<Box<dyn FnMut(&Evaluation) + Send>>,
+    on_evaluation: Option<EvaluationHook>,
 }
 
 impl<C: Clock> Pipeline<C> {
@@ -63,18 +72,21 @@ impl<C: Clock> Pipeline<C> {
     ) -> (Self, PipelineChannels) {
         let (tx, rx) = mpsc::channel(queue_batches);
         let (stx, srx) = watch::channel(Arc::new(WindowSnapshot::empty(engine.window_start())));
+        let (atx, arx) = watch::channel(Arc::new(Vec::new()));
         (
             Pipeline {
                 engine,
                 clock,
                 batches: rx,
                 snapshots: stx,
+                alerts: atx,
                 metrics,
                 on_evaluation: None,
             },
             PipelineChannels {
                 batches: tx,
                 snapshots: srx,
+                alerts: arx,
             },
         )
     }
@@ -113,6 +125,7 @@ impl<C: Clock> Pipeline<C> {
             self.metrics.windows.inc();
             self.metrics.last_window_end.set(ev.snapshot.end as i64);
             self.snapshots.send_replace(ev.snapshot.clone());
+            self.alerts.send_replace(ev.alerts.clone());
             if let Some(f) = &mut self.on_evaluation {
                 f(&ev);
             }

@@ -1,6 +1,7 @@
-//! `skewwatch run`: the agent, assembled. Reads as a story: config (already validated), token,
-//! metrics, bind every listener, start the pipeline, the StatsD thread and the HTTP server,
-//! become ready, wait for SIGTERM or SIGINT, then drain in order with a grace timeout.
+//! `skewwatch run`: the agent, assembled. Reads as a story: config (already validated), secrets,
+//! metrics, bind every listener, start alert delivery, the pipeline, the StatsD thread and the
+//! HTTP server, become ready, wait for SIGTERM or SIGINT, then drain in order (ingest, pipeline,
+//! alert delivery) with a grace timeout.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use skewwatch_detectors::engine::Engine;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::alerting::{self, Receivers, StartContext};
 use crate::config::{Config, TokenSource};
 use crate::http::{self, AppState};
 use crate::ingest::udp;
@@ -21,6 +23,10 @@ use crate::telemetry::SelfMetrics;
 
 /// How long shutdown waits for the tasks to finish before giving up.
 const GRACE: Duration = Duration::from_secs(10);
+
+/// How long alert delivery keeps delivering what it owes after the pipeline stopped; within
+/// [`GRACE`], leaving room for the stages before it.
+const DELIVERY_FLUSH: Duration = Duration::from_secs(7);
 
 /// Reads an environment variable. The one place the agent reads the environment, so tests
 /// pass their own lookup instead of mutating the process environment.
@@ -59,6 +65,8 @@ pub struct BoundAddrs {
 /// Runs the agent until SIGTERM or SIGINT, or until `cancel` fires.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
     let token = read_token(&config.token, &process_env)?;
+    let receivers =
+        Receivers::prepare(&config.alerting, &process_env).context("preparing alert delivery")?;
     let registry = Registry::new();
     let metrics = SelfMetrics::register(&registry).context("registering self-metrics")?;
 
@@ -79,17 +87,14 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
 
     let clock = SystemClock;
     let engine = Engine::new(config.engine.clone(), clock.now());
-    let (pipeline, channels) = Pipeline::new(
-        engine,
-        clock,
-        config.ingest_queue_batches,
-        metrics.clone(),
-    );
+    let (mut pipeline, channels) =
+        Pipeline::new(engine, clock, config.ingest_queue_batches, metrics.clone());
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
         registry,
         metrics: metrics.clone(),
         snapshots: channels.snapshots.clone(),
+        alerts: channels.alerts.clone(),
         batches: channels.batches.clone(),
         token,
         ready: ready.clone(),
@@ -98,6 +103,30 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     };
 
     let tracker = TaskTracker::new();
+    // Delivery tasks end after the pipeline: they stop once it drops the dispatcher.
+    let delivery_tasks = if receivers.is_empty() {
+        Vec::new()
+    } else {
+        let external_url = config
+            .alerting
+            .external_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}/api/v1/alerts", bound.http));
+        let (mut dispatcher, tasks) = receivers.start(StartContext {
+            external_url,
+            window_secs: config.engine.window.window_secs,
+            metrics: &metrics,
+            tracker: &tracker,
+            flush_timeout: DELIVERY_FLUSH,
+        });
+        pipeline.on_evaluation(move |ev| dispatcher.offer(ev));
+        tracing::info!(
+            alertmanagers = config.alerting.alertmanagers.len(),
+            webhooks = config.alerting.webhooks.len(),
+            "Alert delivery started."
+        );
+        tasks
+    };
     // Ingest stops first; the pipeline stops after, so it drains what ingest queued.
     let ingest_cancel = CancellationToken::new();
     let pipeline_cancel = CancellationToken::new();
@@ -150,6 +179,19 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     }
     if let Err(error) = pipeline_task.await {
         tracing::error!(%error, "The pipeline task panicked.");
+    }
+    for alerting::ReceiverTask { name, handle } in delivery_tasks {
+        // Past the grace timeout a task still delivering is stopped, not awaited.
+        handle.abort();
+        match handle.await {
+            Err(error) if error.is_panic() => {
+                tracing::error!(receiver = %name, %error, "An alert delivery task panicked.");
+            }
+            Err(_) => {
+                tracing::warn!(receiver = %name, "Alert delivery stopped at the grace timeout.")
+            }
+            Ok(()) => {}
+        }
     }
     Ok(())
 }

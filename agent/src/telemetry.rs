@@ -1,5 +1,5 @@
 //! Self-metrics: what the agent itself did (records taken, rejected and dropped, datagrams,
-//! windows). Counters live in a [`prometheus::Registry`] passed explicitly, never a global one,
+//! windows, alert deliveries). Counters live in a [`prometheus::Registry`] passed explicitly, never a global one,
 //! so tests with several agents in one process do not collide.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -45,6 +45,12 @@ pub struct SelfMetrics {
     pub last_window_end: IntGauge,
     /// Build information.
     pub build_info: IntGaugeVec,
+    /// Alert delivery attempts (HTTP POSTs), by receiver and result.
+    pub alert_deliveries: IntCounterVec,
+    /// Alert updates or notifications given up, by receiver and reason.
+    pub alert_deliveries_dropped: IntCounterVec,
+    /// What each receiver is owed and has not yet acknowledged.
+    pub alert_delivery_queue_length: IntGaugeVec,
 }
 
 impl SelfMetrics {
@@ -98,12 +104,41 @@ impl SelfMetrics {
             Opts::new("skewwatch_build_info", "Build information; always 1."),
             &["version"],
         )?;
+        let alert_deliveries = IntCounterVec::new(
+            Opts::new(
+                "skewwatch_alert_deliveries_total",
+                "Alert delivery attempts (HTTP POSTs), by receiver and result (success, failure).",
+            ),
+            &["receiver", "result"],
+        )?;
+        let alert_deliveries_dropped = IntCounterVec::new(
+            Opts::new(
+                "skewwatch_alert_deliveries_dropped_total",
+                "Alert updates or notifications given up, by receiver and reason \
+                 (queue_full, retries_exhausted, expired, rejected, shutdown).",
+            ),
+            &["receiver", "reason"],
+        )?;
+        let alert_delivery_queue_length = IntGaugeVec::new(
+            Opts::new(
+                "skewwatch_alert_delivery_queue_length",
+                "Per receiver: webhook notifications waiting, or alerts whose latest state an \
+                 Alertmanager has not acknowledged.",
+            ),
+            &["receiver"],
+        )?;
         for c in [&records, &requests] {
             registry.register(Box::new(c.clone()))?;
         }
-        for c in [&rejected, &dropped] {
+        for c in [
+            &rejected,
+            &dropped,
+            &alert_deliveries,
+            &alert_deliveries_dropped,
+        ] {
             registry.register(Box::new(c.clone()))?;
         }
+        registry.register(Box::new(alert_delivery_queue_length.clone()))?;
         registry.register(Box::new(datagrams.clone()))?;
         registry.register(Box::new(kernel_drops.clone()))?;
         registry.register(Box::new(windows.clone()))?;
@@ -131,6 +166,9 @@ impl SelfMetrics {
             windows,
             last_window_end,
             build_info,
+            alert_deliveries,
+            alert_deliveries_dropped,
+            alert_delivery_queue_length,
         })
     }
 

@@ -1,10 +1,19 @@
-//! The in-process recording path: one observation into its window.
+//! The in-process recording path: one observation into its window, and closing a window.
+//!
+//! - `record/no_key`, `record/with_key`: 100,000 observations with a latency over 64 shards of
+//!   one group, without a key and with keys drawn skewed from 100,000 (the Space-Saving
+//!   summaries of the group and the shard both see each key). The targets are 20 M/s and
+//!   8 M/s on one core (docs/performance.md).
+//! - `record/no_key_1000_shards`: the same over 1,000 shards, where the per-shard histograms
+//!   no longer fit the first-level caches.
+//! - `close/1000_shards`: turning a window of 1,000 shards into a snapshot (percentiles,
+//!   merged histograms, skew statistics, top keys).
 //!
 //! `cargo bench -p skewwatch-detectors --bench record`
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use skewwatch_detectors::observation::{Batch, ObservationRef, Outcome};
 use skewwatch_detectors::window::{WindowConfig, Windows};
 
@@ -18,7 +27,9 @@ fn next(state: &mut u64) -> u64 {
 
 fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
     let names: Vec<String> = (0..shards).map(|i| format!("shard-{i}")).collect();
-    let key_names: Vec<String> = (0..keys.unwrap_or(1)).map(|i| format!("user:{i}")).collect();
+    let key_names: Vec<String> = (0..keys.unwrap_or(1))
+        .map(|i| format!("user:{i}"))
+        .collect();
     let mut b = Batch::with_capacity(n);
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..n {
@@ -42,19 +53,34 @@ fn bench_record(c: &mut Criterion) {
     let mut g = c.benchmark_group("record");
     let n = 100_000;
     g.throughput(Throughput::Elements(n as u64));
-    for (name, keys) in [("no_key", None), ("with_key", Some(100_000))] {
-        let b = batch(64, keys, n);
+    for (name, shards, keys) in [
+        ("no_key", 64, None),
+        ("with_key", 64, Some(100_000)),
+        ("no_key_1000_shards", 1_000, None),
+    ] {
+        let b = batch(shards, keys, n);
         let mut w = Windows::new(WindowConfig::default(), 0.0);
-        g.bench_function(name, |bench| {
-            bench.iter(|| {
-                for o in b.iter() {
-                    w.record(black_box(&o));
-                }
-            })
-        });
+        g.bench_function(name, |bench| bench.iter(|| w.record_batch(black_box(&b))));
     }
     g.finish();
 }
 
-criterion_group!(benches, bench_record);
+fn bench_close(c: &mut Criterion) {
+    let mut g = c.benchmark_group("close");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(1_000));
+    let b = batch(1_000, Some(100_000), 200_000);
+    let mut filled = Windows::new(WindowConfig::default(), 0.0);
+    filled.record_batch(&b);
+    g.bench_function("1000_shards", |bench| {
+        bench.iter_batched_ref(
+            || filled.clone(),
+            |w| w.close(10.0).groups.len(),
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_record, bench_close);
 criterion_main!(benches);

@@ -217,8 +217,7 @@ impl AlertBook {
             alert.labels = labels;
             alert.annotations = f.annotations;
             alert.last_true_at = now;
-            if alert.state == AlertState::Pending && now - alert.active_at >= rule.for_secs - 1e-9
-            {
+            if alert.state == AlertState::Pending && now - alert.active_at >= rule.for_secs - 1e-9 {
                 alert.state = AlertState::Firing;
                 alert.fired_at = Some(now);
                 out.push(transition(now, alert, TransitionState::Firing));
@@ -275,8 +274,12 @@ mod tests {
     }
 
     fn hot(shard: &str) -> Finding {
-        Finding::new("HotShard", Severity::Critical, &[("group", "g"), ("shard", shard)])
-            .annotate("summary", "hot")
+        Finding::new(
+            "HotShard",
+            Severity::Critical,
+            &[("group", "g"), ("shard", shard)],
+        )
+        .annotate("summary", "hot")
     }
 
     #[test]

@@ -338,14 +338,21 @@ impl Batch {
 
     /// Appends a copy of `obs`. The caller validates first.
     pub fn push(&mut self, obs: &ObservationRef<'_>) {
-        let group = self.intern(obs.group);
-        let shard = if obs.shard == obs.group {
-            group
-        } else {
-            self.intern(obs.shard)
+        // Consecutive records usually share their group and often their shard: compare each
+        // with the same field of the previous record and reuse its copy. A key is copied
+        // without looking, as it rarely repeats.
+        let last = self.records.last().map(|p| (p.group, p.shard));
+        let group = match last {
+            Some((g, _)) if self.holds(g, obs.group) => g,
+            _ => self.append(obs.group),
+        };
+        let shard = match last {
+            Some((_, s)) if self.holds(s, obs.shard) => s,
+            _ if obs.shard == obs.group => group,
+            _ => self.append(obs.shard),
         };
         let key = match obs.key {
-            Some(k) => self.intern(k),
+            Some(k) => self.append(k),
             None => (u32::MAX, 0),
         };
         self.records.push(Packed {
@@ -360,15 +367,14 @@ impl Batch {
         });
     }
 
-    fn intern(&mut self, s: &str) -> (u32, u32) {
-        // Consecutive records usually share group and shard; reuse the previous copy.
-        if let Some(last) = self.records.last() {
-            for r in [last.group, last.shard] {
-                if &self.arena[r.0 as usize..r.1 as usize] == s {
-                    return r;
-                }
-            }
-        }
+    /// Whether the arena range `r` holds exactly `s`.
+    fn holds(&self, r: (u32, u32), s: &str) -> bool {
+        // Bytes, not `str` slicing: no char-boundary checks on the hot path.
+        self.arena.as_bytes().get(r.0 as usize..r.1 as usize) == Some(s.as_bytes())
+    }
+
+    /// Copies `s` into the arena and returns its range.
+    fn append(&mut self, s: &str) -> (u32, u32) {
         let start = self.arena.len() as u32;
         self.arena.push_str(s);
         (start, self.arena.len() as u32)
@@ -441,8 +447,14 @@ mod tests {
         let ok = ObservationRef::new("g", "s");
         assert_eq!(ok.validate(), Ok(()));
         let long = "x".repeat(129);
-        assert_eq!(ObservationRef::new(&long, "s").validate(), Err(RejectReason::FieldLength));
-        assert_eq!(ObservationRef::new("g", "").validate(), Err(RejectReason::FieldLength));
+        assert_eq!(
+            ObservationRef::new(&long, "s").validate(),
+            Err(RejectReason::FieldLength)
+        );
+        assert_eq!(
+            ObservationRef::new("g", "").validate(),
+            Err(RejectReason::FieldLength)
+        );
         let mut o = ok;
         o.latency_ms = Some(f64::NAN);
         assert_eq!(o.validate(), Err(RejectReason::BadLatency));

@@ -626,18 +626,17 @@ mod tests {
         #[test]
         fn every_statistic_is_invariant_under_scaling(loads in loads(), c in 1e-3f64..1e3) {
             let scaled: Vec<f64> = loads.iter().map(|x| x * c).collect();
-            let dispersion_free = |v: &[f64]| {
-                let mut s = all_statistics(v);
-                s.pop(); // D is not scale invariant: it is tied to counts.
-                s
-            };
-            for (a, b) in dispersion_free(&loads).into_iter().zip(dispersion_free(&scaled)) {
+            let (mut before, mut after) = (all_statistics(&loads), all_statistics(&scaled));
+            // D is tied to counts: it scales with them instead of staying put.
+            let (d, d_scaled) = (before.pop().unwrap(), after.pop().unwrap());
+            prop_assert!(close_or_both_none(d.map(|d| d * c), d_scaled, 1e-9));
+            for (a, b) in before.into_iter().zip(after) {
                 prop_assert!(close_or_both_none(a, b, 1e-9), "{a:?} vs {b:?}");
             }
         }
 
         #[test]
-        fn gini_grows_when_load_moves_to_the_busiest_shard(loads in loads(), frac in 0.01f64..1.0) {
+        fn inequality_grows_when_load_moves_to_the_busiest_shard(loads in loads(), frac in 0.01f64..1.0) {
             // Moving load from the idlest to the busiest shard is a regressive transfer: every
             // inequality index must not decrease.
             prop_assume!(loads.len() >= 2);
@@ -667,6 +666,30 @@ mod tests {
                 let expected = mad / (2.0 * n * sum) * n / (n - 1.0);
                 prop_assert!((g - expected).abs() <= 1e-9, "{g} vs {expected}");
             }
+        }
+
+        #[test]
+        fn noise_floors_are_bounded_and_monotone(
+            lambda in 1e-3f64..1e6,
+            factor in 1.0f64..100.0,
+            cv in 0.0f64..10.0,
+        ) {
+            let (g, g_more) = (gini_noise_floor(lambda).unwrap(), gini_noise_floor(lambda * factor).unwrap());
+            prop_assert!(g > 0.0 && g <= 1.0 && g_more <= g);
+            let (c, c_more) = (cv_noise_floor(lambda).unwrap(), cv_noise_floor(lambda * factor).unwrap());
+            prop_assert!(c > 0.0 && c_more <= c);
+            let excess = cv_excess(cv, lambda);
+            prop_assert!((0.0..=cv).contains(&excess));
+            prop_assert!(cv_excess(cv * factor, lambda) >= excess);
+            prop_assert_eq!(excess == 0.0, cv <= c);
+        }
+
+        #[test]
+        fn chi_square_quantile_is_increasing_and_near_its_mean(df in 1usize..5000, p in 0.001f64..0.998) {
+            let df = df as f64;
+            prop_assert!(chi_square_quantile(df, p + 0.001) > chi_square_quantile(df, p));
+            // The median of χ²_df is close to df (within 1 for df ≥ 1).
+            prop_assert!((chi_square_quantile(df, 0.5) - df).abs() < 1.0);
         }
 
         #[test]
@@ -708,7 +731,11 @@ mod tests {
                 assert_eq!(gini_corrected(&one_hot), Some(1.0), "one-hot n={n} c={c}");
                 assert_eq!(top_k_share(&one_hot, 1), Some(1.0));
                 assert_eq!(peak_to_mean(&one_hot), Some(nf));
-                assert_close(coefficient_of_variation(&one_hot).unwrap(), (nf - 1.0).sqrt(), 1e-12);
+                assert_close(
+                    coefficient_of_variation(&one_hot).unwrap(),
+                    (nf - 1.0).sqrt(),
+                    1e-12,
+                );
                 assert_close(hoover(&one_hot).unwrap(), 1.0 - 1.0 / nf, 1e-12);
                 assert_close(peak_to_mean(&uniform).unwrap(), 1.0, 1e-12);
                 assert!(coefficient_of_variation(&uniform).unwrap() < 1e-12);
@@ -723,7 +750,11 @@ mod tests {
         assert_close(top_k_share(&v, 2).unwrap(), 0.7, 1e-15);
         assert_close(peak_to_mean(&v).unwrap(), 1.6, 1e-15);
         assert_close(hoover(&v).unwrap(), 0.2, 1e-15);
-        assert_close(coefficient_of_variation(&v).unwrap(), 1.25f64.sqrt() / 2.5, 1e-15);
+        assert_close(
+            coefficient_of_variation(&v).unwrap(),
+            1.25f64.sqrt() / 2.5,
+            1e-15,
+        );
         let d = dispersion_test(&v, 0.05).unwrap();
         assert_close(d.statistic, 5.0 / 2.5, 1e-15);
         assert_eq!(d.df, 3);
@@ -807,16 +838,19 @@ mod tests {
             (0.999, 3.090_232_306_167_813_5),
             (0.9, 1.281_551_565_544_600_5),
             (0.3, -0.524_400_512_708_040_8),
-            (0.02425, -1.972_961_051_311_884_9),
-            (1e-10, -6.361_340_902_404_056_2),
-            (1.0 - 1e-3 / 64.0, 4.164_160_673_543_728_4),
+            (0.02425, -1.972_961_051_311_885),
+            (1e-10, -6.361_340_902_404_057),
+            (1.0 - 1e-3 / 64.0, 4.164_160_673_543_728),
         ];
         for (p, z) in cases {
             let got = normal_quantile(p);
-            assert!((got - z).abs() <= 1e-12 * z.abs().max(1.0), "Φ⁻¹({p}) = {got}, want {z}");
+            assert!(
+                (got - z).abs() <= 1e-12 * z.abs().max(1.0),
+                "Φ⁻¹({p}) = {got}, want {z}"
+            );
         }
         // 1 − 1e-3/64 is not exact in binary, so the threshold form is the precise one.
-        assert!((hot_shard_z_threshold(64, 1e-3) - 4.164_160_673_543_728_4).abs() < 1e-13);
+        assert!((hot_shard_z_threshold(64, 1e-3) - 4.164_160_673_543_728).abs() < 1e-13);
         assert!((hot_shard_z_threshold(16, 1e-3) - 3.836_106_931_175_897_7).abs() < 1e-13);
         assert!((hot_shard_z_threshold(1024, 1e-3) - 4.758_214_904_066_802_6).abs() < 1e-13);
         assert_eq!(hot_shard_z_threshold(0, 0.5), hot_shard_z_threshold(1, 0.5));
@@ -835,7 +869,7 @@ mod tests {
         assert_close(chi_square_quantile(63.0, 0.999), 103.442_377, 0.01);
         assert_close(chi_square_quantile(63.0, 0.999), 103.5, 0.001);
         assert_close(chi_square_quantile(15.0, 0.999), 37.697_298, 0.01);
-        assert_close(chi_square_quantile(1023.0, 0.999), 1168.497_164, 0.001);
+        assert_close(chi_square_quantile(1023.0, 0.999), 1_168.497_164, 0.001);
         assert_close(chi_square_quantile(10.0, 0.999), 29.588_298, 0.01);
         assert_close(chi_square_quantile(100.0, 0.01), 70.064_895, 0.01);
         assert_eq!(chi_square_quantile(5.0, 0.0), 0.0);
@@ -855,7 +889,9 @@ mod tests {
         let mut counts = vec![0.0; shards];
         let (mut gini_sum, mut cv_sum) = (0.0, 0.0);
         for _ in 0..windows {
-            counts.iter_mut().for_each(|c| *c = poisson.sample(&mut rng));
+            counts
+                .iter_mut()
+                .for_each(|c| *c = poisson.sample(&mut rng));
             let stats = SkewStats::from_counts(&counts, 1e-3).unwrap();
             gini_sum += stats.gini;
             cv_sum += stats.cv;
@@ -882,7 +918,9 @@ mod tests {
         let mut counts = vec![0.0; shards];
         let mut fired = 0u32;
         for _ in 0..windows {
-            counts.iter_mut().for_each(|c| *c = poisson.sample(&mut rng));
+            counts
+                .iter_mut()
+                .for_each(|c| *c = poisson.sample(&mut rng));
             if dispersion_test(&counts, 1e-3).unwrap().beyond_noise {
                 fired += 1;
             }
@@ -923,7 +961,9 @@ mod tests {
 
     #[test]
     fn skew_stats_agree_with_the_single_statistics() {
-        let counts = [120.0, 80.0, 95.0, 0.0, 300.0, 101.0, 99.0, 105.0, 98.0, 102.0, 97.0];
+        let counts = [
+            120.0, 80.0, 95.0, 0.0, 300.0, 101.0, 99.0, 105.0, 98.0, 102.0, 97.0,
+        ];
         let stats = SkewStats::from_counts(&counts, 1e-3).unwrap();
         assert_eq!(stats.shards, 11);
         assert_eq!(stats.topk, 2);
@@ -939,6 +979,10 @@ mod tests {
         assert_eq!(stats.cv_excess, cv_excess(stats.cv, stats.mean));
         assert!(stats.dispersion.unwrap().beyond_noise);
         assert!(!stats.insufficient_data);
-        assert!(SkewStats::from_counts(&[9.0, 9.0], 1e-3).unwrap().insufficient_data);
+        assert!(
+            SkewStats::from_counts(&[9.0, 9.0], 1e-3)
+                .unwrap()
+                .insufficient_data
+        );
     }
 }

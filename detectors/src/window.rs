@@ -95,7 +95,7 @@ impl Latency {
         let us = (latency_ms * 1000.0).round() as u64;
         let n = u32::try_from(count).unwrap_or(u32::MAX);
         // Values above the range clamp into the top bucket; counts saturate per bucket.
-        let _ = hist.saturating_record_n(us.clamp(0, LATENCY_HIGH_US), n);
+        hist.saturating_record_n(us.min(LATENCY_HIGH_US), n);
     }
 
     fn count(&self) -> u64 {
@@ -344,7 +344,11 @@ impl Windows {
             // Expiry first: an expired shard had no request in this window, so it loses nothing,
             // and it is shown as a zero-load shard for exactly `shard_idle_windows` windows.
             for s in &mut g.shards {
-                s.idle_windows = if s.requests() == 0 { s.idle_windows + 1 } else { 0 };
+                s.idle_windows = if s.requests() == 0 {
+                    s.idle_windows + 1
+                } else {
+                    0
+                };
             }
             g.expire_idle(self.cfg.shard_idle_windows);
             groups.push(snapshot_group(g, &self.cfg, duration, scratch));
@@ -388,10 +392,7 @@ fn latency_summary(h: &Histogram<u32>) -> Option<LatencySummary> {
     })
 }
 
-fn merged_summary(
-    scratch: &mut Histogram<u32>,
-    parts: &[&Latency],
-) -> Option<LatencySummary> {
+fn merged_summary(scratch: &mut Histogram<u32>, parts: &[&Latency]) -> Option<LatencySummary> {
     scratch.reset();
     for p in parts {
         if let Some(h) = &p.hist {

@@ -103,9 +103,11 @@ impl Agent {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("skewwatch did not log `Listening.` within 30 s"));
+            let Ok(line) = rx.recv_timeout(left) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("skewwatch did not log `Listening.` within 30 s");
+            };
             if line.contains("Listening.") {
                 let http = log_field(&line, "http").unwrap().parse().unwrap();
                 let statsd = log_field(&line, "statsd").unwrap().parse().unwrap();

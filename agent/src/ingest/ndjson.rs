@@ -33,6 +33,8 @@ use skewwatch_detectors::observation::{
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+mod fast;
+
 /// How many [`LineError`]s a [`NdjsonOutcome`] keeps; the counts in
 /// [`NdjsonOutcome::rejected`] still cover every rejected record.
 pub const MAX_LINE_ERRORS: usize = 20;
@@ -92,6 +94,16 @@ pub fn parse_body(body: &[u8], out: &mut Batch) -> NdjsonOutcome {
 
 /// Parses and validates one NDJSON record (surrounding whitespace allowed).
 pub fn parse_record(line: &[u8]) -> Result<Record<'_>, RejectReason> {
+    // Flat records of plain values take the fast path; everything else, including every
+    // malformed record, is read by serde_json.
+    match fast::record(line) {
+        Some(raw) => raw.interpret(),
+        None => parse_record_serde(line),
+    }
+}
+
+/// [`parse_record`] through serde_json alone.
+fn parse_record_serde(line: &[u8]) -> Result<Record<'_>, RejectReason> {
     let mut de = serde_json::Deserializer::from_slice(line);
     let mut raw = RawRecord::default();
     let is_object = RawSeed { raw: &mut raw }
@@ -1008,7 +1020,80 @@ mod tests {
         ]
     }
 
+    /// Object records built from pieces the fast path takes and pieces it must decline:
+    /// escapes, nested values, negative and exponent numbers, leading zeros, long digit
+    /// strings, non-JSON whitespace, duplicate and unknown fields, trailing garbage.
+    fn object_strategy() -> impl Strategy<Value = String> {
+        let name = prop_oneof![
+            Just("ts"),
+            Just("group"),
+            Just("shard"),
+            Just("key"),
+            Just("count"),
+            Just("latency_ms"),
+            Just("outcome"),
+            Just("cache"),
+            Just("other"),
+            Just(r"gr\u006fup"),
+        ];
+        let value = prop_oneof![
+            "\"[a-z0-9:_-]{0,12}\"",
+            "\"(ok|error|hit|miss|not_found|2024-01-01T00:00:00Z|\u{e9}t\u{e9})\"",
+            Just(r#""a\"b""#.to_string()),
+            Just(r#""\u00e9""#.to_string()),
+            Just("\"tab\there\"".to_string()),
+            "(0|[1-9][0-9]{0,20})(\\.[0-9]{0,18})?",
+            "[0-9]{1,6}(\\.[0-9]{1,4})?[eE][+-]?[0-9]{1,3}",
+            "-[0-9]{1,5}(\\.[0-9]{1,3})?",
+            "0[0-9]{1,3}",
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("nul".to_string()),
+            Just("{}".to_string()),
+            Just("[1,2]".to_string()),
+            Just(r#"{"a":[null]}"#.to_string()),
+        ];
+        let ws = prop_oneof![
+            4 => Just(""),
+            1 => Just(" "),
+            1 => Just("\t"),
+            1 => Just("\r\n"),
+            1 => Just("\u{c}"),
+        ];
+        let field = (ws.clone(), name, ws.clone(), value, ws)
+            .prop_map(|(a, n, b, v, c)| format!("{a}\"{n}\"{b}:{v}{c}"));
+        let tail = prop_oneof![4 => Just(""), 1 => Just("\n"), 1 => Just(" x"), 1 => Just(",")];
+        (proptest::collection::vec(field, 0..9), tail)
+            .prop_map(|(fields, tail)| format!("{{{}}}{tail}", fields.join(",")))
+    }
+
+    #[test]
+    fn typical_records_take_the_fast_path() {
+        for line in [
+            &br#"{"ts":1700000000.125,"group":"db","shard":"s1","key":"user:4","count":3,"latency_ms":12.5,"outcome":"error","cache":"miss"}"#[..],
+            br#" { "group" : "g" , "shard":"s", "extra": null, "latency_ms": 0.25 } "#,
+            b"{\"group\":\"g\",\"shard\":\"s\",\"key\":\"\",\"latency_ms\":3}\r\n",
+        ] {
+            let fast = fast::record(line).map(RawRecord::interpret);
+            assert_eq!(fast, Some(parse_record_serde(line)), "{}", String::from_utf8_lossy(line));
+        }
+        // Nested values, escapes and negative numbers go to serde.
+        for line in [
+            &br#"{"group":"g","shard":"s","extra":[1]}"#[..],
+            br#"{"group":"g\u00e9","shard":"s"}"#,
+            br#"{"group":"g","shard":"s","latency_ms":-1}"#,
+        ] {
+            assert!(fast::record(line).is_none(), "{}", String::from_utf8_lossy(line));
+        }
+    }
+
     proptest! {
+        #[test]
+        fn fast_path_agrees_with_serde(line in object_strategy()) {
+            prop_assert_eq!(parse_record(line.as_bytes()), parse_record_serde(line.as_bytes()));
+        }
+
         #[test]
         fn arbitrary_bodies_never_panic_and_every_line_is_counted(
             lines in proptest::collection::vec(line_strategy(), 0..8)

@@ -44,17 +44,30 @@ pub const METRIC_NAME: &str = "skewwatch.request";
 /// nowhere. Valid lines are validated and pushed to `out`; each rejected line adds its reason
 /// to `rejected`. Returns the number of accepted lines.
 pub fn parse_datagram(datagram: &[u8], out: &mut Batch, rejected: &mut Rejections) -> usize {
+    // One UTF-8 check for the whole datagram rather than one per line: every line of a valid
+    // datagram is valid, as lines end at an ASCII byte. When the check fails, each line is
+    // checked on its own, so a bad byte still costs only its line.
+    let text = std::str::from_utf8(datagram).ok();
     let mut accepted = 0;
     let mut start = 0;
     while start < datagram.len() {
-        let end = find(datagram, start, b'\n', b'\n');
-        let line = datagram.get(start..end).unwrap_or_default();
-        start = end + 1;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
+        let newline = find(datagram, start, datagram.len(), b'\n', b'\n');
+        let end = if newline > start && datagram.get(newline - 1) == Some(&b'\r') {
+            newline - 1
+        } else {
+            newline
+        };
+        let line_start = start;
+        start = newline + 1;
+        if end == line_start {
             continue;
         }
-        match parse_line(line) {
+        let parsed = match text {
+            // Scanning the datagram in place lets word-sized reads run past the line's end.
+            Some(text) => parse_at(text, line_start, end),
+            None => parse_line(datagram.get(line_start..end).unwrap_or_default()),
+        };
+        match parsed {
             Ok(obs) => {
                 out.push(&obs);
                 accepted += 1;
@@ -70,12 +83,22 @@ pub fn parse_line(line: &[u8]) -> Result<ObservationRef<'_>, RejectReason> {
     // Validating the whole line up front keeps "not UTF-8" one rule, wherever the bad byte is,
     // and lets every later step split a `&str` at ASCII delimiters.
     let line = std::str::from_utf8(line).map_err(|_| RejectReason::Malformed)?;
-    let Some(rest) = line
-        .strip_prefix(METRIC_NAME)
-        .and_then(|r| r.strip_prefix(':'))
-    else {
-        return Err(foreign_line_reason(line));
-    };
+    parse_at(line, 0, line.len())
+}
+
+/// `skewwatch.request:` as bytes.
+const PREFIX: &[u8] = b"skewwatch.request:";
+
+/// Parses and validates the line `text[start..end]`. `start` and `end` are at line
+/// boundaries (so at char boundaries), and the byte at `end`, if any, is `\r` or `\n`.
+fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, RejectReason> {
+    let bytes = text.as_bytes();
+    if !bytes
+        .get(start..end)
+        .is_some_and(|line| line.starts_with(PREFIX))
+    {
+        return Err(foreign_line_reason(sub(text, start, end)));
+    }
 
     let Sections {
         value,
@@ -83,7 +106,7 @@ pub fn parse_line(line: &[u8]) -> Result<ObservationRef<'_>, RejectReason> {
         rate,
         ts,
         tags: raw,
-    } = Sections::scan(rest)?;
+    } = Sections::scan(text, start + PREFIX.len(), end)?;
 
     let group = raw.group.ok_or(RejectReason::MissingGroup)?;
     let shard = raw.shard.ok_or(RejectReason::MissingShard)?;
@@ -141,15 +164,16 @@ struct Sections<'a> {
 }
 
 impl<'a> Sections<'a> {
-    /// Splits `<value>|<type>[|section]...` in one pass over the bytes. Hand-written rather
-    /// than `str::split`, whose per-item searcher setup took most of a line's time.
-    fn scan(rest: &'a str) -> Result<Self, RejectReason> {
-        let bytes = rest.as_bytes();
-        let value_end = find(bytes, 0, b'|', b'|');
-        if value_end == bytes.len() {
+    /// Splits `<value>|<type>[|section]...` in `text[from..end]` in one pass over the bytes.
+    /// Hand-written rather than `str::split`, whose per-item searcher setup took most of a
+    /// line's time.
+    fn scan(text: &'a str, from: usize, end: usize) -> Result<Self, RejectReason> {
+        let bytes = text.as_bytes();
+        let value_end = find(bytes, from, end, b'|', b'|');
+        if value_end == end {
             return Err(RejectReason::Malformed);
         }
-        let type_end = find(bytes, value_end + 1, b'|', b'|');
+        let type_end = find(bytes, value_end + 1, end, b'|', b'|');
         let kind = match bytes.get(value_end + 1..type_end) {
             Some(b"ms" | b"h" | b"d") => Kind::Latency,
             Some(b"c") => Kind::Counter,
@@ -157,7 +181,7 @@ impl<'a> Sections<'a> {
             Some(_) => return Err(RejectReason::UnsupportedMetric),
         };
         let mut sections = Sections {
-            value: sub(rest, 0, value_end),
+            value: sub(text, from, value_end),
             kind,
             rate: None,
             ts: None,
@@ -165,14 +189,15 @@ impl<'a> Sections<'a> {
         };
         // `pipe` is the index of a `|` while the loop runs.
         let mut pipe = type_end;
-        while pipe < bytes.len() {
+        while pipe < end {
             let start = pipe + 1;
-            pipe = match bytes.get(start) {
+            let sigil = if start < end { bytes.get(start) } else { None };
+            pipe = match sigil {
                 None | Some(b'|') => return Err(RejectReason::Malformed),
-                Some(b'#') => sections.tags.read(rest, start + 1),
+                Some(b'#') => sections.tags.read(text, start + 1, end),
                 Some(&sigil) => {
-                    let end = find(bytes, start + 1, b'|', b'|');
-                    let body = sub(rest, start + 1, end);
+                    let section_end = find(bytes, start + 1, end, b'|', b'|');
+                    let body = sub(text, start + 1, section_end);
                     match sigil {
                         b'@' => sections.rate = Some(body),
                         b'T' => sections.ts = Some(body),
@@ -180,7 +205,7 @@ impl<'a> Sections<'a> {
                         // whatever DogStatsD adds next describe the sender, not the request.
                         _ => {}
                     }
-                    end
+                    section_end
                 }
             };
         }
@@ -199,16 +224,16 @@ struct RawTags<'a> {
 }
 
 impl<'a> RawTags<'a> {
-    /// Reads the `tag:value,tag:value` list that starts at `start` in `line`, up to the next
-    /// `|` or the end; returns where it stopped.
-    fn read(&mut self, line: &'a str, start: usize) -> usize {
-        let bytes = line.as_bytes();
+    /// Reads the `tag:value,tag:value` list that starts at `start` in `text`, up to the next
+    /// `|` or `end`; returns where it stopped.
+    fn read(&mut self, text: &'a str, start: usize, end: usize) -> usize {
+        let bytes = text.as_bytes();
         let mut start = start;
         loop {
             // A tag's name is what precedes its first `:`, so a tag is `group` exactly when
             // the line continues with `group:` at its start (`,` and `|` end a tag and occur
             // in no name). Compared as one masked word rather than byte by byte.
-            let head = word_at(bytes, start);
+            let head = word_at(bytes, start, end);
             let (slot, name_len) = if head & MASK6 == GROUP {
                 (Some(&mut self.group), 6)
             } else if head & MASK6 == SHARD {
@@ -223,14 +248,14 @@ impl<'a> RawTags<'a> {
                 // Unknown tags, and bare tags without a `:`, carry nothing skewwatch reads.
                 (None, 0)
             };
-            let end = find(bytes, start + name_len, b',', b'|');
+            let tag_end = find(bytes, start + name_len, end, b',', b'|');
             if let Some(slot) = slot {
-                *slot = Some(sub(line, start + name_len, end));
+                *slot = Some(sub(text, start + name_len, tag_end));
             }
-            if bytes.get(end) != Some(&b',') {
-                return end;
+            if tag_end == end || bytes.get(tag_end) != Some(&b',') {
+                return tag_end;
             }
-            start = end + 1;
+            start = tag_end + 1;
         }
     }
 }
@@ -248,8 +273,20 @@ const KEY: u64 = tag_word(b"key:\0\0\0\0");
 const OUTCOME: u64 = tag_word(b"outcome:");
 const CACHE: u64 = tag_word(b"cache:\0\0");
 
-/// The eight bytes at `at` as a little-endian word, zero-padded past the end.
-fn word_at(bytes: &[u8], at: usize) -> u64 {
+/// The eight bytes at `at` as a little-endian word, with the bytes at and after `end` zeroed.
+#[inline(always)]
+fn word_at(bytes: &[u8], at: usize, end: usize) -> u64 {
+    let word = load_word(bytes, at);
+    match end.saturating_sub(at) {
+        0 => 0,
+        n if n < 8 => word & ((1u64 << (8 * n)) - 1),
+        _ => word,
+    }
+}
+
+/// The eight bytes at `at` as a little-endian word, zero-padded past the end of `bytes`.
+#[inline(always)]
+fn load_word(bytes: &[u8], at: usize) -> u64 {
     let tail = bytes.get(at..).unwrap_or_default();
     if let Some(chunk) = tail.first_chunk::<8>() {
         return u64::from_le_bytes(*chunk);
@@ -261,19 +298,22 @@ fn word_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(word)
 }
 
-/// Index of the first byte equal to `a` or `b` at or after `from`, or `bytes.len()`.
+/// Index of the first byte equal to `a` or `b` in `bytes[from..end]`, or `end`
+/// (`end <= bytes.len()`).
 ///
-/// Reads eight bytes at a time (the "has zero byte" trick on `word ^ pattern`): a tag
-/// section is most of a line. Pass `a == b` to look for one byte.
+/// Reads eight bytes at a time (the "has zero byte" trick on `word ^ pattern`), also past
+/// `end` while inside `bytes`, and ignores hits at or past `end`: within a datagram a line's
+/// last word is then one read rather than a byte-by-byte tail. Pass `a == b` to look for one
+/// byte. Neither may be 0, the padding past the end of `bytes`.
 #[inline(always)]
-fn find(bytes: &[u8], from: usize, a: u8, b: u8) -> usize {
+fn find(bytes: &[u8], from: usize, end: usize, a: u8, b: u8) -> usize {
     const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let zero_bytes = |x: u64| x.wrapping_sub(LOW) & !x & HIGH;
     let (pa, pb) = (LOW * u64::from(a), LOW * u64::from(b));
     let mut i = from;
-    while let Some(chunk) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-        let word = u64::from_le_bytes(*chunk);
+    while i < end {
+        let word = load_word(bytes, i);
         // The lowest flagged byte is exact (only bytes above a match can be flagged
         // falsely), and only the lowest is read.
         let hits = if a == b {
@@ -282,21 +322,15 @@ fn find(bytes: &[u8], from: usize, a: u8, b: u8) -> usize {
             zero_bytes(word ^ pa) | zero_bytes(word ^ pb)
         };
         if hits != 0 {
-            return i + (hits.trailing_zeros() / 8) as usize;
+            return (i + (hits.trailing_zeros() / 8) as usize).min(end);
         }
         i += 8;
     }
-    while let Some(&c) = bytes.get(i) {
-        if c == a || c == b {
-            return i;
-        }
-        i += 1;
-    }
-    bytes.len()
+    end
 }
 
-/// `s[start..end]`, for indices at ASCII delimiters (always char boundaries); empty when
-/// out of range, which the callers never ask for.
+/// `s[start..end]`, for indices at ASCII delimiters or line boundaries (always char
+/// boundaries); empty when out of range, which the callers never ask for.
 fn sub(s: &str, start: usize, end: usize) -> &str {
     s.get(start..end).unwrap_or_default()
 }
@@ -318,10 +352,10 @@ fn scale_by_rate(requests: u64, rate: &str) -> Result<u64, RejectReason> {
         return Err(RejectReason::BadCount);
     }
     // `x + 0.5` truncated is `x.round()` for 1 <= x <= 2^40, where the addition is exact,
-    // and avoids a libm call on baseline x86-64. Compared as a float first: the cast
-    // saturates, which would hide an overflow.
+    // and avoids a libm call on baseline x86-64. Not NaN, as the rate is in (0, 1]. Compared
+    // as a float first: the cast saturates, which would hide an overflow.
     let half_up = requests as f64 / rate + 0.5;
-    if !(half_up < (MAX_COUNT + 1) as f64) {
+    if half_up >= (MAX_COUNT + 1) as f64 {
         return Err(RejectReason::BadCount);
     }
     Ok(half_up as u64)
@@ -359,8 +393,11 @@ fn parse_f64(s: &str) -> Option<f64> {
             None => (bytes.len(), 0),
             Some(i) => (bytes.len() - 1, bytes.len() - 1 - i),
         };
-        if simple && (1..=15).contains(&digits) {
-            return Some(mantissa as f64 / POW10[frac_digits]);
+        if simple
+            && (1..=15).contains(&digits)
+            && let Some(scale) = POW10.get(frac_digits)
+        {
+            return Some(mantissa as f64 / scale);
         }
     }
     s.parse().ok()
@@ -397,6 +434,11 @@ mod tests {
             Ok(obs) => panic!("{line:?} accepted: {obs:?}"),
             Err(reason) => reason,
         }
+    }
+
+    #[test]
+    fn prefix_is_the_metric_name_and_a_colon() {
+        assert_eq!(PREFIX, format!("{METRIC_NAME}:").as_bytes());
     }
 
     #[test]
@@ -805,6 +847,32 @@ mod tests {
             for obs in batch.iter() {
                 prop_assert_eq!(obs.validate(), Ok(()));
             }
+        }
+
+        #[test]
+        fn datagrams_parse_as_their_lines_do(
+            lines in proptest::collection::vec(line_strategy(), 0..8)
+        ) {
+            // The in-place scan of a valid datagram and the line-by-line path (taken for a
+            // datagram that is not UTF-8) must agree line for line.
+            let datagram = lines.join(&b'\n');
+            let mut batch = Batch::default();
+            let mut rejected = Rejections::default();
+            parse_datagram(&datagram, &mut batch, &mut rejected);
+            let mut one_by_one = Batch::default();
+            let mut rejected_one_by_one = Rejections::default();
+            for line in datagram.split(|&b| b == b'\n') {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                if line.is_empty() {
+                    continue;
+                }
+                match parse_line(line) {
+                    Ok(obs) => one_by_one.push(&obs),
+                    Err(reason) => rejected_one_by_one.add(reason),
+                }
+            }
+            prop_assert_eq!(rejected, rejected_one_by_one);
+            prop_assert!(batch.iter().eq(one_by_one.iter()));
         }
 
         #[test]

@@ -1,9 +1,80 @@
-//! `CacheHitCollapse` detector. (Skeleton: being written.)
+//! `CacheHitCollapse`: the look-aside cache's miss ratio, the backend's load and the backend's
+//! distress rising together, which is the amplification loop of a metastable failure.
+//!
+//! Backend latency or errors turn into cache misses, because failed fills are not cached and
+//! slow fills leave entries empty for longer. Each miss is another backend call, and more
+//! backend calls mean more latency and errors. A hit ratio that falls from h0 to h1 multiplies
+//! backend load by `(1 - h1) / (1 - h0)`: 95% -> 50% is 10x (science §5, detector C).
+//!
+//! **Signals**, per group and window (a *request* is any observation; hits and misses are the
+//! ones with a `cache` result):
+//! - miss ratio `M = misses / (hits + misses)`;
+//! - amplification `A = misses / requests`: backend calls per front-end request. A retry that
+//!   goes through the cache again shows up as one more miss, so retries count as backend calls.
+//!   Requests without a `cache` result count as requests but not as backend calls: they are
+//!   traffic the cache never saw, and counting them would make a partly cached group look
+//!   amplified;
+//! - backend error ratio `E = errors / (requests - hits)`: a hit does not fail, so errors
+//!   belong to the requests that reached the backend;
+//! - p99 latency of all responses (the merged histogram), as a stand-in for the backend's tail
+//!   latency, which the snapshot does not keep apart. When a share `f = (requests - hits) /
+//!   requests` of requests reaches the backend and hits are faster than backend calls, the
+//!   merged p99 is the backend's `1 - 0.01/f` quantile. That level moves with `f`: at a 95% hit
+//!   ratio the merged p99 is the backend's 80th percentile, with a cold cache its 99th, so the
+//!   merged p99 rises with the miss ratio even when the backend is unchanged. The latency test
+//!   therefore discounts the rise a lognormal backend of shape `p99_tail_sigma` shows from that
+//!   shift alone (see (c)), and is off while fewer than 1% of requests reach the backend;
+//! - front-end load `F`, requests per second, for the phase.
+//!
+//! Each has an EWMA baseline `B` with a one-hour time constant.
+//!
+//! **Condition**, all three together for `consecutive_windows` (3) windows:
+//! - (a) `M >= 2 B(M)` and `M - B(M) >= 0.05`;
+//! - (b) `A >= 2 B(A)`;
+//! - (c) `p99 >= 2 B(p99) k` or `E >= max(5%, 5 B(E))`, where
+//!   `k = exp(sigma max(0, z(1 - 0.01/f) - z(1 - 0.01/B(f))))` is the quantile-shift allowance
+//!   (`z` the standard normal quantile; `k = 1` when `f` is at its baseline). Timeouts are
+//!   errors, so a backend that slows down to its callers' deadlines meets the error test.
+//!
+//! **Baselines** wait for `warmup_windows` windows with volume before any verdict. They stop
+//! learning while any condition holds or the alert is active, so the loop's early windows do not
+//! leak into them. A single condition that persists for `freeze_limit_windows` windows without
+//! the alert (a shorter TTL, say, raises the miss ratio for good) is learned as the new normal
+//! again, so one benign shift cannot leave the detector one blip away from firing forever.
+//!
+//! **Phase**: `loop` when it fires; `metastable` once it has held for `metastable_windows` (6)
+//! windows in a row with front-end load at most `metastable_load_factor` (1.1) times its baseline.
+//! Load is normal but the backend is still drowning in misses, so the amplification itself
+//! sustains the failure, and removing the trigger will not end it.
+//!
+//! **Annotations**: hit ratio now and baseline, the amplification factor `(1-h1)/(1-h0)` and the
+//! measured backend calls per request against baseline, backend error ratio and p99, the shard
+//! with the most backend calls and its top key when one key dominates it, the phase, and the
+//! mitigations that fit (coalescing, stale-if-error, longer or jittered TTL, shorter deadlines,
+//! a rate limit on the hot shard).
+//!
+//! **Why it does not false-alarm**: each condition alone has a benign cause, and the three
+//! together do not.
+//! - A cold cache after a deploy raises M and A, but the backend stays healthy (no (c)), and M
+//!   recovers within about one TTL.
+//! - A slow or failing backend alone raises p99 or E, but M stays flat (no (a)).
+//! - A demand surge raises front-end and backend load together, but A stays flat or falls, as hot
+//!   keys get hotter (no (b)).
+//!
+//! In addition, three consecutive windows absorb a blip, and the minimum volumes keep quiet
+//! groups out.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, Problems, RuleSettings};
+use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::error_surge::{check_windows, dominant_class};
+use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::observation::{OTHER_LABEL, Outcome, key_label};
+use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
+use crate::stats::normal_quantile;
 
 /// `detectors.cache_hit_collapse` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -12,12 +83,63 @@ pub struct CacheHitCollapseConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
+    /// Fewest requests a group needs in a window to be judged.
+    pub min_requests: u64,
+    /// Fewest requests with a cache result (hits + misses) a group needs in a window.
+    pub min_cache_results: u64,
+    /// (a) The miss ratio reaches this multiple of its baseline...
+    pub miss_ratio_factor: f64,
+    /// ...and exceeds it by at least this much (0.05 = 5 points).
+    pub miss_ratio_min_increase: f64,
+    /// (b) Backend calls per request reach this multiple of their baseline.
+    pub amplification_factor: f64,
+    /// (c) The p99 latency reaches this multiple of its baseline (times the quantile-shift
+    /// allowance)...
+    pub p99_factor: f64,
+    /// Tail shape (lognormal sigma) assumed for backend latency when discounting the merged
+    /// p99's rise that comes from more requests reaching the backend; 0 turns the discount off.
+    pub p99_tail_sigma: f64,
+    /// ...or the backend error ratio reaches at least this...
+    pub error_ratio_floor: f64,
+    /// ...and this multiple of its baseline.
+    pub error_ratio_factor: f64,
+    /// Windows in a row all three conditions must hold before the detector reports.
+    pub consecutive_windows: u32,
+    /// Time constant of the baseline EWMAs, in seconds.
+    pub baseline_tau_secs: f64,
+    /// Windows with volume the baselines need before the detector judges the group.
+    pub warmup_windows: u32,
+    /// Windows a lone condition may freeze the baselines before they learn again.
+    pub freeze_limit_windows: u32,
+    /// Front-end load at most this multiple of its baseline counts as "back to normal".
+    pub metastable_load_factor: f64,
+    /// Windows the loop must hold with normal front-end load to be called metastable.
+    pub metastable_windows: u32,
+    /// A shard's top key is named as the hot key when it takes at least this share of the
+    /// shard's requests.
+    pub dominant_key_share: f64,
 }
 
 impl Default for CacheHitCollapseConfig {
     fn default() -> Self {
         CacheHitCollapseConfig {
             rule: RuleSettings::new(Severity::Critical, 0.0, 60.0),
+            min_requests: 500,
+            min_cache_results: 200,
+            miss_ratio_factor: 2.0,
+            miss_ratio_min_increase: 0.05,
+            amplification_factor: 2.0,
+            p99_factor: 2.0,
+            p99_tail_sigma: 0.8,
+            error_ratio_floor: 0.05,
+            error_ratio_factor: 5.0,
+            consecutive_windows: 3,
+            baseline_tau_secs: 3600.0,
+            warmup_windows: 30,
+            freeze_limit_windows: 180,
+            metastable_load_factor: 1.1,
+            metastable_windows: 6,
+            dominant_key_share: 0.5,
         }
     }
 }
@@ -26,6 +148,156 @@ impl CacheHitCollapseConfig {
     /// Checks every field.
     pub fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
+        if self.min_requests == 0 {
+            p.fail(
+                "min_requests",
+                "must be at least 1: a ratio of no requests means nothing",
+            );
+        }
+        if self.min_cache_results == 0 {
+            p.fail(
+                "min_cache_results",
+                "must be at least 1: a miss ratio of no cache results means nothing",
+            );
+        }
+        p.range("miss_ratio_factor", self.miss_ratio_factor, 1.0, 1000.0);
+        p.range(
+            "miss_ratio_min_increase",
+            self.miss_ratio_min_increase,
+            0.0,
+            1.0,
+        );
+        p.range(
+            "amplification_factor",
+            self.amplification_factor,
+            1.0,
+            1000.0,
+        );
+        p.range("p99_factor", self.p99_factor, 1.0, 1000.0);
+        p.range("p99_tail_sigma", self.p99_tail_sigma, 0.0, 3.0);
+        p.range("error_ratio_floor", self.error_ratio_floor, 0.0, 1.0);
+        p.range("error_ratio_factor", self.error_ratio_factor, 1.0, 1000.0);
+        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.range(
+            "baseline_tau_secs",
+            self.baseline_tau_secs,
+            1.0,
+            30.0 * 86_400.0,
+        );
+        check_windows(p, "warmup_windows", self.warmup_windows);
+        check_windows(p, "freeze_limit_windows", self.freeze_limit_windows);
+        p.range(
+            "metastable_load_factor",
+            self.metastable_load_factor,
+            1.0,
+            100.0,
+        );
+        check_windows(p, "metastable_windows", self.metastable_windows);
+        p.range("dominant_key_share", self.dominant_key_share, 0.0, 1.0);
+    }
+}
+
+/// One window's signals for a group.
+#[derive(Debug, Clone, Copy)]
+struct Signals {
+    miss: f64,
+    amp: f64,
+    err: f64,
+    p99: Option<f64>,
+    load: f64,
+    /// Share of requests that reached the backend (not hits): `f`.
+    backend: f64,
+}
+
+impl Signals {
+    fn of(g: &GroupSnapshot) -> Signals {
+        let results = g.cache_hits + g.cache_misses;
+        let backend = g.requests.saturating_sub(g.cache_hits);
+        Signals {
+            miss: g.cache_misses as f64 / results.max(1) as f64,
+            amp: g.cache_misses as f64 / g.requests.max(1) as f64,
+            err: (g.errors as f64 / backend.max(1) as f64).min(1.0),
+            p99: g.latency.map(|l| l.p99_ms),
+            load: g.requests_per_second,
+            backend: backend as f64 / g.requests.max(1) as f64,
+        }
+    }
+}
+
+/// Baseline values of the signals.
+#[derive(Debug, Clone, Copy)]
+struct Base {
+    miss: f64,
+    amp: f64,
+    err: f64,
+    p99: Option<f64>,
+    load: f64,
+    backend: f64,
+}
+
+/// Which conditions hold.
+#[derive(Debug, Clone, Copy, Default)]
+struct Conditions {
+    miss: bool,
+    amp: bool,
+    latency: bool,
+    errors: bool,
+}
+
+impl Conditions {
+    fn any(self) -> bool {
+        self.miss || self.amp || self.latency || self.errors
+    }
+
+    fn all(self) -> bool {
+        self.miss && self.amp && (self.latency || self.errors)
+    }
+}
+
+/// Baselines and counters of one group.
+#[derive(Debug, Clone, Default)]
+struct GroupState {
+    miss: Ewma,
+    amp: Ewma,
+    err: Ewma,
+    p99: Ewma,
+    load: Ewma,
+    backend: Ewma,
+    /// Windows in a row all conditions held.
+    streak: u32,
+    /// Windows in a row some condition held without the alert being active.
+    frozen_run: u32,
+    /// Windows reported with front-end load back at baseline, in a row (a window in which the
+    /// condition lapses while the alert stays active does not break the run).
+    calm: u32,
+    /// Windows reported since the alert became active.
+    reported: u32,
+    /// Largest miss-ratio amplification `(1-h1)/(1-h0)` since the alert became active.
+    peak: f64,
+}
+
+impl GroupState {
+    fn base(&self, warmup: u32) -> Option<Base> {
+        Some(Base {
+            miss: self.miss.value(warmup)?,
+            amp: self.amp.value(warmup)?,
+            err: self.err.value(warmup)?,
+            p99: self.p99.value(warmup),
+            load: self.load.value(warmup)?,
+            backend: self.backend.raw().unwrap_or(0.0),
+        })
+    }
+
+    fn learn(&mut self, s: &Signals, alpha: f64) {
+        self.miss.update(s.miss, alpha);
+        self.amp.update(s.amp, alpha);
+        self.err.update(s.err, alpha);
+        if let Some(p) = s.p99 {
+            // The backend share of the same windows: the quantile level of the baseline p99.
+            self.p99.update(p, alpha);
+            self.backend.update(s.backend, alpha);
+        }
+        self.load.update(s.load, alpha);
     }
 }
 
@@ -33,12 +305,35 @@ impl CacheHitCollapseConfig {
 #[derive(Debug, Clone)]
 pub struct CacheHitCollapse {
     cfg: CacheHitCollapseConfig,
+    alpha: f64,
+    groups: BTreeMap<String, GroupState>,
 }
 
 impl CacheHitCollapse {
     /// A detector for windows of `window_secs`.
-    pub fn new(cfg: CacheHitCollapseConfig, _window_secs: f64) -> Self {
-        CacheHitCollapse { cfg }
+    pub fn new(cfg: CacheHitCollapseConfig, window_secs: f64) -> Self {
+        CacheHitCollapse {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    fn conditions(&self, s: &Signals, b: &Base) -> Conditions {
+        let c = &self.cfg;
+        Conditions {
+            miss: s.miss >= c.miss_ratio_factor * b.miss
+                && s.miss - b.miss >= c.miss_ratio_min_increase,
+            amp: s.amp > b.amp && s.amp >= c.amplification_factor * b.amp,
+            latency: match (s.p99, b.p99) {
+                (Some(now), Some(base)) if base > 0.0 && s.backend >= 0.01 && b.backend >= 0.01 => {
+                    let k = quantile_shift(s.backend, b.backend, c.p99_tail_sigma);
+                    now >= c.p99_factor * base * k
+                }
+                _ => false,
+            },
+            errors: s.err >= c.error_ratio_floor.max(c.error_ratio_factor * b.err),
+        }
     }
 }
 
@@ -47,7 +342,669 @@ impl Detector for CacheHitCollapse {
         "CacheHitCollapse"
     }
 
-    fn evaluate(&mut self, _ctx: &Context<'_>, _out: &mut Vec<Finding>) {
-        let _ = &self.cfg;
+    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
+        let snap = ctx.snapshot;
+        self.groups.retain(|name, _| snap.group(name).is_some());
+        for g in &snap.groups {
+            if g.group == OTHER_LABEL
+                || g.requests < self.cfg.min_requests
+                || g.cache_hits + g.cache_misses < self.cfg.min_cache_results
+            {
+                continue;
+            }
+            let mut st = self.groups.remove(&g.group).unwrap_or_default();
+            let s = Signals::of(g);
+            let base = st.base(self.cfg.warmup_windows);
+            let cond = base.map(|b| self.conditions(&s, &b)).unwrap_or_default();
+            let active = ctx
+                .alerts
+                .is_active("CacheHitCollapse", &[("group", &g.group)]);
+            st.streak = if cond.all() { st.streak + 1 } else { 0 };
+            match base {
+                Some(b) if cond.all() && (st.streak >= self.cfg.consecutive_windows || active) => {
+                    st.reported += 1;
+                    let calm = s.load <= self.cfg.metastable_load_factor * b.load;
+                    st.calm = if calm { st.calm + 1 } else { 0 };
+                    if b.miss > 0.0 {
+                        st.peak = st.peak.max(s.miss / b.miss);
+                    }
+                    out.push(self.finding(g, &st, &s, &b, cond));
+                }
+                _ if !active => {
+                    st.reported = 0;
+                    st.calm = 0;
+                    st.peak = 0.0;
+                }
+                _ => {}
+            }
+            // Baselines learn from windows where nothing is suspect; a lone condition that
+            // lasts past the freeze limit is learned as the new normal.
+            st.frozen_run = if cond.any() && !active {
+                st.frozen_run + 1
+            } else {
+                0
+            };
+            let frozen = active || (cond.any() && st.frozen_run <= self.cfg.freeze_limit_windows);
+            if !frozen {
+                st.learn(&s, self.alpha);
+            }
+            self.groups.insert(g.group.clone(), st);
+        }
+    }
+}
+
+impl CacheHitCollapse {
+    fn finding(
+        &self,
+        g: &GroupSnapshot,
+        st: &GroupState,
+        s: &Signals,
+        b: &Base,
+        cond: Conditions,
+    ) -> Finding {
+        let metastable = st.calm >= self.cfg.metastable_windows;
+        let phase = if metastable { "metastable" } else { "loop" };
+        // (1 - h1) / (1 - h0): how much the hit-ratio drop alone multiplies backend load.
+        let amplification = times(s.miss, b.miss);
+        let measured = times(s.amp, b.amp);
+        let p99 = s.p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)));
+        let base_p99 = b.p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)));
+        let mut f = Finding::new(
+            "CacheHitCollapse",
+            self.cfg.rule.severity,
+            &[("group", &g.group)],
+        )
+        .annotate("hit_ratio", pct(1.0 - s.miss))
+        .annotate("baseline_hit_ratio", pct(1.0 - b.miss))
+        .annotate("amplification", amplification.clone())
+        .annotate(
+            "backend_calls_per_request",
+            format!("{} (baseline {}, {})", num(s.amp), num(b.amp), measured),
+        )
+        .annotate("backend_error_ratio", pct(s.err))
+        .annotate("baseline_backend_error_ratio", pct(b.err))
+        .annotate("p99_latency", p99.clone())
+        .annotate("baseline_p99_latency", base_p99.clone())
+        .annotate(
+            "frontend_load",
+            format!("{} req/s (baseline {})", num(s.load), num(b.load)),
+        )
+        .annotate("phase", phase)
+        .annotate("peak_amplification", format!("{}x", num(st.peak)))
+        .annotate("windows", st.reported.to_string());
+
+        let distress = match (cond.errors, cond.latency) {
+            (true, true) => format!("backend errors ({}) and latency (p99 {p99})", pct(s.err)),
+            (true, false) => format!("backend errors ({})", pct(s.err)),
+            _ => format!("backend latency (p99 {p99}, baseline {base_p99})"),
+        };
+        let mut hot = String::new();
+        let mut hot_target = None;
+        if let Some(h) = hottest(g) {
+            let backend = g.requests.saturating_sub(g.cache_hits).max(1) as f64;
+            let calls = h.requests.saturating_sub(h.cache_hits) as f64;
+            let fair = if g.fair_share > 0.0 {
+                h.share / g.fair_share
+            } else {
+                1.0
+            };
+            f = f
+                .annotate("hot_shard", h.shard.as_str())
+                .annotate("hot_shard_backend_share", pct(calls / backend))
+                .annotate("hot_shard_request_share", pct(h.share))
+                .annotate("hot_shard_error_ratio", pct(h.error_ratio.unwrap_or(0.0)))
+                .annotate(
+                    "hot_shard_hit_ratio",
+                    h.cache_hit_ratio.map_or("n/a".to_owned(), pct),
+                );
+            hot = format!(
+                " The hottest shard is {}: {} of the requests ({}x its fair share), {} of the \
+                 backend calls, {} of its requests failing",
+                h.shard,
+                pct(h.share),
+                num(fair),
+                pct(calls / backend),
+                pct(h.error_ratio.unwrap_or(0.0))
+            );
+            hot_target = Some(format!("shard {}", h.shard));
+            // The key summary over-counts by at most `error`: judge dominance on the lower bound.
+            let lower =
+                |k: &KeyShare| k.requests.saturating_sub(k.error) as f64 / h.requests.max(1) as f64;
+            if let Some(k) = h.top_keys.first()
+                && lower(k) >= self.cfg.dominant_key_share
+            {
+                let label = key_label(&k.key);
+                let share = lower(k);
+                f = f
+                    .annotate("hot_key", label)
+                    .annotate("hot_key_share", pct(share));
+                hot.push_str(&format!(
+                    ", and one key dominates it: {label} (at least {} of its requests)",
+                    pct(share)
+                ));
+                hot_target = Some(format!("shard {} (key {label})", h.shard));
+            }
+            hot.push('.');
+        }
+        let phase_text = if metastable {
+            format!(
+                " Phase: metastable. Front-end load is back at its baseline ({} req/s), yet the \
+                 loop has held for {} windows: the amplification sustains itself, so removing \
+                 the trigger alone will not end it.",
+                num(s.load),
+                st.calm
+            )
+        } else {
+            " Phase: loop.".to_owned()
+        };
+        let mitigations = self.mitigations(g, s, cond, metastable, hot_target.as_deref());
+        f.annotate(
+            "summary",
+            format!(
+                "{}: cache hit ratio {} (baseline {}), backend calls per request {} baseline: \
+                 the cache is feeding the fire",
+                g.group,
+                pct(1.0 - s.miss),
+                pct(1.0 - b.miss),
+                measured
+            ),
+        )
+        .annotate(
+            "description",
+            format!(
+                "The look-aside cache in front of {} is collapsing: {distress} turn into cache \
+                 misses, because failed or slow fills leave entries empty, and every miss is \
+                 another backend call. The hit ratio fell from {} to {}, which alone multiplies \
+                 backend load by (1-h1)/(1-h0) = {}; measured backend calls per request are {} \
+                 against a baseline of {} ({}).{hot}{phase_text}",
+                g.group,
+                pct(1.0 - b.miss),
+                pct(1.0 - s.miss),
+                amplification,
+                num(s.amp),
+                num(b.amp),
+                measured
+            ),
+        )
+        .annotate("mitigations", mitigations)
+    }
+
+    fn mitigations(
+        &self,
+        g: &GroupSnapshot,
+        s: &Signals,
+        cond: Conditions,
+        metastable: bool,
+        hot: Option<&str>,
+    ) -> String {
+        let mut m = vec![
+            "serve stale values on backend errors (stale-if-error / stale-while-revalidate, \
+             RFC 5861) so a failed fill is not a miss"
+                .to_owned(),
+            "coalesce concurrent fills of one key (singleflight)".to_owned(),
+            "lengthen and jitter the TTL (or refresh early, XFetch)".to_owned(),
+        ];
+        let timeouts = dominant_class(&g.by_outcome) == Some(Outcome::Timeout);
+        if timeouts || cond.latency {
+            m.push(
+                "shorten deadlines and drop work whose caller has given up, so the backend stops \
+                 serving dead requests"
+                    .to_owned(),
+            );
+        }
+        if let Some(h) = hot {
+            m.push(format!("rate-limit or shed load on {h}"));
+        }
+        if metastable || s.err >= 0.5 {
+            m.push(
+                "shed load (admission control) until the backend is below capacity, then let \
+                 the cache refill"
+                    .to_owned(),
+            );
+        }
+        m.join("; ")
+    }
+}
+
+/// `now / base` as a factor (`10.0x`), or `from zero` when the baseline is zero.
+fn times(now: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{}x", num(now / base))
+    } else {
+        "from zero".to_owned()
+    }
+}
+
+/// How much the merged p99 rises from the backend share moving from `base` to `now` alone, for
+/// a lognormal backend latency of shape `sigma`: the merged p99 is the backend's `1 - 0.01/f`
+/// quantile. At least 1 (a falling share never makes the test easier). Shares are >= 0.01.
+fn quantile_shift(now: f64, base: f64, sigma: f64) -> f64 {
+    let z = |f: f64| normal_quantile((1.0 - 0.01 / f).clamp(0.01, 0.99));
+    (sigma * (z(now) - z(base)).max(0.0)).exp()
+}
+
+/// The shard with the most backend calls (requests that were not cache hits); ties go to the
+/// first name. `__other__` is an aggregate, not a shard to name.
+fn hottest(g: &GroupSnapshot) -> Option<&ShardSnapshot> {
+    g.shards
+        .iter()
+        .filter(|s| s.shard != OTHER_LABEL && s.requests > 0)
+        .rev()
+        .max_by_key(|s| s.requests.saturating_sub(s.cache_hits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::AlertBook;
+    use crate::detect::DetectorsConfig;
+    use crate::observation::{CacheResult, ObservationRef};
+    use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// One window of the cache in front of a 4-shard backend.
+    #[derive(Debug, Clone, Copy)]
+    struct W {
+        /// Front-end requests.
+        requests: u64,
+        /// Hit ratio.
+        hit: f64,
+        /// Backend error ratio.
+        err: f64,
+        /// Backend latency, ms.
+        backend_ms: f64,
+        /// Extra requests on shard "s1" with the empty key, with the same hit and error ratios.
+        hot: u64,
+        /// Backend latencies, as multiples of `backend_ms`, each for an equal share of calls.
+        spread: &'static [f64],
+    }
+
+    const NARROW: &[f64] = &[0.5, 1.0, 1.0, 2.0];
+    /// A long-tailed backend: the top 12.5% of calls take 2.5x the 75-87.5% band.
+    const WIDE: &[f64] = &[0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 1.8, 4.5];
+
+    const NORMAL: W = W {
+        requests: 4000,
+        hit: 0.95,
+        err: 0.001,
+        backend_ms: 20.0,
+        hot: 0,
+        spread: NARROW,
+    };
+
+    fn record(w: &mut Windows, win: W) {
+        for (i, shard) in ["s0", "s1", "s2", "s3"].into_iter().enumerate() {
+            let n = win.requests / 4;
+            let hits = (n as f64 * win.hit).round() as u64;
+            let misses = n - hits;
+            let errs = (misses as f64 * win.err).round() as u64;
+            let mut o = ObservationRef::new("db", shard);
+            o.key = Some(["a", "b", "c", "d"][i]);
+            o.cache = Some(CacheResult::Hit);
+            o.latency_ms = Some(0.5);
+            o.count = hits;
+            if hits > 0 {
+                w.record(&o);
+            }
+            o.cache = Some(CacheResult::Miss);
+            // A spread of backend latencies so the p99 is a tail.
+            let parts = win.spread.len() as u64;
+            for (j, f) in win.spread.iter().enumerate() {
+                let c = (misses - errs) / parts + u64::from(j == 0) * ((misses - errs) % parts);
+                if c > 0 {
+                    o.count = c;
+                    o.latency_ms = Some(win.backend_ms * f);
+                    w.record(&o);
+                }
+            }
+            if errs > 0 {
+                o.count = errs;
+                o.outcome = Outcome::Timeout;
+                o.latency_ms = Some(1000.0);
+                w.record(&o);
+            }
+        }
+        if win.hot > 0 {
+            // The hot key's traffic sees the same hit and error ratios.
+            let hits = (win.hot as f64 * win.hit).round() as u64;
+            let errs = ((win.hot - hits) as f64 * win.err).round() as u64;
+            let mut o = ObservationRef::new("db", "s1");
+            o.key = Some("");
+            for (cache, outcome, count, ms) in [
+                (CacheResult::Hit, Outcome::Ok, hits, 0.5),
+                (
+                    CacheResult::Miss,
+                    Outcome::Ok,
+                    win.hot - hits - errs,
+                    win.backend_ms,
+                ),
+                (CacheResult::Miss, Outcome::Timeout, errs, 1000.0),
+            ] {
+                if count > 0 {
+                    o.cache = Some(cache);
+                    o.outcome = outcome;
+                    o.count = count;
+                    o.latency_ms = Some(ms);
+                    w.record(&o);
+                }
+            }
+        }
+    }
+
+    /// Runs the detector with an alert book; returns the 1-based windows with a finding and the
+    /// last finding.
+    fn run(cfg: CacheHitCollapseConfig, windows: &[W]) -> (Vec<usize>, Option<Finding>) {
+        let mut d = CacheHitCollapse::new(cfg.clone(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut book = AlertBook::new(
+            DetectorsConfig {
+                cache_hit_collapse: cfg,
+                ..DetectorsConfig::default()
+            }
+            .rules(),
+        );
+        let (mut hits, mut last) = (Vec::new(), None);
+        for (i, win) in windows.iter().enumerate() {
+            let end = (i + 1) as f64 * 10.0;
+            record(&mut w, *win);
+            let snap = w.close(end);
+            let ctx = Context {
+                snapshot: &snap,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            let mut out = Vec::new();
+            d.evaluate(&ctx, &mut out);
+            if let Some(f) = out.last() {
+                hits.push(i + 1);
+                last = Some(f.clone());
+            }
+            book.update(end, out);
+        }
+        (hits, last)
+    }
+
+    fn normal(n: usize) -> Vec<W> {
+        vec![NORMAL; n]
+    }
+
+    #[test]
+    fn the_loop_fires_on_the_third_window_and_names_the_hot_shard_and_key() {
+        let mut ws = normal(40);
+        ws.extend(vec![
+            W {
+                hit: 0.5,
+                err: 0.6,
+                backend_ms: 200.0,
+                hot: 3000,
+                ..NORMAL
+            };
+            10
+        ]);
+        let (hits, last) = run(CacheHitCollapseConfig::default(), &ws);
+        assert_eq!(hits, (43..=50).collect::<Vec<_>>());
+        let f = last.unwrap();
+        let a = &f.annotations;
+        assert_eq!(f.labels["group"], "db");
+        assert_eq!(a["amplification"], "10.0x");
+        assert_eq!(a["hot_shard"], "s1");
+        assert_eq!(a["hot_key"], "(empty)");
+        assert_eq!(a["baseline_hit_ratio"], "95.0%");
+        // Front-end load is 1.75x baseline: still a loop, not yet metastable.
+        assert_eq!(a["phase"], "loop");
+        assert!(a["summary"].contains("feeding the fire"), "{a:?}");
+        assert!(a["mitigations"].contains("singleflight"), "{a:?}");
+        assert!(a["mitigations"].contains("rate-limit or shed load on shard s1 (key (empty))"));
+        assert!(a["description"].contains("(1-h1)/(1-h0) = 10.0x"), "{a:?}");
+    }
+
+    #[test]
+    fn it_turns_metastable_after_six_windows_at_normal_load() {
+        let mut ws = normal(40);
+        ws.extend(vec![
+            W {
+                hit: 0.5,
+                err: 0.6,
+                backend_ms: 200.0,
+                ..NORMAL
+            };
+            9
+        ]);
+        let (hits, last) = run(CacheHitCollapseConfig::default(), &ws);
+        assert_eq!(hits.len(), 7);
+        let a = last.unwrap().annotations;
+        assert_eq!(a["phase"], "metastable");
+        assert!(a["description"].contains("will not end it"), "{a:?}");
+        assert!(a["mitigations"].contains("admission control"), "{a:?}");
+    }
+
+    #[test]
+    fn a_cold_cache_with_a_healthy_backend_does_not_fire() {
+        let mut ws = normal(40);
+        for hit in [0.0, 0.3, 0.6, 0.8, 0.9, 0.93, 0.95] {
+            ws.push(W { hit, ..NORMAL });
+        }
+        ws.extend(normal(10));
+        let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_cold_cache_in_front_of_a_long_tailed_backend_does_not_fire() {
+        // With more calls reaching the backend, the merged p99 climbs from the backend's 80th
+        // to its 99th percentile (2.5x here) although the backend is unchanged.
+        let wide = W {
+            spread: WIDE,
+            ..NORMAL
+        };
+        let mut ws = vec![wide; 40];
+        for hit in [0.0, 0.3, 0.6, 0.8, 0.9, 0.93, 0.95] {
+            ws.push(W { hit, ..wide });
+        }
+        ws.extend(vec![wide; 10]);
+        let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+        // Without the quantile-shift allowance the latency test would be fooled.
+        let naive = CacheHitCollapseConfig {
+            p99_tail_sigma: 0.0,
+            ..CacheHitCollapseConfig::default()
+        };
+        let (hits, _) = run(naive, &ws);
+        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+    }
+
+    #[test]
+    fn a_slow_fill_loop_without_errors_fires_on_latency() {
+        // The backend slows 10x without failing; slow fills leave entries empty.
+        let wide = W {
+            spread: WIDE,
+            ..NORMAL
+        };
+        let mut ws = vec![wide; 40];
+        ws.extend(vec![
+            W {
+                hit: 0.5,
+                backend_ms: 200.0,
+                ..wide
+            };
+            5
+        ]);
+        let (hits, last) = run(CacheHitCollapseConfig::default(), &ws);
+        assert_eq!(hits, [43, 44, 45]);
+        let a = last.unwrap().annotations;
+        assert!(a["description"].contains("backend latency (p99"), "{a:?}");
+        assert!(a["mitigations"].contains("shorten deadlines"), "{a:?}");
+    }
+
+    #[test]
+    fn the_quantile_shift_allowance_is_one_at_baseline_and_grows_with_the_backend_share() {
+        assert!((quantile_shift(0.05, 0.05, 0.8) - 1.0).abs() < 1e-12);
+        assert!((quantile_shift(0.02, 0.05, 0.8) - 1.0).abs() < 1e-12);
+        // 80th -> 99th percentile of a lognormal with sigma 0.8: exp(0.8 x 1.484).
+        let k = quantile_shift(1.0, 0.05, 0.8);
+        assert!(
+            (k - (0.8 * (2.326_348 - 0.841_621f64)).exp()).abs() < 1e-4,
+            "{k}"
+        );
+        assert_eq!(quantile_shift(1.0, 0.05, 0.0), 1.0);
+    }
+
+    #[test]
+    fn a_failing_backend_with_a_flat_miss_ratio_does_not_fire() {
+        let mut ws = normal(40);
+        ws.extend(vec![
+            W {
+                err: 0.8,
+                backend_ms: 500.0,
+                ..NORMAL
+            };
+            20
+        ]);
+        let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_demand_surge_with_flat_amplification_does_not_fire() {
+        // Three times the traffic, the backend struggles, but the hit ratio holds (hot keys get
+        // hotter), so backend calls per request stay flat.
+        let mut ws = normal(40);
+        ws.extend(vec![
+            W {
+                requests: 12_000,
+                hit: 0.96,
+                err: 0.3,
+                backend_ms: 300.0,
+                ..NORMAL
+            };
+            20
+        ]);
+        let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn two_windows_are_not_enough() {
+        let bad = W {
+            hit: 0.5,
+            err: 0.6,
+            ..NORMAL
+        };
+        let mut ws = normal(40);
+        ws.extend([bad, bad, NORMAL, bad, bad, NORMAL]);
+        let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn no_verdict_during_warm_up() {
+        let mut ws = normal(10);
+        ws.extend(vec![
+            W {
+                hit: 0.5,
+                err: 0.6,
+                ..NORMAL
+            };
+            10
+        ]);
+        let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_lone_persistent_condition_is_learned_after_the_freeze_limit() {
+        // A shorter TTL doubles the miss ratio for good; the backend is fine.
+        let cfg = CacheHitCollapseConfig {
+            freeze_limit_windows: 20,
+            baseline_tau_secs: 100.0,
+            ..CacheHitCollapseConfig::default()
+        };
+        let shifted = W {
+            hit: 0.85,
+            ..NORMAL
+        };
+        let mut ws = normal(40);
+        ws.extend(vec![shifted; 60]);
+        // Then a backend blip: with the shift learned, (a) and (b) no longer hold.
+        ws.extend(vec![
+            W {
+                err: 0.5,
+                ..shifted
+            };
+            5
+        ]);
+        let (hits, _) = run(cfg, &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn signals_follow_the_documented_definitions() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "s");
+        o.cache = Some(CacheResult::Hit);
+        o.count = 60;
+        w.record(&o);
+        o.cache = Some(CacheResult::Miss);
+        o.count = 20;
+        o.outcome = Outcome::Error;
+        w.record(&o);
+        // Requests without a cache result: requests, but not backend calls.
+        o.cache = None;
+        o.outcome = Outcome::Ok;
+        o.count = 20;
+        w.record(&o);
+        let snap = w.close(10.0);
+        let s = Signals::of(&snap.groups[0]);
+        assert!((s.miss - 0.25).abs() < 1e-12);
+        assert!((s.amp - 0.20).abs() < 1e-12);
+        // 20 errors over the 40 requests that were not hits.
+        assert!((s.err - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn state_of_departed_groups_is_evicted() {
+        let mut d = CacheHitCollapse::new(CacheHitCollapseConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let book = AlertBook::default();
+        record(&mut w, NORMAL);
+        let snap = w.close(10.0);
+        for s in [&snap, &WindowSnapshot::empty(20.0)] {
+            let ctx = Context {
+                snapshot: s,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            d.evaluate(&ctx, &mut Vec::new());
+        }
+        assert!(d.groups.is_empty());
+    }
+
+    #[test]
+    fn check_reports_every_bad_field() {
+        let cfg = CacheHitCollapseConfig {
+            min_requests: 0,
+            min_cache_results: 0,
+            miss_ratio_factor: 0.0,
+            miss_ratio_min_increase: 2.0,
+            amplification_factor: f64::NAN,
+            p99_factor: 0.5,
+            error_ratio_floor: -1.0,
+            error_ratio_factor: 0.0,
+            consecutive_windows: 0,
+            baseline_tau_secs: 0.0,
+            warmup_windows: 0,
+            freeze_limit_windows: 0,
+            metastable_load_factor: 0.5,
+            metastable_windows: 0,
+            dominant_key_share: 1.5,
+            p99_tail_sigma: -1.0,
+            ..CacheHitCollapseConfig::default()
+        };
+        let mut out = Vec::new();
+        cfg.check(&mut Problems::new("d", &mut out));
+        assert_eq!(out.len(), 16, "{out:?}");
+        let mut out = Vec::new();
+        CacheHitCollapseConfig::default().check(&mut Problems::new("d", &mut out));
+        assert!(out.is_empty(), "{out:?}");
     }
 }

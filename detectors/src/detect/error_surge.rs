@@ -1,9 +1,40 @@
-//! `ErrorSurge` detector. (Skeleton: being written.)
+//! `ErrorSurge`: a group's error ratio far above its own baseline.
+//!
+//! **Signals**, per group and window: the error ratio `E = errors / requests` (every outcome but
+//! `ok` is an error) and the ratio of each error class (`error`, `timeout`, `not_found`,
+//! `throttled`, `unavailable`). Each has an EWMA baseline `B` with a one-hour time constant.
+//!
+//! **Condition**: `E >= min_error_ratio` (5%) **and** either `E >= ratio_over_baseline * B` (5x)
+//! or `E >= B + points_over_baseline` (+10 points), in a window with at least `min_requests`
+//! requests, for `consecutive_windows` windows in a row (2, i.e. 20 s at 10 s windows). The
+//! relative test catches a jump from 0.1% to 5%; the additive one catches a jump from 10% to 20%
+//! in a group whose normal error ratio is high, where 5x would be out of reach.
+//!
+//! **Baselines** are explicit about warm-up: no verdict until a group has `warmup_windows` windows
+//! of volume (5 min), so a group that starts life with 12% `not_found` learns that as normal
+//! instead of paging. They stop learning while the condition holds or the alert is pending or
+//! firing, so a long incident does not become the new normal.
+//!
+//! **Annotations** break the ratio down by class (`error_ratio_<class>`, now and baseline), name
+//! the class whose ratio grew most (`dominant_class`) and the shard that returned most of the
+//! errors (`top_error_shard`), so the alert says *what* fails and *where*.
+//!
+//! **Why it does not false-alarm**: a group with a steady error ratio, however high, stays at
+//! its baseline; the absolute floor keeps a 0.01% -> 0.2% wobble (20x, but harmless) quiet; the
+//! minimum volume keeps a handful of failures in a quiet window from reading as a ratio; and two
+//! consecutive windows absorb a single bad window (at 200 requests and a 1% baseline, one window
+//! at >= 5% has probability ~5e-5, two in a row ~2e-9). Cache hits never fail, so a cold cache
+//! refilling after a deploy does not move the ratio while the backend is healthy.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, Problems, RuleSettings};
+use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::observation::{OTHER_LABEL, Outcome};
+use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -12,12 +43,33 @@ pub struct ErrorSurgeConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
+    /// Fewest requests a group needs in a window to be judged (and to teach its baseline).
+    pub min_requests: u64,
+    /// Absolute floor: the error ratio must reach at least this.
+    pub min_error_ratio: f64,
+    /// Relative test: the error ratio reaches this multiple of its baseline...
+    pub ratio_over_baseline: f64,
+    /// ...or exceeds the baseline by this many points (as a ratio: 0.10 = 10 points).
+    pub points_over_baseline: f64,
+    /// Windows in a row the condition must hold before the detector reports it.
+    pub consecutive_windows: u32,
+    /// Time constant of the baseline EWMAs, in seconds.
+    pub baseline_tau_secs: f64,
+    /// Windows with volume a baseline needs before the detector judges the group.
+    pub warmup_windows: u32,
 }
 
 impl Default for ErrorSurgeConfig {
     fn default() -> Self {
         ErrorSurgeConfig {
             rule: RuleSettings::new(Severity::Critical, 0.0, 60.0),
+            min_requests: 200,
+            min_error_ratio: 0.05,
+            ratio_over_baseline: 5.0,
+            points_over_baseline: 0.10,
+            consecutive_windows: 2,
+            baseline_tau_secs: 3600.0,
+            warmup_windows: 30,
         }
     }
 }
@@ -26,19 +78,170 @@ impl ErrorSurgeConfig {
     /// Checks every field.
     pub fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
+        if self.min_requests == 0 {
+            p.fail(
+                "min_requests",
+                "must be at least 1: a ratio of no requests means nothing",
+            );
+        }
+        p.range("min_error_ratio", self.min_error_ratio, 0.0, 1.0);
+        p.range("ratio_over_baseline", self.ratio_over_baseline, 1.0, 1000.0);
+        p.range("points_over_baseline", self.points_over_baseline, 0.0, 1.0);
+        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.range(
+            "baseline_tau_secs",
+            self.baseline_tau_secs,
+            1.0,
+            30.0 * 86_400.0,
+        );
+        check_windows(p, "warmup_windows", self.warmup_windows);
     }
+
+    /// True when ratio `e` is a surge over baseline `b`.
+    fn surges(&self, e: f64, b: f64) -> bool {
+        e >= self.min_error_ratio
+            && (e >= self.ratio_over_baseline * b || e >= b + self.points_over_baseline)
+    }
+}
+
+/// Checks a window count: 1..=10 000.
+pub(crate) fn check_windows(p: &mut Problems<'_>, field: &str, v: u32) {
+    if !(1..=10_000).contains(&v) {
+        p.fail(field, format!("{v} is out of range: use 1..=10000"));
+    }
+}
+
+/// The error classes (every outcome but `ok`).
+pub(crate) const ERROR_CLASSES: [Outcome; 5] = [
+    Outcome::Error,
+    Outcome::Timeout,
+    Outcome::NotFound,
+    Outcome::Throttled,
+    Outcome::Unavailable,
+];
+
+/// The error class with the most requests in `by_outcome`, if any request failed.
+pub(crate) fn dominant_class(by_outcome: &[u64; Outcome::COUNT]) -> Option<Outcome> {
+    ERROR_CLASSES
+        .iter()
+        .copied()
+        .filter(|c| by_outcome[c.index()] > 0)
+        // Ties go to the earlier class, so the answer is deterministic.
+        .fold(None, |best: Option<Outcome>, c| match best {
+            Some(b) if by_outcome[b.index()] >= by_outcome[c.index()] => Some(b),
+            _ => Some(c),
+        })
+}
+
+/// Baselines and streak of one group.
+#[derive(Debug, Clone, Default)]
+struct GroupState {
+    ratio: Ewma,
+    by_class: [Ewma; Outcome::COUNT],
+    streak: u32,
 }
 
 /// The `ErrorSurge` detector.
 #[derive(Debug, Clone)]
 pub struct ErrorSurge {
     cfg: ErrorSurgeConfig,
+    alpha: f64,
+    groups: BTreeMap<String, GroupState>,
 }
 
 impl ErrorSurge {
     /// A detector for windows of `window_secs`.
-    pub fn new(cfg: ErrorSurgeConfig, _window_secs: f64) -> Self {
-        ErrorSurge { cfg }
+    pub fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
+        ErrorSurge {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    fn finding(&self, g: &GroupSnapshot, st: &GroupState, e: f64, b: f64) -> Finding {
+        let requests = g.requests as f64;
+        let warm = self.cfg.warmup_windows;
+        let base_of = |c: Outcome| st.by_class[c.index()].value(warm).unwrap_or(0.0);
+        // The class whose ratio grew most, in points.
+        let grown = ERROR_CLASSES
+            .iter()
+            .copied()
+            .map(|c| (c, g.outcome(c) as f64 / requests - base_of(c)))
+            .fold(None, |best: Option<(Outcome, f64)>, (c, d)| match best {
+                Some((_, bd)) if bd >= d => best,
+                _ => Some((c, d)),
+            })
+            .map_or(Outcome::Error, |(c, _)| c);
+        let mut f = Finding::new("ErrorSurge", self.cfg.rule.severity, &[("group", &g.group)])
+            .annotate("error_ratio", pct(e))
+            .annotate("baseline_error_ratio", pct(b))
+            .annotate("requests", g.requests.to_string())
+            .annotate("dominant_class", grown.as_str());
+        let mut classes = Vec::new();
+        for c in ERROR_CLASSES {
+            let now = g.outcome(c) as f64 / requests;
+            let base = base_of(c);
+            if now > 0.0 || base >= 0.0005 {
+                f = f.annotate(
+                    &format!("error_ratio_{}", c.as_str()),
+                    format!("{} (baseline {})", pct(now), pct(base)),
+                );
+                classes.push(format!("{} {}", c.as_str(), pct(now)));
+            }
+        }
+        let mut where_ = String::new();
+        // The shard with the most errors; `rev` makes ties go to the first name.
+        if let Some(s) = g
+            .shards
+            .iter()
+            .filter(|s| s.errors > 0 && s.shard != OTHER_LABEL)
+            .rev()
+            .max_by_key(|s| s.errors)
+        {
+            let share = s.errors as f64 / g.errors.max(1) as f64;
+            let ratio = s.error_ratio.unwrap_or(0.0);
+            f = f
+                .annotate("top_error_shard", s.shard.as_str())
+                .annotate("top_error_shard_error_share", pct(share))
+                .annotate("top_error_shard_error_ratio", pct(ratio));
+            where_ = format!(
+                " Shard {} returned {} of the errors ({} of its requests failed).",
+                s.shard,
+                pct(share),
+                pct(ratio)
+            );
+        }
+        let factor = if b > 0.0 {
+            format!("{}x", num(e / b))
+        } else {
+            "from zero".to_owned()
+        };
+        f.annotate(
+            "summary",
+            format!(
+                "{}: error ratio {} (baseline {}), mostly {}",
+                g.group,
+                pct(e),
+                pct(b),
+                grown.as_str()
+            ),
+        )
+        .annotate(
+            "description",
+            format!(
+                "The error ratio of {} is {} over {} requests, {} its baseline of {}. By class: {}. \
+                 The class that grew most is {}.{}",
+                g.group,
+                pct(e),
+                g.requests,
+                factor,
+                pct(b),
+                classes.join(", "),
+                grown.as_str(),
+                where_
+            ),
+        )
     }
 }
 
@@ -47,7 +250,237 @@ impl Detector for ErrorSurge {
         "ErrorSurge"
     }
 
-    fn evaluate(&mut self, _ctx: &Context<'_>, _out: &mut Vec<Finding>) {
-        let _ = &self.cfg;
+    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
+        // Groups that left the snapshot take their state with them: memory stays bounded by
+        // the groups the windows track.
+        let snap = ctx.snapshot;
+        self.groups.retain(|name, _| snap.group(name).is_some());
+        for g in &snap.groups {
+            // `__other__` mixes unrelated systems; its ratio is nobody's.
+            if g.group == OTHER_LABEL || g.requests < self.cfg.min_requests {
+                continue;
+            }
+            let mut st = self.groups.remove(&g.group).unwrap_or_default();
+            let e = g.errors as f64 / g.requests as f64;
+            let verdict = st
+                .ratio
+                .value(self.cfg.warmup_windows)
+                .map(|b| (b, self.cfg.surges(e, b)));
+            let holds = verdict.is_some_and(|(_, h)| h);
+            st.streak = if holds { st.streak + 1 } else { 0 };
+            let active = ctx.alerts.is_active("ErrorSurge", &[("group", &g.group)]);
+            if let Some((b, true)) = verdict
+                && (st.streak >= self.cfg.consecutive_windows || active)
+            {
+                out.push(self.finding(g, &st, e, b));
+            }
+            // Learn only from windows that are neither suspect nor part of an incident.
+            if !holds && !active {
+                st.ratio.update(e, self.alpha);
+                for c in ERROR_CLASSES {
+                    let r = g.outcome(c) as f64 / g.requests as f64;
+                    st.by_class[c.index()].update(r, self.alpha);
+                }
+            }
+            self.groups.insert(g.group.clone(), st);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::AlertBook;
+    use crate::detect::DetectorsConfig;
+    use crate::observation::ObservationRef;
+    use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// One window of `n` requests of group `g`, `errs` of them with outcome `class` on shard b.
+    fn window(w: &mut Windows, end: f64, n: u64, errs: u64, class: Outcome) -> WindowSnapshot {
+        let mut ok = ObservationRef::new("g", "a");
+        ok.count = n - errs;
+        w.record(&ok);
+        if errs > 0 {
+            let mut bad = ObservationRef::new("g", "b");
+            bad.count = errs;
+            bad.outcome = class;
+            w.record(&bad);
+        }
+        w.close(end)
+    }
+
+    /// Runs the detector and an alert book over windows; returns the windows (1-based) in which
+    /// the detector reported a finding, and the last finding.
+    fn run(
+        cfg: ErrorSurgeConfig,
+        windows: &[(u64, u64, Outcome)],
+    ) -> (Vec<usize>, Option<Finding>) {
+        let mut d = ErrorSurge::new(cfg.clone(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let rules = DetectorsConfig {
+            error_surge: cfg,
+            ..DetectorsConfig::default()
+        }
+        .rules();
+        let mut book = AlertBook::new(rules);
+        let mut hits = Vec::new();
+        let mut last = None;
+        for (i, &(n, e, c)) in windows.iter().enumerate() {
+            let end = (i + 1) as f64 * 10.0;
+            let snap = window(&mut w, end, n, e, c);
+            let ctx = Context {
+                snapshot: &snap,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            let mut out = Vec::new();
+            d.evaluate(&ctx, &mut out);
+            if let Some(f) = out.last() {
+                hits.push(i + 1);
+                last = Some(f.clone());
+            }
+            book.update(end, out);
+        }
+        (hits, last)
+    }
+
+    fn steady(n: usize, reqs: u64, errs: u64) -> Vec<(u64, u64, Outcome)> {
+        vec![(reqs, errs, Outcome::Error); n]
+    }
+
+    #[test]
+    fn a_not_found_surge_fires_after_two_windows_with_the_class_and_shard_named() {
+        let mut ws = steady(40, 1000, 3);
+        ws.extend(vec![(1000, 210, Outcome::NotFound); 5]);
+        let (hits, last) = run(ErrorSurgeConfig::default(), &ws);
+        assert_eq!(hits, [42, 43, 44, 45]);
+        let f = last.unwrap();
+        assert_eq!(f.labels["group"], "g");
+        assert_eq!(f.annotations["dominant_class"], "not_found");
+        assert_eq!(f.annotations["error_ratio"], "21.0%");
+        assert_eq!(f.annotations["baseline_error_ratio"], "0.3%");
+        assert_eq!(
+            f.annotations["error_ratio_not_found"],
+            "21.0% (baseline 0.0%)"
+        );
+        assert_eq!(f.annotations["top_error_shard"], "b");
+        assert!(
+            f.annotations["summary"].contains("mostly not_found"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn nothing_is_judged_during_warm_up() {
+        // A group born failing at 30% learns that as its normal.
+        let (hits, _) = run(ErrorSurgeConfig::default(), &steady(100, 1000, 300));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_single_bad_window_is_absorbed() {
+        let mut ws = steady(40, 1000, 3);
+        ws.push((1000, 200, Outcome::Timeout));
+        ws.extend(steady(10, 1000, 3));
+        let (hits, _) = run(ErrorSurgeConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn the_floor_and_the_additive_test_bound_the_relative_one() {
+        let c = ErrorSurgeConfig::default();
+        // 0.01% -> 1%: 100x but under the 5% floor.
+        assert!(!c.surges(0.01, 0.0001));
+        // 10% -> 19%: neither 5x nor +10 points.
+        assert!(!c.surges(0.19, 0.10));
+        // 10% -> 21%: +11 points.
+        assert!(c.surges(0.21, 0.10));
+        // 1% -> 6%: floor and 5x hold.
+        assert!(c.surges(0.06, 0.01));
+    }
+
+    #[test]
+    fn low_volume_windows_are_ignored() {
+        let mut ws = steady(40, 1000, 3);
+        ws.extend(vec![(100, 50, Outcome::Error); 5]);
+        let (hits, _) = run(ErrorSurgeConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn the_baseline_is_frozen_while_the_alert_is_active() {
+        // An hour-long incident at 30% keeps firing: the baseline does not learn it.
+        let mut ws = steady(40, 1000, 3);
+        ws.extend(vec![(1000, 300, Outcome::Unavailable); 360]);
+        let (hits, last) = run(ErrorSurgeConfig::default(), &ws);
+        assert_eq!(hits.len(), 359);
+        assert_eq!(last.unwrap().annotations["baseline_error_ratio"], "0.3%");
+    }
+
+    #[test]
+    fn state_of_departed_groups_is_evicted() {
+        let mut d = ErrorSurge::new(ErrorSurgeConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let book = AlertBook::default();
+        let snap = window(&mut w, 10.0, 1000, 0, Outcome::Error);
+        let ctx = Context {
+            snapshot: &snap,
+            alerts: &book,
+            window_secs: 10.0,
+        };
+        d.evaluate(&ctx, &mut Vec::new());
+        assert_eq!(d.groups.len(), 1);
+        let empty = WindowSnapshot::empty(20.0);
+        let ctx = Context {
+            snapshot: &empty,
+            alerts: &book,
+            window_secs: 10.0,
+        };
+        d.evaluate(&ctx, &mut Vec::new());
+        assert!(d.groups.is_empty());
+    }
+
+    #[test]
+    fn check_reports_every_bad_field() {
+        let cfg = ErrorSurgeConfig {
+            min_requests: 0,
+            min_error_ratio: 1.5,
+            ratio_over_baseline: 0.5,
+            points_over_baseline: -0.1,
+            consecutive_windows: 0,
+            baseline_tau_secs: 0.0,
+            warmup_windows: 0,
+            ..ErrorSurgeConfig::default()
+        };
+        let mut out = Vec::new();
+        cfg.check(&mut Problems::new("detectors.error_surge", &mut out));
+        let fields: Vec<&str> = out.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "detectors.error_surge.min_requests",
+                "detectors.error_surge.min_error_ratio",
+                "detectors.error_surge.ratio_over_baseline",
+                "detectors.error_surge.points_over_baseline",
+                "detectors.error_surge.consecutive_windows",
+                "detectors.error_surge.baseline_tau_secs",
+                "detectors.error_surge.warmup_windows",
+            ]
+        );
+        let mut out = Vec::new();
+        ErrorSurgeConfig::default().check(&mut Problems::new("x", &mut out));
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn dominant_class_breaks_ties_by_order() {
+        let mut by = [0u64; Outcome::COUNT];
+        assert_eq!(dominant_class(&by), None);
+        by[Outcome::Timeout.index()] = 5;
+        by[Outcome::NotFound.index()] = 5;
+        assert_eq!(dominant_class(&by), Some(Outcome::Timeout));
+        by[Outcome::NotFound.index()] = 6;
+        assert_eq!(dominant_class(&by), Some(Outcome::NotFound));
     }
 }

@@ -1,9 +1,50 @@
-//! `FastFailureSink` detector. (Skeleton: being written.)
+//! `FastFailureSink`: a shard that answers fast with errors and, because it answers fast, draws
+//! a growing share of the traffic (science §5, detector D).
+//!
+//! Least-loaded and latency-aware balancers send work where answers come back soonest. A backend
+//! that fails fast (a `NOT_FOUND` from a broken control plane, a `503` from an empty pool) looks
+//! like the best backend there is, so it gets more traffic, and more requests fail. The SRE book
+//! (ch. 20) describes a task serving 100% fast errors under least-loaded round robin; the
+//! September 2025 model-serving incident had one cluster answering `NOT_FOUND` faster and
+//! gaining share until 21% of requests failed.
+//!
+//! **Signals**, per shard j of a group and window (shards with at least `min_requests`):
+//! - traffic share `s_j` against its EWMA baseline `b_j` (one-hour time constant);
+//! - error ratio `e_j`: every outcome but `ok` counts (`not_found`, `unavailable` and
+//!   `throttled` are the fast ones);
+//! - p50 latency of all responses, errors included: the balancer sees exactly that;
+//! - the fleet's **error-attraction ratio** `EAR = sum s_j e_j / sum b_j e_j`: the error ratio
+//!   traffic actually meets, over what baseline routing would give it with today's error ratios.
+//!   Baselines are rescaled to the same total as today's shares, so EAR measures redistribution.
+//!
+//! **Condition**, for `consecutive_windows` (3) windows in a row, with at least `min_shards` (2)
+//! shards judged:
+//! - `s_j >= 1.3 b_j`: it draws more traffic than it used to;
+//! - `e_j >= max(5%, 3 x median peer error ratio)`: it fails more than its peers;
+//! - `p50_j <= 0.8 x median peer p50`: it answers faster than its peers;
+//! - `EAR >= 1.2`: routing moves traffic *toward* errors.
+//!
+//! **Baselines** give no verdict before `warmup_windows` windows. A group's share baselines stop
+//! learning while any of its shards meets the condition or its alert is active.
+//!
+//! **Why it does not false-alarm**:
+//! - A shard that gains share because its peers are drained or scaled in has a normal error
+//!   ratio.
+//! - A failing shard that loses share is the balancer doing its job (EAR < 1).
+//! - A slow failing shard (timeouts) does not attract traffic and is not fast.
+//! - A shard that is fast because it serves cheap requests fails no more than its peers.
+//! - A shard whose share drifts up slowly is learned by its baseline.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, Problems, RuleSettings};
+use crate::detect::baseline::{Ewma, alpha_for, median};
+use crate::detect::error_surge::{check_windows, dominant_class};
+use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::observation::{OTHER_LABEL, Outcome};
+use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.fast_failure_sink` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -12,12 +53,42 @@ pub struct FastFailureSinkConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
+    /// Fewest requests a shard needs in a window to be judged (or to be a peer).
+    pub min_requests: u64,
+    /// Fewest judged shards a group needs: one shard alone has no peers and no router choice.
+    pub min_shards: usize,
+    /// The shard's share reaches this multiple of its baseline share.
+    pub share_factor: f64,
+    /// The shard's error ratio reaches at least this...
+    pub error_ratio_floor: f64,
+    /// ...and this multiple of the median error ratio of its peers.
+    pub error_ratio_peer_factor: f64,
+    /// The shard's p50 latency (all responses) is at most this multiple of its peers' median.
+    pub latency_peer_factor: f64,
+    /// The fleet's error-attraction ratio reaches at least this.
+    pub min_error_attraction: f64,
+    /// Windows in a row the condition must hold before the detector reports.
+    pub consecutive_windows: u32,
+    /// Time constant of the share baselines, in seconds.
+    pub baseline_tau_secs: f64,
+    /// Windows a shard's baseline needs before the shard is judged.
+    pub warmup_windows: u32,
 }
 
 impl Default for FastFailureSinkConfig {
     fn default() -> Self {
         FastFailureSinkConfig {
             rule: RuleSettings::new(Severity::Critical, 0.0, 60.0),
+            min_requests: 50,
+            min_shards: 2,
+            share_factor: 1.3,
+            error_ratio_floor: 0.05,
+            error_ratio_peer_factor: 3.0,
+            latency_peer_factor: 0.8,
+            min_error_attraction: 1.2,
+            consecutive_windows: 3,
+            baseline_tau_secs: 3600.0,
+            warmup_windows: 30,
         }
     }
 }
@@ -26,19 +97,250 @@ impl FastFailureSinkConfig {
     /// Checks every field.
     pub fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
+        if self.min_requests == 0 {
+            p.fail(
+                "min_requests",
+                "must be at least 1: a ratio of no requests means nothing",
+            );
+        }
+        if !(2..=100_000).contains(&self.min_shards) {
+            p.fail(
+                "min_shards",
+                format!(
+                    "{} is out of range: use 2..=100000 (a shard needs peers)",
+                    self.min_shards
+                ),
+            );
+        }
+        p.range("share_factor", self.share_factor, 1.0, 1000.0);
+        p.range("error_ratio_floor", self.error_ratio_floor, 0.0, 1.0);
+        p.range(
+            "error_ratio_peer_factor",
+            self.error_ratio_peer_factor,
+            1.0,
+            1000.0,
+        );
+        p.range("latency_peer_factor", self.latency_peer_factor, 0.0, 1.0);
+        p.range(
+            "min_error_attraction",
+            self.min_error_attraction,
+            1.0,
+            1000.0,
+        );
+        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.range(
+            "baseline_tau_secs",
+            self.baseline_tau_secs,
+            1.0,
+            30.0 * 86_400.0,
+        );
+        check_windows(p, "warmup_windows", self.warmup_windows);
     }
+}
+
+/// Baseline and streak of one shard.
+#[derive(Debug, Clone, Default)]
+struct ShardState {
+    share: Ewma,
+    streak: u32,
+}
+
+/// What the detector measured about one suspect shard.
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    share: f64,
+    base_share: f64,
+    error_ratio: f64,
+    peer_error_ratio: f64,
+    p50: f64,
+    peer_p50: f64,
+    ear: f64,
 }
 
 /// The `FastFailureSink` detector.
 #[derive(Debug, Clone)]
 pub struct FastFailureSink {
     cfg: FastFailureSinkConfig,
+    alpha: f64,
+    /// Group -> shard -> state.
+    groups: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
 impl FastFailureSink {
     /// A detector for windows of `window_secs`.
-    pub fn new(cfg: FastFailureSinkConfig, _window_secs: f64) -> Self {
-        FastFailureSink { cfg }
+    pub fn new(cfg: FastFailureSinkConfig, window_secs: f64) -> Self {
+        FastFailureSink {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+
+    /// Judges every eligible shard of `g`; returns, per shard name, the verdict when all four
+    /// conditions hold now.
+    fn judge(
+        &self,
+        g: &GroupSnapshot,
+        states: &BTreeMap<String, ShardState>,
+    ) -> BTreeMap<String, Verdict> {
+        let mut out = BTreeMap::new();
+        let judged: Vec<&ShardSnapshot> = g
+            .shards
+            .iter()
+            .filter(|s| s.shard != OTHER_LABEL && s.requests >= self.cfg.min_requests)
+            .collect();
+        if judged.len() < self.cfg.min_shards {
+            return out;
+        }
+        let warm = self.cfg.warmup_windows;
+        let base_of = |s: &ShardSnapshot| states.get(&s.shard).and_then(|st| st.share.value(warm));
+        // A shard without a warm baseline counts as routed as it used to be (neutral in EAR).
+        let bases: Vec<f64> = judged
+            .iter()
+            .map(|s| base_of(s).unwrap_or(s.share))
+            .collect();
+        let share_sum: f64 = judged.iter().map(|s| s.share).sum();
+        let base_sum: f64 = bases.iter().sum();
+        if share_sum <= 0.0 || base_sum <= 0.0 {
+            return out;
+        }
+        let scale = share_sum / base_sum;
+        let err = |s: &ShardSnapshot| s.error_ratio.unwrap_or(0.0);
+        let actual: f64 = judged.iter().map(|s| s.share * err(s)).sum();
+        let expected: f64 = judged
+            .iter()
+            .zip(&bases)
+            .map(|(s, b)| b * scale * err(s))
+            .sum();
+        let ear = if expected > 0.0 {
+            actual / expected
+        } else if actual > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        };
+        if ear < self.cfg.min_error_attraction {
+            return out;
+        }
+        for (j, s) in judged.iter().enumerate() {
+            let (Some(b), Some(lat)) = (base_of(s), s.latency) else {
+                continue;
+            };
+            let b = b * scale;
+            let e = err(s);
+            // The cheap per-shard tests first: peer medians cost O(J) per suspect, and there
+            // is rarely more than one suspect.
+            if s.share < self.cfg.share_factor * b || e < self.cfg.error_ratio_floor {
+                continue;
+            }
+            let peers = judged.iter().enumerate().filter(|(k, _)| *k != j);
+            let mut peer_err: Vec<f64> = peers.clone().map(|(_, p)| err(p)).collect();
+            let mut peer_p50: Vec<f64> = peers
+                .filter_map(|(_, p)| p.latency.map(|l| l.p50_ms))
+                .collect();
+            let (Some(pe), Some(pl)) = (median(&mut peer_err), median(&mut peer_p50)) else {
+                continue;
+            };
+            let holds = e >= self.cfg.error_ratio_peer_factor * pe
+                && lat.p50_ms <= self.cfg.latency_peer_factor * pl;
+            if holds {
+                out.insert(
+                    s.shard.clone(),
+                    Verdict {
+                        share: s.share,
+                        base_share: b,
+                        error_ratio: e,
+                        peer_error_ratio: pe,
+                        p50: lat.p50_ms,
+                        peer_p50: pl,
+                        ear,
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    fn finding(&self, g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> Finding {
+        let class = dominant_class(&s.by_outcome).unwrap_or(Outcome::Error);
+        let class_ratio = s.outcome(class) as f64 / s.requests.max(1) as f64;
+        let group_failed = g.error_ratio.unwrap_or(0.0);
+        let ok_p50 = s
+            .ok_latency
+            .map_or("n/a".to_owned(), |l| format!("{} ms", num(l.p50_ms)));
+        Finding::new(
+            "FastFailureSink",
+            self.cfg.rule.severity,
+            &[("group", &g.group), ("shard", &s.shard)],
+        )
+        .annotate(
+            "share",
+            format!(
+                "{} (baseline {}, {}x)",
+                pct(v.share),
+                pct(v.base_share),
+                num(v.share / v.base_share.max(1e-12))
+            ),
+        )
+        .annotate("error_ratio", pct(v.error_ratio))
+        .annotate("dominant_class", class.as_str())
+        .annotate("dominant_class_ratio", pct(class_ratio))
+        .annotate("peer_error_ratio", pct(v.peer_error_ratio))
+        .annotate(
+            "p50_latency",
+            format!("{} ms (peers' median {} ms)", num(v.p50), num(v.peer_p50)),
+        )
+        .annotate("ok_p50_latency", ok_p50)
+        .annotate("error_attraction_ratio", num(v.ear))
+        .annotate("group_error_ratio", pct(group_failed))
+        .annotate("windows", windows.to_string())
+        .annotate(
+            "summary",
+            format!(
+                "{}/{} answers fast with errors ({} {}, p50 {} ms vs peers' {} ms) and draws {} \
+                 of the traffic (baseline {})",
+                g.group,
+                s.shard,
+                pct(class_ratio),
+                class.as_str(),
+                num(v.p50),
+                num(v.peer_p50),
+                pct(v.share),
+                pct(v.base_share)
+            ),
+        )
+        .annotate(
+            "description",
+            format!(
+                "Shard {} of {} answers fast with errors, so least-loaded or latency-aware \
+                 routing sends it more traffic: its share grew from {} to {} while {} of its \
+                 answers are errors (mostly {}; peers' median {}) and its p50 is {} ms against \
+                 its peers' {} ms. Traffic now meets {}x the error ratio that baseline routing \
+                 would give it (error-attraction ratio); {} of the group's requests fail.",
+                s.shard,
+                g.group,
+                pct(v.base_share),
+                pct(v.share),
+                pct(v.error_ratio),
+                class.as_str(),
+                pct(v.peer_error_ratio),
+                num(v.p50),
+                num(v.peer_p50),
+                num(v.ear),
+                pct(group_failed)
+            ),
+        )
+        .annotate(
+            "mitigations",
+            format!(
+                "drain or eject {} now (outlier ejection on error ratio, not only on latency); \
+                 count recent errors as load in the balancer so a fast error costs as much as a \
+                 slow success (SRE book ch. 20); make health checks verify answers, not just \
+                 liveness; find why it answers {}",
+                s.shard,
+                class.as_str()
+            ),
+        )
     }
 }
 
@@ -47,7 +349,291 @@ impl Detector for FastFailureSink {
         "FastFailureSink"
     }
 
-    fn evaluate(&mut self, _ctx: &Context<'_>, _out: &mut Vec<Finding>) {
-        let _ = &self.cfg;
+    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
+        let snap = ctx.snapshot;
+        self.groups.retain(|name, _| snap.group(name).is_some());
+        for g in &snap.groups {
+            if g.group == OTHER_LABEL {
+                continue;
+            }
+            let mut states = self.groups.remove(&g.group).unwrap_or_default();
+            // Shards the windows forgot take their state with them.
+            states.retain(|name, _| g.shard(name).is_some());
+            let verdicts = self.judge(g, &states);
+            for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+                let st = states.entry(s.shard.clone()).or_default();
+                let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
+                let Some(v) = verdicts.get(&s.shard) else {
+                    st.streak = 0;
+                    continue;
+                };
+                st.streak += 1;
+                if st.streak >= self.cfg.consecutive_windows
+                    || ctx.alerts.is_active("FastFailureSink", &labels)
+                {
+                    out.push(self.finding(g, s, v, st.streak));
+                }
+            }
+            // Shares learn only while no shard is suspect and no alert is active, so the
+            // incident's redistribution does not become the new normal.
+            let frozen =
+                !verdicts.is_empty() || ctx.alerts.group_has_active("FastFailureSink", &g.group);
+            if !frozen && g.requests > 0 {
+                for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+                    if let Some(st) = states.get_mut(&s.shard) {
+                        st.share.update(s.share, self.alpha);
+                    }
+                }
+            }
+            self.groups.insert(g.group.clone(), states);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::AlertBook;
+    use crate::detect::DetectorsConfig;
+    use crate::observation::ObservationRef;
+    use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// One cluster in one window: requests, error ratio, error class, p50 of ok and of errors.
+    #[derive(Debug, Clone, Copy)]
+    struct C {
+        requests: u64,
+        err: f64,
+        class: Outcome,
+        ok_ms: f64,
+        err_ms: f64,
+    }
+
+    const HEALTHY: C = C {
+        requests: 200,
+        err: 0.005,
+        class: Outcome::Error,
+        ok_ms: 80.0,
+        err_ms: 80.0,
+    };
+
+    fn record(w: &mut Windows, clusters: &[C]) {
+        for (i, c) in clusters.iter().enumerate() {
+            let name = format!("c{i}");
+            let errs = (c.requests as f64 * c.err).round() as u64;
+            let mut o = ObservationRef::new("ms", &name);
+            // Two latency values around the median so p50 is the median.
+            for (count, ms, outcome) in [
+                ((c.requests - errs) / 2, c.ok_ms * 0.9, Outcome::Ok),
+                (
+                    c.requests - errs - (c.requests - errs) / 2,
+                    c.ok_ms * 1.1,
+                    Outcome::Ok,
+                ),
+                (errs, c.err_ms, c.class),
+            ] {
+                if count > 0 {
+                    o.count = count;
+                    o.latency_ms = Some(ms);
+                    o.outcome = outcome;
+                    w.record(&o);
+                }
+            }
+        }
+    }
+
+    /// Runs windows through the detector and an alert book; returns the 1-based windows with a
+    /// finding and the last finding.
+    fn run(cfg: FastFailureSinkConfig, windows: &[Vec<C>]) -> (Vec<usize>, Option<Finding>) {
+        let mut d = FastFailureSink::new(cfg.clone(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut book = AlertBook::new(
+            DetectorsConfig {
+                fast_failure_sink: cfg,
+                ..DetectorsConfig::default()
+            }
+            .rules(),
+        );
+        let (mut hits, mut last) = (Vec::new(), None);
+        for (i, win) in windows.iter().enumerate() {
+            let end = (i + 1) as f64 * 10.0;
+            record(&mut w, win);
+            let snap = w.close(end);
+            let ctx = Context {
+                snapshot: &snap,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            let mut out = Vec::new();
+            d.evaluate(&ctx, &mut out);
+            if let Some(f) = out.last() {
+                hits.push(i + 1);
+                last = Some(f.clone());
+            }
+            book.update(end, out);
+        }
+        (hits, last)
+    }
+
+    fn fleet(n: usize) -> Vec<C> {
+        vec![HEALTHY; n]
+    }
+
+    /// 40 healthy windows of 6 clusters, then `incident` windows.
+    fn scenario(incident: Vec<Vec<C>>) -> Vec<Vec<C>> {
+        let mut ws = vec![fleet(6); 40];
+        ws.extend(incident);
+        ws
+    }
+
+    fn sink(requests: u64) -> C {
+        C {
+            requests,
+            err: 0.9,
+            class: Outcome::NotFound,
+            ok_ms: 80.0,
+            err_ms: 5.0,
+        }
+    }
+
+    #[test]
+    fn a_fast_not_found_cluster_that_gains_share_fires_on_the_third_window() {
+        let mut bad = fleet(6);
+        bad[2] = sink(340);
+        let (hits, last) = run(FastFailureSinkConfig::default(), &scenario(vec![bad; 5]));
+        assert_eq!(hits, [43, 44, 45]);
+        let f = last.unwrap();
+        assert_eq!(f.labels["group"], "ms");
+        assert_eq!(f.labels["shard"], "c2");
+        let a = &f.annotations;
+        assert_eq!(a["dominant_class"], "not_found");
+        assert_eq!(a["share"], "25.4% (baseline 16.7%, 1.52x)");
+        assert_eq!(a["p50_latency"], "5.02 ms (peers' median 80.4 ms)");
+        assert!(a["description"].contains("latency-aware routing sends it more traffic"));
+        assert!(
+            a["mitigations"].contains("count recent errors as load"),
+            "{a:?}"
+        );
+        let ear: f64 = a["error_attraction_ratio"].parse().unwrap();
+        assert!(ear > 1.4, "{ear}");
+    }
+
+    #[test]
+    fn a_failing_cluster_that_loses_share_is_healthy_routing() {
+        let mut bad = fleet(6);
+        bad[2] = sink(60);
+        let (hits, _) = run(FastFailureSinkConfig::default(), &scenario(vec![bad; 10]));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_cluster_that_gains_share_because_peers_drained_is_not_a_sink() {
+        // Two clusters drained: the rest gain 1.5x share with normal errors and latency.
+        let mut drained = fleet(6);
+        drained[0].requests = 0;
+        drained[1].requests = 0;
+        let (hits, _) = run(
+            FastFailureSinkConfig::default(),
+            &scenario(vec![drained; 10]),
+        );
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_slow_failing_cluster_is_not_a_fast_failure() {
+        let mut bad = fleet(6);
+        bad[2] = C {
+            err_ms: 1000.0,
+            ..sink(340)
+        };
+        let (hits, _) = run(FastFailureSinkConfig::default(), &scenario(vec![bad; 10]));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn two_windows_are_not_enough_and_nothing_is_judged_during_warm_up() {
+        let mut bad = fleet(6);
+        bad[2] = sink(340);
+        let (hits, _) = run(
+            FastFailureSinkConfig::default(),
+            &scenario(vec![
+                bad.clone(),
+                bad.clone(),
+                fleet(6),
+                bad.clone(),
+                bad.clone(),
+            ]),
+        );
+        assert!(hits.is_empty(), "{hits:?}");
+        let mut ws = vec![fleet(6); 10];
+        ws.extend(vec![bad; 10]);
+        let (hits, _) = run(FastFailureSinkConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_lone_shard_has_no_peers() {
+        let mut ws = vec![fleet(1); 40];
+        ws.extend(vec![vec![sink(400)]; 10]);
+        let (hits, _) = run(FastFailureSinkConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn the_baseline_is_frozen_while_the_alert_fires() {
+        let mut bad = fleet(6);
+        bad[2] = sink(340);
+        let (hits, last) = run(FastFailureSinkConfig::default(), &scenario(vec![bad; 400]));
+        assert_eq!(hits.len(), 398);
+        assert!(last.unwrap().annotations["share"].contains("baseline 16.7%"));
+    }
+
+    #[test]
+    fn state_of_departed_shards_and_groups_is_evicted() {
+        fn eval(d: &mut FastFailureSink, snap: &WindowSnapshot) {
+            let book = AlertBook::default();
+            let ctx = Context {
+                snapshot: snap,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            d.evaluate(&ctx, &mut Vec::new());
+        }
+        let mut d = FastFailureSink::new(FastFailureSinkConfig::default(), 10.0);
+        let cfg = WindowConfig {
+            shard_idle_windows: 1,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        for (end, n) in [(10.0, 3), (20.0, 2), (30.0, 2)] {
+            record(&mut w, &fleet(n));
+            eval(&mut d, &w.close(end));
+        }
+        assert_eq!(d.groups["ms"].len(), 2);
+        eval(&mut d, &WindowSnapshot::empty(40.0));
+        assert!(d.groups.is_empty());
+    }
+
+    #[test]
+    fn check_reports_every_bad_field() {
+        let cfg = FastFailureSinkConfig {
+            min_requests: 0,
+            min_shards: 1,
+            share_factor: 0.9,
+            error_ratio_floor: 2.0,
+            error_ratio_peer_factor: 0.0,
+            latency_peer_factor: 1.5,
+            min_error_attraction: 0.5,
+            consecutive_windows: 0,
+            baseline_tau_secs: -1.0,
+            warmup_windows: 0,
+            ..FastFailureSinkConfig::default()
+        };
+        let mut out = Vec::new();
+        cfg.check(&mut Problems::new("d", &mut out));
+        assert_eq!(out.len(), 10, "{out:?}");
+        let mut out = Vec::new();
+        FastFailureSinkConfig::default().check(&mut Problems::new("d", &mut out));
+        assert!(out.is_empty(), "{out:?}");
     }
 }

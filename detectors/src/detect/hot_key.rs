@@ -1,45 +1,587 @@
-//! `HotKey` detector. (Skeleton: being written.)
+//! `HotKey` detector: one key value takes a large share of a group's load, or of one shard's
+//! load, far above what that key usually takes (labels `group`, `key`, and `shard` when the key
+//! lives on one shard).
+//!
+//! # Signals
+//!
+//! - **Group rule.** The group's key summary ([`GroupSnapshot::top_keys`]) reports each top
+//!   key's count as an upper bound with an over-count bound `error`. Decisions use the *lower
+//!   bound* `requests − error`, so a key whose count is uncertain cannot fire. The key's share
+//!   of the group's requests is compared with an absolute floor (`min_group_share`, 20%), with
+//!   a whole shard's fair share (`fair_share_multiple`·1/N: a key heavier than one shard's fair
+//!   share overloads its shard whatever the sharding, science §1: PAR ≥ N·p₁ + (1 − p₁)), and
+//!   with the key's own baseline share (`min_ratio`, 2×). A minimum lower-bound volume
+//!   (`min_requests` per window) keeps a quiet group from firing on a handful of requests.
+//! - **Shard rule** (a hot key inside an otherwise normal shard). Each shard's key summary
+//!   ([`ShardSnapshot::top_keys`], shares of the shard's requests) is checked too: the key's
+//!   lower-bound share of the shard must reach `min_shard_share` (50%), its share of the
+//!   *group's* load must be `min_ratio` times its baseline (the key's own load grew, whatever
+//!   its shard did), and it must carry at least `min_shard_requests` requests in the window.
+//!   This catches a key that takes over a shard's traffic mix while the shard's total load
+//!   barely moves, which `HotShard` rightly ignores, and a key that makes its shard hot while
+//!   staying under the group rule's 20% (the empty key of the metadata-database incident: 1% ->
+//!   6% of the group, 40% -> 80% of its shard).
+//!
+//! A key *lives on one shard* when one shard's summary holds at least `single_shard_share` of
+//! the key's group-wide lower bound; the alert then carries that `shard` label (kept while the
+//! alert is active, so labels do not flap). When the group rule fires for a key, the shard rule
+//! does not raise a second alert for the same key.
+//!
+//! # Baselines and warm-up
+//!
+//! Baselines are EWMAs of the key's share of the group's requests (time constant
+//! `baseline_tau_secs`; shares, so diurnal load cancels), one per key of the group and one per
+//! key of each shard. A key that shows up for the first time is taken to
+//! have had a share of zero in every earlier window of its group or shard (it was not among the
+//! top keys), so a key that appears from nowhere and takes 30% is hot, while a key that has
+//! been heavy since the agent started is its own baseline. No verdict is made before the group
+//! (or shard) has `warmup_windows` windows with keyed traffic. Baselines are frozen while the
+//! key's alert is active or its condition is building up.
+//!
+//! Memory: a key's state is dropped once its baseline share falls under `forget_share` (of the
+//! group's load; in a shard scope, of the shard's) and it is neither reported nor alerting.
+//! Baseline shares are averages of shares that sum to at most 1 (or the shard's share), so at
+//! most 1/`forget_share` keys (100) stay per group and per shard, plus the reported ones.
+//! Shards and groups that leave the snapshot are forgotten.
+//!
+//! # Why it does not false-alarm
+//!
+//! - A stably popular key (Zipf 1.0: the top key is about 7% of the group and most of its own
+//!   shard) is its own baseline: ratio ≈ 1.
+//! - Lower bounds: a key that is only possibly heavy (large Space-Saving error) never fires.
+//! - Sampling noise: at the floors (20% share, ≥ 100 requests) the binomial sd of a share is
+//!   under 4 points, so noise cannot double a key's share; four consecutive windows are also
+//!   required, so a burst of one key of up to 20 s (at most three windows) does not fire.
+//! - Diurnal load changes every key's rate alike; shares do not move.
+//! - Low-volume shards (a few requests per second) stay under `min_shard_requests`.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, Problems, RuleSettings};
+use crate::detect::baseline::alpha_for;
+use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::observation::{OTHER_LABEL, key_label};
+use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
-/// `detectors.hot_key` settings.
+/// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HotKeyConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
+    /// Time constant of the per-key share baselines, seconds.
+    pub baseline_tau_secs: f64,
+    /// Windows with keyed traffic a group (or shard) needs before any verdict.
+    pub warmup_windows: u32,
+    /// Group rule: smallest lower-bound share of the group's requests.
+    pub min_group_share: f64,
+    /// Group rule: smallest share in multiples of one shard's fair share 1/N.
+    pub fair_share_multiple: f64,
+    /// Group rule: smallest lower-bound requests of the key in a window.
+    pub min_requests: u64,
+    /// Both rules: smallest share over the key's baseline share.
+    pub min_ratio: f64,
+    /// Shard rule: smallest lower-bound share of the shard's requests.
+    pub min_shard_share: f64,
+    /// Shard rule: smallest lower-bound requests of the key on the shard in a window.
+    pub min_shard_requests: u64,
+    /// Consecutive windows the condition must hold.
+    pub consecutive_windows: u32,
+    /// Fraction of a key's group-wide load one shard must hold for the `shard` label.
+    pub single_shard_share: f64,
+    /// Baseline share under which an unreported, quiet key's state is dropped.
+    pub forget_share: f64,
 }
 
 impl Default for HotKeyConfig {
     fn default() -> Self {
         HotKeyConfig {
             rule: RuleSettings::new(Severity::Warning, 0.0, 60.0),
+            baseline_tau_secs: 3600.0,
+            warmup_windows: 30,
+            min_group_share: 0.2,
+            fair_share_multiple: 1.0,
+            min_requests: 100,
+            min_ratio: 2.0,
+            min_shard_share: 0.5,
+            min_shard_requests: 200,
+            consecutive_windows: 4,
+            single_shard_share: 0.9,
+            forget_share: 0.01,
         }
     }
 }
 
 impl HotKeyConfig {
-    /// Checks every field.
+    /// Checks every field, reporting every problem with why.
     pub fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
+        p.range(
+            "baseline_tau_secs",
+            self.baseline_tau_secs,
+            1.0,
+            30.0 * 86_400.0,
+        );
+        if !(1..=100_000).contains(&self.warmup_windows) {
+            p.fail(
+                "warmup_windows",
+                format!(
+                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
+                    self.warmup_windows
+                ),
+            );
+        }
+        for (field, v) in [
+            ("min_group_share", self.min_group_share),
+            ("min_shard_share", self.min_shard_share),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                p.fail(
+                    field,
+                    format!("{v} is out of range: use a share in (0, 1], e.g. 0.2 for 20%"),
+                );
+            }
+        }
+        p.range("fair_share_multiple", self.fair_share_multiple, 0.0, 1000.0);
+        p.range("min_ratio", self.min_ratio, 1.0, 1000.0);
+        for (field, v) in [
+            ("min_requests", self.min_requests),
+            ("min_shard_requests", self.min_shard_requests),
+        ] {
+            if v == 0 {
+                p.fail(
+                    field,
+                    "0 lets a key with no certain request fire: use at least 1 (100 or more is sound)",
+                );
+            }
+        }
+        if !(1..=1000).contains(&self.consecutive_windows) {
+            p.fail(
+                "consecutive_windows",
+                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
+            );
+        }
+        if !(self.single_shard_share > 0.5 && self.single_shard_share <= 1.0) {
+            p.fail(
+                "single_shard_share",
+                format!(
+                    "{} is out of range: use (0.5, 1] so at most one shard can hold the key",
+                    self.single_shard_share
+                ),
+            );
+        }
+        if !(self.forget_share > 0.0 && self.forget_share < 1.0) {
+            p.fail(
+                "forget_share",
+                format!(
+                    "{} is out of range: use (0, 1); it bounds memory to about 1/forget_share keys",
+                    self.forget_share
+                ),
+            );
+        }
     }
 }
 
-/// The `HotKey` detector.
+/// An EWMA of a key's share that counts windows before the key first appeared as zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct ShareBaseline {
+    value: f64,
+    samples: u32,
+}
+
+impl ShareBaseline {
+    /// A baseline for a key first seen after `prior` windows in which it was not reported.
+    fn after(prior: u32) -> Self {
+        ShareBaseline {
+            value: 0.0,
+            samples: prior,
+        }
+    }
+
+    /// Folds in one window; the running mean until `1/alpha` windows, then the EWMA.
+    fn update(&mut self, x: f64, alpha: f64) {
+        self.samples = self.samples.saturating_add(1);
+        let a = alpha.max(1.0 / f64::from(self.samples));
+        self.value += a * (x - self.value);
+    }
+}
+
+/// What the detector remembers about one key in one scope (group or shard).
+#[derive(Debug, Clone, Default)]
+struct KeyState {
+    base: ShareBaseline,
+    streak: u32,
+    /// The `shard` label of the group rule's alert, once chosen.
+    shard: Option<String>,
+}
+
+/// The keys of one scope and how many windows with keyed traffic it has seen.
+#[derive(Debug, Clone, Default)]
+struct Scope {
+    windows: u32,
+    keys: BTreeMap<String, KeyState>,
+}
+
+/// The group scope and each shard's scope.
+#[derive(Debug, Clone, Default)]
+struct GroupState {
+    group: Scope,
+    shards: BTreeMap<String, Scope>,
+}
+
+/// One key's figures in one window.
+#[derive(Debug, Clone, Copy)]
+struct KeyFigures {
+    /// Lower bound of the key's requests in the scope.
+    lower: u64,
+    /// Lower-bound share of the scope's requests (the group's or the shard's).
+    share: f64,
+    /// Lower-bound share of the group's requests: what the baseline tracks.
+    load: f64,
+    /// The key's baseline share of the group's requests.
+    baseline: f64,
+}
+
+impl KeyFigures {
+    /// The key's load over its baseline; infinite for a key new to the top.
+    fn ratio(&self) -> f64 {
+        if self.baseline > 0.0 {
+            self.load / self.baseline
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// The `HotKey` detector. See the module docs.
 #[derive(Debug, Clone)]
 pub struct HotKey {
     cfg: HotKeyConfig,
+    alpha: f64,
+    state: BTreeMap<String, GroupState>,
 }
 
 impl HotKey {
     /// A detector for windows of `window_secs`.
-    pub fn new(cfg: HotKeyConfig, _window_secs: f64) -> Self {
-        HotKey { cfg }
+    pub fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
+        HotKey {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
+        }
     }
+
+    /// Keys with state in every scope, for tests of eviction.
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.state
+            .values()
+            .map(|g| g.group.keys.len() + g.shards.values().map(|s| s.keys.len()).sum::<usize>())
+            .sum()
+    }
+}
+
+/// The identifying labels of a `HotKey` alert.
+fn key_labels<'a>(
+    group: &'a str,
+    key: &'a str,
+    shard: Option<&'a str>,
+) -> Vec<(&'static str, &'a str)> {
+    let mut l = vec![("group", group), ("key", key)];
+    if let Some(s) = shard {
+        l.push(("shard", s));
+    }
+    l
+}
+
+/// The lower bound of a reported key's count.
+fn lower(k: &KeyShare) -> u64 {
+    k.requests.saturating_sub(k.error)
+}
+
+/// The shard a key lives on: the shard whose summary holds at least `frac` of the key's
+/// group-wide lower bound `lb`.
+fn home_shard<'a>(g: &'a GroupSnapshot, key: &str, lb: u64, frac: f64) -> Option<&'a str> {
+    g.shards
+        .iter()
+        .filter(|s| s.shard != OTHER_LABEL)
+        .filter_map(|s| {
+            s.top_keys
+                .iter()
+                .find(|k| k.key == key)
+                .map(|k| (s.shard.as_str(), k.requests))
+        })
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .filter(|(_, ub)| *ub as f64 >= frac * lb as f64)
+        .map(|(s, _)| s)
+}
+
+impl HotKey {
+    fn group_rule(
+        &mut self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        hot_keys: &mut BTreeSet<String>,
+        out: &mut Vec<Finding>,
+    ) {
+        let cfg = &self.cfg;
+        let alpha = self.alpha;
+        let scope = &mut self.state.entry(g.group.clone()).or_default().group;
+        if g.requests == 0 || g.keyed_requests == 0 {
+            return;
+        }
+        let warm = scope.windows >= cfg.warmup_windows;
+        let total = g.requests as f64;
+        let fair = g.fair_share;
+        let floor = cfg.min_group_share.max(cfg.fair_share_multiple * fair);
+        let mut reported = BTreeSet::new();
+        for k in &g.top_keys {
+            reported.insert(k.key.as_str());
+            let prior = scope.windows;
+            let st = scope.keys.entry(k.key.clone()).or_insert_with(|| KeyState {
+                base: ShareBaseline::after(prior),
+                ..KeyState::default()
+            });
+            let lb = lower(k);
+            let fig = KeyFigures {
+                lower: lb,
+                share: lb as f64 / total,
+                load: lb as f64 / total,
+                baseline: st.base.value,
+            };
+            let labels = key_labels(&g.group, key_label(&k.key), st.shard.as_deref());
+            let active = ctx.alerts.is_active("HotKey", &labels);
+            let over = warm
+                && lb >= cfg.min_requests
+                && fig.share >= floor
+                && fig.ratio() >= cfg.min_ratio;
+            if over && !active {
+                // The `shard` label is chosen when the condition builds up and kept while the
+                // alert is active, so the alert's identity does not flap.
+                st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
+            }
+            st.streak = if over { st.streak + 1 } else { 0 };
+            if !(active || st.streak > 0) {
+                st.base.update(fig.load, alpha);
+            }
+            if st.streak >= cfg.consecutive_windows {
+                hot_keys.insert(k.key.clone());
+                let shard = st.shard.as_deref().and_then(|s| g.shard(s));
+                out.push(group_finding(cfg, ctx, g, k, shard, &fig));
+            }
+        }
+        forget_unreported(scope, &reported, cfg.forget_share, alpha, |key, st| {
+            ctx.alerts.is_active(
+                "HotKey",
+                &key_labels(&g.group, key_label(key), st.shard.as_deref()),
+            )
+        });
+        scope.windows = scope.windows.saturating_add(1);
+    }
+
+    fn shard_rule(
+        &mut self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        hot_keys: &BTreeSet<String>,
+        out: &mut Vec<Finding>,
+    ) {
+        let cfg = &self.cfg;
+        let alpha = self.alpha;
+        let gs = self.state.entry(g.group.clone()).or_default();
+        gs.shards.retain(|name, _| g.shard(name).is_some());
+        for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+            if s.requests == 0 || s.top_keys.is_empty() {
+                continue;
+            }
+            let scope = gs.shards.entry(s.shard.clone()).or_default();
+            let warm = scope.windows >= cfg.warmup_windows;
+            let total = s.requests as f64;
+            let group_total = g.requests.max(1) as f64;
+            let mut reported = BTreeSet::new();
+            for k in &s.top_keys {
+                reported.insert(k.key.as_str());
+                let prior = scope.windows;
+                let st = scope.keys.entry(k.key.clone()).or_insert_with(|| KeyState {
+                    base: ShareBaseline::after(prior),
+                    ..KeyState::default()
+                });
+                let lb = lower(k);
+                let fig = KeyFigures {
+                    lower: lb,
+                    share: lb as f64 / total,
+                    load: lb as f64 / group_total,
+                    baseline: st.base.value,
+                };
+                let labels = [
+                    ("group", g.group.as_str()),
+                    ("key", key_label(&k.key)),
+                    ("shard", s.shard.as_str()),
+                ];
+                let active = ctx.alerts.is_active("HotKey", &labels);
+                let over = warm
+                    && lb >= cfg.min_shard_requests
+                    && fig.share >= cfg.min_shard_share
+                    && fig.ratio() >= cfg.min_ratio;
+                st.streak = if over { st.streak + 1 } else { 0 };
+                if !(active || st.streak > 0) {
+                    st.base.update(fig.load, alpha);
+                }
+                // The group rule already alerts on this key (with this shard, or spread over
+                // several): one alert per key is enough.
+                if st.streak >= cfg.consecutive_windows && !hot_keys.contains(&k.key) {
+                    out.push(shard_finding(cfg, ctx, g, s, k, &fig));
+                }
+            }
+            // Shard scopes forget relative to the shard's load, so a shard keeps about
+            // 1/forget_share keys too.
+            let forget_below = cfg.forget_share * s.requests as f64 / group_total;
+            forget_unreported(scope, &reported, forget_below, alpha, |key, _| {
+                ctx.alerts.is_active(
+                    "HotKey",
+                    &[
+                        ("group", &g.group),
+                        ("key", key_label(key)),
+                        ("shard", &s.shard),
+                    ],
+                )
+            });
+            scope.windows = scope.windows.saturating_add(1);
+        }
+    }
+}
+
+/// Keys of `scope` not reported this window had a share of (about) zero: their baselines learn
+/// it unless frozen, their streaks end, and those whose baseline falls under `forget_below`
+/// are dropped unless alerting.
+fn forget_unreported(
+    scope: &mut Scope,
+    reported: &BTreeSet<&str>,
+    forget_below: f64,
+    alpha: f64,
+    is_active: impl Fn(&str, &KeyState) -> bool,
+) {
+    scope.keys.retain(|key, st| {
+        if reported.contains(key.as_str()) {
+            return true;
+        }
+        st.streak = 0;
+        let active = is_active(key, st);
+        if !active {
+            st.base.update(0.0, alpha);
+        }
+        active || st.base.value >= forget_below
+    });
+}
+
+fn ratio_text(fig: &KeyFigures) -> String {
+    if fig.baseline > 0.0 {
+        format!(
+            "{}x its usual share of the group's load ({})",
+            num(fig.ratio()),
+            pct(fig.baseline)
+        )
+    } else {
+        "a key that was not among the top keys before".to_owned()
+    }
+}
+
+fn common(f: Finding, ctx: &Context<'_>, fig: &KeyFigures, k: &KeyShare, scope: &str) -> Finding {
+    let rps = fig.lower as f64 / ctx.snapshot.duration().max(f64::MIN_POSITIVE);
+    let ratio = fig.ratio();
+    f.annotate("share", format!("{:.4}", fig.share))
+        .annotate("group_share", format!("{:.4}", fig.load))
+        .annotate("baseline_share", format!("{:.4}", fig.baseline))
+        .annotate(
+            "ratio",
+            if ratio.is_finite() {
+                format!("{ratio:.2}")
+            } else {
+                "+Inf".to_owned()
+            },
+        )
+        .annotate("requests", fig.lower.to_string())
+        .annotate("error_bound", k.error.to_string())
+        .annotate("requests_per_second", format!("{rps:.1}"))
+        .annotate("scope", scope)
+}
+
+fn group_finding(
+    cfg: &HotKeyConfig,
+    ctx: &Context<'_>,
+    g: &GroupSnapshot,
+    k: &KeyShare,
+    shard: Option<&ShardSnapshot>,
+    fig: &KeyFigures,
+) -> Finding {
+    let key = key_label(&k.key);
+    let mut labels = vec![("group", g.group.as_str()), ("key", key)];
+    let where_text = match shard {
+        Some(s) => {
+            labels.push(("shard", s.shard.as_str()));
+            let of_shard = s
+                .top_keys
+                .iter()
+                .find(|x| x.key == k.key)
+                .map_or(0.0, |x| lower(x) as f64 / s.requests.max(1) as f64);
+            format!(
+                "; it lives on shard {}, where it is {} of the traffic",
+                s.shard,
+                pct(of_shard)
+            )
+        }
+        None => "; it is spread over several shards".to_owned(),
+    };
+    let f = Finding::new("HotKey", cfg.rule.severity, &labels)
+        .annotate(
+            "summary",
+            format!("Key {key} takes {} of {}'s load", pct(fig.share), g.group),
+        )
+        .annotate(
+            "description",
+            format!(
+                "key {key} takes at least {} of {}'s load, {}{where_text}",
+                pct(fig.share),
+                g.group,
+                ratio_text(fig)
+            ),
+        );
+    common(f, ctx, fig, k, "group")
+}
+
+fn shard_finding(
+    cfg: &HotKeyConfig,
+    ctx: &Context<'_>,
+    g: &GroupSnapshot,
+    s: &ShardSnapshot,
+    k: &KeyShare,
+    fig: &KeyFigures,
+) -> Finding {
+    let key = key_label(&k.key);
+    let f = Finding::new(
+        "HotKey",
+        cfg.rule.severity,
+        &[("group", &g.group), ("key", key), ("shard", &s.shard)],
+    )
+    .annotate(
+        "summary",
+        format!("Key {key} takes {} of shard {} of {}", pct(fig.share), s.shard, g.group),
+    )
+    .annotate(
+        "description",
+        format!(
+            "key {key} takes at least {} of shard {}'s traffic in {}, {}; the shard carries {} of the group's load",
+            pct(fig.share),
+            s.shard,
+            g.group,
+            ratio_text(fig),
+            pct(s.share)
+        ),
+    );
+    common(f, ctx, fig, k, "shard")
 }
 
 impl Detector for HotKey {
@@ -47,7 +589,246 @@ impl Detector for HotKey {
         "HotKey"
     }
 
-    fn evaluate(&mut self, _ctx: &Context<'_>, _out: &mut Vec<Finding>) {
-        let _ = &self.cfg;
+    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
+        let snap = ctx.snapshot;
+        self.state.retain(|name, _| snap.group(name).is_some());
+        for g in &snap.groups {
+            let mut hot = BTreeSet::new();
+            self.group_rule(ctx, g, &mut hot, out);
+            self.shard_rule(ctx, g, &hot, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::AlertBook;
+    use crate::observation::ObservationRef;
+    use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// One record: (shard, key, count).
+    type Rec<'a> = (&'a str, &'a str, u64);
+
+    struct Rig {
+        det: HotKey,
+        book: AlertBook,
+        windows: Windows,
+        t: f64,
+    }
+
+    impl Rig {
+        fn new(cfg: HotKeyConfig) -> Rig {
+            let mut rules = BTreeMap::new();
+            rules.insert("HotKey".to_owned(), cfg.rule.rule());
+            Rig {
+                det: HotKey::new(cfg, 10.0),
+                book: AlertBook::new(rules),
+                windows: Windows::new(WindowConfig::default(), 0.0),
+                t: 0.0,
+            }
+        }
+
+        fn window(&mut self, recs: &[Rec<'_>]) -> Vec<Finding> {
+            for (shard, key, n) in recs {
+                let mut o = ObservationRef::new("db", shard);
+                o.key = Some(key);
+                o.count = *n;
+                self.windows.record(&o);
+            }
+            self.t += 10.0;
+            let snap = self.windows.close(self.t);
+            self.eval(&snap)
+        }
+
+        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
+            let mut out = Vec::new();
+            let ctx = Context {
+                snapshot: snap,
+                alerts: &self.book,
+                window_secs: 10.0,
+            };
+            self.det.evaluate(&ctx, &mut out);
+            self.book.update(snap.end, out.clone());
+            out
+        }
+    }
+
+    /// 8 shards, 40 keys each of 25 requests (1000 per shard), plus `extra`.
+    fn traffic<'a>(names: &'a [String], extra: &[Rec<'a>]) -> Vec<Rec<'a>> {
+        let shards = ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"];
+        let mut v = Vec::new();
+        for (i, s) in shards.iter().enumerate() {
+            for k in 0..40 {
+                v.push((*s, names[i * 40 + k].as_str(), 25));
+            }
+        }
+        v.extend_from_slice(extra);
+        v
+    }
+
+    fn names() -> Vec<String> {
+        (0..320).map(|i| format!("user:{i}")).collect()
+    }
+
+    #[test]
+    fn a_new_key_taking_a_quarter_of_the_group_fires_with_its_shard() {
+        let n = names();
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..40 {
+            assert!(rig.window(&traffic(&n, &[])).is_empty());
+        }
+        let hot = traffic(&n, &[("s3", "", 3000)]);
+        for _ in 0..3 {
+            assert!(rig.window(&hot).is_empty());
+        }
+        let f = rig.window(&hot);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].labels["key"], "(empty)");
+        assert_eq!(f[0].labels["shard"], "s3");
+        assert_eq!(f[0].annotations["scope"], "group");
+        assert_eq!(f[0].annotations["ratio"], "+Inf");
+        assert!(f[0].annotations["description"].contains("where it is 75.0% of the traffic"));
+        // It keeps firing for as long as it lasts: the baseline is frozen.
+        for _ in 0..100 {
+            assert_eq!(rig.window(&hot).len(), 1);
+        }
+        assert!(rig.window(&traffic(&n, &[])).is_empty());
+    }
+
+    #[test]
+    fn a_key_heavy_since_the_start_is_its_own_baseline() {
+        let n = names();
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..300 {
+            assert!(
+                rig.window(&traffic(&n, &[("s1", "celebrity", 4000)]))
+                    .is_empty()
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_that_takes_over_its_shard_fires_the_shard_rule() {
+        let n = names();
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..40 {
+            rig.window(&traffic(&n, &[("s5", "tenant:42", 30)]));
+        }
+        // tenant:42 goes from 3% to about 62% of shard s5: 5% of the group, under the group
+        // rule's 20%, so only the shard rule can see it.
+        let hot = traffic(&n, &[("s5", "tenant:42", 1600)]);
+        for _ in 0..3 {
+            assert!(rig.window(&hot).is_empty());
+        }
+        let fired = rig.window(&hot);
+        assert_eq!(fired.len(), 1, "{fired:?}");
+        let f = &fired[0];
+        assert_eq!(f.labels["key"], "tenant:42");
+        assert_eq!(f.labels["shard"], "s5");
+        assert_eq!(f.annotations["scope"], "shard");
+        let ratio: f64 = f.annotations["ratio"].parse().unwrap();
+        assert!(ratio > 10.0, "{ratio}");
+    }
+
+    #[test]
+    fn an_uncertain_key_cannot_fire() {
+        // A summary with one slot over-counts every key by everything evicted before it.
+        let cfg = WindowConfig {
+            group_key_slots: 1,
+            shard_key_slots: 1,
+            ..WindowConfig::default()
+        };
+        let mut rig = Rig::new(HotKeyConfig::default());
+        rig.windows = Windows::new(cfg, 0.0);
+        let n = names();
+        for _ in 0..60 {
+            assert!(rig.window(&traffic(&n, &[])).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_short_burst_of_one_key_does_not_fire() {
+        let n = names();
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..40 {
+            rig.window(&traffic(&n, &[]));
+        }
+        for _ in 0..3 {
+            assert!(
+                rig.window(&traffic(&n, &[("s2", "flash", 5000)]))
+                    .is_empty()
+            );
+        }
+        for _ in 0..10 {
+            assert!(rig.window(&traffic(&n, &[])).is_empty());
+        }
+    }
+
+    #[test]
+    fn no_verdict_during_warm_up() {
+        let n = names();
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..5 {
+            rig.window(&traffic(&n, &[]));
+        }
+        for _ in 0..20 {
+            assert!(rig.window(&traffic(&n, &[("s0", "", 9000)])).is_empty());
+        }
+    }
+
+    #[test]
+    fn state_stays_bounded_with_churning_keys() {
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for w in 0..400u64 {
+            let name: Vec<String> = (0..20).map(|i| format!("k{}", w * 20 + i)).collect();
+            let recs: Vec<Rec<'_>> = name
+                .iter()
+                .enumerate()
+                .map(|(i, k)| (if i % 2 == 0 { "a" } else { "b" }, k.as_str(), 50))
+                .collect();
+            rig.window(&recs);
+        }
+        assert!(rig.det.tracked() < 300, "{}", rig.det.tracked());
+        rig.eval(&WindowSnapshot::empty(1e9));
+        assert_eq!(rig.det.tracked(), 0);
+    }
+
+    #[test]
+    fn check_names_every_bad_field() {
+        let cfg = HotKeyConfig {
+            min_group_share: 0.0,
+            min_shard_share: 1.5,
+            min_ratio: 0.5,
+            min_requests: 0,
+            min_shard_requests: 0,
+            single_shard_share: 0.3,
+            forget_share: 0.0,
+            consecutive_windows: 0,
+            ..HotKeyConfig::default()
+        };
+        let mut v = Vec::new();
+        cfg.check(&mut Problems::new("detectors.hot_key", &mut v));
+        let fields: Vec<&str> = v.iter().map(|p| p.field.as_str()).collect();
+        for f in [
+            "min_group_share",
+            "min_shard_share",
+            "min_ratio",
+            "min_requests",
+            "min_shard_requests",
+            "single_shard_share",
+            "forget_share",
+            "consecutive_windows",
+        ] {
+            let full = format!("detectors.hot_key.{f}");
+            assert!(
+                fields.contains(&full.as_str()),
+                "{f} missing from {fields:?}"
+            );
+        }
+        let mut v = Vec::new();
+        HotKeyConfig::default().check(&mut Problems::new("d", &mut v));
+        assert!(v.is_empty(), "{v:?}");
     }
 }

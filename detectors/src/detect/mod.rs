@@ -138,7 +138,12 @@ impl RuleSettings {
     /// Checks the timing fields.
     pub fn check(&self, p: &mut Problems<'_>) {
         p.range("for_secs", self.for_secs, 0.0, 86_400.0);
-        p.range("keep_firing_for_secs", self.keep_firing_for_secs, 0.0, 86_400.0);
+        p.range(
+            "keep_firing_for_secs",
+            self.keep_firing_for_secs,
+            0.0,
+            86_400.0,
+        );
     }
 }
 
@@ -170,10 +175,14 @@ impl DetectorsConfig {
             .check(&mut Problems::new(&format!("{prefix}.hot_shard"), &mut out));
         self.hot_key
             .check(&mut Problems::new(&format!("{prefix}.hot_key"), &mut out));
-        self.latency_skew
-            .check(&mut Problems::new(&format!("{prefix}.latency_skew"), &mut out));
-        self.error_surge
-            .check(&mut Problems::new(&format!("{prefix}.error_surge"), &mut out));
+        self.latency_skew.check(&mut Problems::new(
+            &format!("{prefix}.latency_skew"),
+            &mut out,
+        ));
+        self.error_surge.check(&mut Problems::new(
+            &format!("{prefix}.error_surge"),
+            &mut out,
+        ));
         self.cache_hit_collapse.check(&mut Problems::new(
             &format!("{prefix}.cache_hit_collapse"),
             &mut out,
@@ -209,10 +218,16 @@ impl DetectorsConfig {
     pub fn build(&self, window_secs: f64) -> Vec<Box<dyn Detector>> {
         let mut v: Vec<Box<dyn Detector>> = Vec::new();
         if self.hot_shard.rule.enabled {
-            v.push(Box::new(hot_shard::HotShard::new(self.hot_shard.clone(), window_secs)));
+            v.push(Box::new(hot_shard::HotShard::new(
+                self.hot_shard.clone(),
+                window_secs,
+            )));
         }
         if self.hot_key.rule.enabled {
-            v.push(Box::new(hot_key::HotKey::new(self.hot_key.clone(), window_secs)));
+            v.push(Box::new(hot_key::HotKey::new(
+                self.hot_key.clone(),
+                window_secs,
+            )));
         }
         if self.latency_skew.rule.enabled {
             v.push(Box::new(latency_skew::LatencySkew::new(

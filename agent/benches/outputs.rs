@@ -1,0 +1,43 @@
+//! Output benchmarks: what a `/metrics` scrape costs at 1,000 shards.
+//!
+//! - `render_snapshot_1000_shards`: the derived skew series of one group of 1,000 shards
+//!   (shares, rates, p99s, error and cache ratios, key shares).
+//! - `render_page_1000_shards`: the whole page, including the self-metrics registry.
+//!
+//! The HTTP round trip adds little on loopback; docs/performance.md has the end-to-end figure
+//! (`curl` against a loaded agent) beside these.
+//!
+//! `cargo bench -p skewwatch --bench outputs`
+
+mod common;
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use prometheus::Registry;
+use skewwatch::exposition;
+use skewwatch::telemetry::SelfMetrics;
+
+fn render_benches(c: &mut Criterion) {
+    let snap = common::snapshot(1_000);
+    assert_eq!(snap.groups[0].shards.len(), 1_000);
+    let registry = Registry::new();
+    let _metrics = SelfMetrics::register(&registry).expect("fresh registry");
+    let mut group = c.benchmark_group("outputs");
+    group.throughput(Throughput::Elements(1_000));
+    let mut out = String::new();
+    group.bench_function("render_snapshot_1000_shards", |b| {
+        b.iter(|| {
+            out.clear();
+            exposition::render_snapshot(&mut out, black_box(&snap), 10);
+            out.len()
+        })
+    });
+    group.bench_function("render_page_1000_shards", |b| {
+        b.iter(|| exposition::render(&registry, black_box(&snap), &[], 10).len())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, render_benches);
+criterion_main!(benches);

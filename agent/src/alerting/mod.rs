@@ -1,0 +1,708 @@
+//! Alert delivery: the last stage of the live flow (`... -> Detectors -> Alerts -> delivery`).
+//!
+//! ```text
+//! pipeline ──on_evaluation──> Dispatcher ──try_send──> [bounded queue] ──> receiver task ──POST──> receiver
+//!                                         (one queue and one task per configured receiver)
+//! ```
+//!
+//! The pipeline hands every evaluation to the [`Dispatcher`], which copies it into each
+//! receiver's bounded queue with `try_send`: it never blocks the pipeline, and a full queue
+//! counts `skewwatch_alert_deliveries_dropped_total{receiver, reason="queue_full"}`. Each
+//! receiver has its own task, so a slow or dead receiver delays no other.
+//!
+//! - [`alertmanager`]: an Alertmanager API v2 client that behaves like Prometheus: firing alerts
+//!   are re-sent every `resend_interval` with `endsAt = now + 4 × max(window, resend_interval)`,
+//!   resolved ones are sent with `endsAt` = the resolve time and re-sent for
+//!   `resolved_retention` (15 min), several alerts per request, to every Alertmanager.
+//! - [`webhook`]: a generic webhook that POSTs Alertmanager's version-4 webhook payload, one
+//!   notification per alert group that changed, optionally signed with HMAC-SHA256
+//!   (`X-Skewwatch-Signature: sha256=<hex>` over the raw body).
+//!
+//! # Bounds
+//! - Each receiver's update queue holds `queue_capacity` evaluations; each webhook's backlog of
+//!   undelivered notifications holds `queue_capacity` notifications (the oldest is dropped,
+//!   reason `queue_full`). An Alertmanager task keeps one entry per active or recently resolved
+//!   alert, which the detectors' caps bound.
+//! - A failed POST is retried after `backoff_initial × 2^(n-1)`, capped at `backoff_max`, times
+//!   a jitter factor in [0.5, 1]. After `max_retries` retries a webhook notification is dropped
+//!   (`retries_exhausted`); it is also dropped once older than `max_notification_age`
+//!   (`expired`). An Alertmanager batch that exhausts its retries is given up until the next
+//!   resend (Prometheus drops failed batches the same way and relies on the resend), and a
+//!   resolved alert no Alertmanager acknowledged within `resolved_retention` is forgotten
+//!   (`expired`). A 4xx answer other than 408 and 429 is not retried (`rejected`).
+//! - On shutdown the pipeline stops first; each task then delivers what it owes (webhook
+//!   notifications, Alertmanager alerts whose state changed since the last send) for at most
+//!   the flush timeout, and counts the rest as `shutdown`.
+//!
+//! # Transport
+//! Plain HTTP only: the agent is built without a TLS backend, so `https://` receivers are
+//! refused by the configuration check. User info in a URL (`http://user:pass@host`) becomes
+//! basic authentication. Proxy environment variables are not read.
+
+pub mod alertmanager;
+pub mod webhook;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hmac::{Hmac, Mac};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use sha2::Sha256;
+use skewwatch_detectors::alert::{Alert, Transition};
+use skewwatch_detectors::engine::Evaluation;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::config::{AlertingConfig, SecretSource};
+use crate::pipeline::{Clock, SystemClock};
+use crate::run::EnvLookup;
+use crate::telemetry::SelfMetrics;
+
+/// The time Alertmanager's webhook payload gives a firing alert's `endsAt` (Go's zero time).
+pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// The header carrying a webhook payload's HMAC-SHA256 signature.
+pub const SIGNATURE_HEADER: &str = "X-Skewwatch-Signature";
+
+/// Errors preparing alert delivery at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum AlertingError {
+    /// A webhook's `hmac_secret_file` could not be read.
+    #[error("alerting.webhooks {receiver}: cannot read hmac_secret_file {}: {source}", path.display())]
+    SecretFile {
+        /// The webhook's name.
+        receiver: String,
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A webhook's `hmac_secret_env` names an unset variable.
+    #[error("alerting.webhooks {receiver}: hmac_secret_env: variable {name} is not set")]
+    SecretEnvUnset {
+        /// The webhook's name.
+        receiver: String,
+        /// The variable.
+        name: String,
+    },
+    /// The secret is empty, which would sign with an empty key: set a real secret.
+    #[error("alerting.webhooks {receiver}: the HMAC secret is empty")]
+    EmptySecret {
+        /// The webhook's name.
+        receiver: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client for alert delivery: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// Why a delivery POST failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// No answer: refused, reset or timed out. Retried.
+    #[error("no answer from the receiver: {0}")]
+    Transport(String),
+    /// The receiver answered with a status other than 2xx.
+    #[error("the receiver answered {status}: {body}")]
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the response body.
+        body: String,
+    },
+    /// The shutdown flush deadline passed during the request.
+    #[error("the shutdown deadline passed before the receiver answered")]
+    Deadline,
+}
+
+impl SendError {
+    /// True when retrying the same request cannot help: a 4xx answer other than 408 (request
+    /// timeout) and 429 (too many requests).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, SendError::Status { status, .. }
+            if (400..500).contains(status) && *status != 408 && *status != 429)
+    }
+}
+
+/// Why an update or notification was given up: the `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The receiver's queue or backlog was full.
+    QueueFull,
+    /// `max_retries` retries failed.
+    RetriesExhausted,
+    /// Older than `max_notification_age` (webhook) or `resolved_retention` (Alertmanager).
+    Expired,
+    /// The receiver refused it with a 4xx status.
+    Rejected,
+    /// Still undelivered when the shutdown flush timed out.
+    Shutdown,
+}
+
+impl DropReason {
+    /// Every reason, for pre-creating series.
+    pub const ALL: [DropReason; 5] = [
+        DropReason::QueueFull,
+        DropReason::RetriesExhausted,
+        DropReason::Expired,
+        DropReason::Rejected,
+        DropReason::Shutdown,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::RetriesExhausted => "retries_exhausted",
+            DropReason::Expired => "expired",
+            DropReason::Rejected => "rejected",
+            DropReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// One evaluation, as the receiver tasks see it.
+#[derive(Debug, Clone)]
+pub struct Update {
+    /// Evaluation time (end of the window), unix seconds.
+    pub ts: f64,
+    /// Alerts that started firing or resolved in this evaluation.
+    pub transitions: Vec<Transition>,
+    /// Every active alert after this evaluation.
+    pub alerts: Arc<Vec<Alert>>,
+}
+
+impl Update {
+    /// The parts of `ev` delivery needs (the snapshot is left out).
+    pub fn from_evaluation(ev: &Evaluation) -> Update {
+        Update {
+            ts: ev.snapshot.end,
+            transitions: ev.transitions.clone(),
+            alerts: ev.alerts.clone(),
+        }
+    }
+}
+
+/// Exponential backoff between retries, capped, with jitter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// Delay before the first retry (before jitter).
+    pub initial: Duration,
+    /// Largest delay (before jitter).
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// Delay before retry number `retry` (1 for the first): `initial × 2^(retry-1)` capped at
+    /// `max`, times `0.5 + 0.5 × jitter` (`jitter` in [0, 1], clamped), so it is never more
+    /// than `max` and never less than half of the un-jittered delay.
+    pub fn delay(&self, retry: u32, jitter: f64) -> Duration {
+        let exp = retry.saturating_sub(1).min(64) as i32;
+        let base = (self.initial.as_secs_f64() * 2f64.powi(exp)).min(self.max.as_secs_f64());
+        Duration::from_secs_f64(base * (0.5 + 0.5 * jitter.clamp(0.0, 1.0)))
+    }
+}
+
+/// A small xorshift generator for retry jitter; not for anything secret.
+#[derive(Debug, Clone)]
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded(salt: &str) -> Jitter {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Jitter((nanos ^ fnv1a(salt.as_bytes())) | 1)
+    }
+
+    /// A value in [0, 1).
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// A signing secret, read at start-up; its `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret(Arc<[u8]>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(redacted)")
+    }
+}
+
+impl Secret {
+    /// A secret from raw bytes.
+    pub fn new(bytes: &[u8]) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// `sha256=<lowercase hex HMAC-SHA256 of body>`, the value of [`SIGNATURE_HEADER`].
+    pub fn sign(&self, body: &[u8]) -> String {
+        // HMAC accepts keys of any length.
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
+        mac.update(body);
+        let digest = mac.finalize().into_bytes();
+        let mut out = String::with_capacity(7 + 64);
+        out.push_str("sha256=");
+        for b in digest {
+            out.push(char::from_digit(u32::from(b >> 4), 16).expect("nibble"));
+            out.push(char::from_digit(u32::from(b & 0xf), 16).expect("nibble"));
+        }
+        out
+    }
+}
+
+/// Reads a webhook's signing secret through `env` (the agent's one environment lookup); the
+/// value is trimmed, so a file with a trailing newline works, and an empty one is refused.
+pub fn read_secret(
+    receiver: &str,
+    source: &SecretSource,
+    env: EnvLookup<'_>,
+) -> Result<Secret, AlertingError> {
+    let text = match source {
+        SecretSource::File(path) => {
+            std::fs::read_to_string(path).map_err(|source| AlertingError::SecretFile {
+                receiver: receiver.to_owned(),
+                path: path.clone(),
+                source,
+            })?
+        }
+        SecretSource::Env(name) => env(name).ok_or_else(|| AlertingError::SecretEnvUnset {
+            receiver: receiver.to_owned(),
+            name: name.clone(),
+        })?,
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(AlertingError::EmptySecret {
+            receiver: receiver.to_owned(),
+        });
+    }
+    Ok(Secret::new(text.as_bytes()))
+}
+
+/// Formats unix seconds as RFC 3339 in UTC with millisecond precision
+/// (`2024-05-01T12:00:00.5Z`); out-of-range times give [`ZERO_TIME`].
+pub fn rfc3339(unix_secs: f64) -> String {
+    // Years 1..=9999, the range RFC 3339 can write.
+    if !(-62_135_596_800.0..=253_402_300_799.0).contains(&unix_secs) {
+        return ZERO_TIME.to_owned();
+    }
+    let nanos = (unix_secs * 1000.0).round() as i128 * 1_000_000;
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| ZERO_TIME.to_owned())
+}
+
+/// Renders `error` and its sources, `a: b: c`.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut s = error.to_string();
+    let mut cur = error.source();
+    while let Some(e) = cur {
+        s.push_str(": ");
+        s.push_str(&e.to_string());
+        cur = e.source();
+    }
+    s
+}
+
+/// Wall-clock now, unix seconds.
+fn wall_now() -> f64 {
+    SystemClock.now()
+}
+
+/// The tokio instant at wall-clock time `at` (unix seconds).
+fn instant_at(at: f64) -> Instant {
+    Instant::now() + Duration::from_secs_f64((at - wall_now()).clamp(0.0, 86_400.0))
+}
+
+/// What every receiver task shares: where it posts, how it retries, what it counts.
+#[derive(Debug)]
+struct Delivery {
+    name: Arc<str>,
+    client: reqwest::Client,
+    url: reqwest::Url,
+    timeout: Duration,
+    backoff: Backoff,
+    max_retries: u32,
+    flush_timeout: Duration,
+    jitter: Jitter,
+    success: IntCounter,
+    failure: IntCounter,
+    dropped: IntCounterVec,
+    queue_length: IntGauge,
+}
+
+impl Delivery {
+    /// POSTs `body` as JSON, with an optional signature; counts the attempt. `deadline` cuts
+    /// the request short during the shutdown flush.
+    async fn post(
+        &self,
+        body: Vec<u8>,
+        signature: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendError> {
+        let mut req = self
+            .client
+            .post(self.url.clone())
+            .timeout(self.timeout)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body);
+        if let Some(sig) = signature {
+            req = req.header(SIGNATURE_HEADER, sig);
+        }
+        let send = async {
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| SendError::Transport(error_chain(&e.without_url())))?;
+            let status = resp.status();
+            if status.is_success() {
+                return Ok(());
+            }
+            let text = resp.text().await.unwrap_or_default();
+            let mut body: String = text.chars().take(256).collect();
+            if body.len() < text.len() {
+                body.push('…');
+            }
+            Err(SendError::Status {
+                status: status.as_u16(),
+                body: body.trim().to_owned(),
+            })
+        };
+        let result = match deadline {
+            Some(d) => tokio::time::timeout_at(d, send)
+                .await
+                .unwrap_or(Err(SendError::Deadline)),
+            None => send.await,
+        };
+        match &result {
+            Ok(()) => self.success.inc(),
+            Err(_) => self.failure.inc(),
+        }
+        result
+    }
+
+    fn drop_counted(&self, reason: DropReason, n: usize) {
+        if n > 0 {
+            self.dropped
+                .with_label_values(&[&*self.name, reason.as_str()])
+                .inc_by(n as u64);
+        }
+    }
+
+    /// Seconds to wait before retry number `retry`.
+    fn retry_delay(&mut self, retry: u32) -> f64 {
+        let j = self.jitter.next();
+        self.backoff.delay(retry, j).as_secs_f64()
+    }
+}
+
+/// Delivery prepared at start-up, before any port is bound: secrets read, client built.
+#[derive(Debug)]
+pub struct Receivers {
+    cfg: AlertingConfig,
+    secrets: Vec<Option<Secret>>,
+    client: reqwest::Client,
+}
+
+/// What [`Receivers::start`] needs from the running agent.
+#[derive(Debug)]
+pub struct StartContext<'a> {
+    /// `generatorURL` of every alert and `externalURL` of webhook payloads.
+    pub external_url: String,
+    /// The window length (evaluation interval), for `endsAt` of firing alerts.
+    pub window_secs: f64,
+    /// Self-metrics.
+    pub metrics: &'a SelfMetrics,
+    /// Where the receiver tasks are spawned.
+    pub tracker: &'a TaskTracker,
+    /// How long the tasks may keep delivering after the pipeline stops.
+    pub flush_timeout: Duration,
+}
+
+/// A spawned receiver task, so its failure is seen.
+#[derive(Debug)]
+pub struct ReceiverTask {
+    /// The receiver's name.
+    pub name: Arc<str>,
+    /// The task.
+    pub handle: JoinHandle<()>,
+}
+
+impl Receivers {
+    /// Reads every webhook secret through `env` and builds the HTTP client.
+    pub fn prepare(cfg: &AlertingConfig, env: EnvLookup<'_>) -> Result<Receivers, AlertingError> {
+        let secrets = cfg
+            .webhooks
+            .iter()
+            .map(|w| {
+                w.hmac_secret
+                    .as_ref()
+                    .map(|s| read_secret(&w.name, s, env))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("skewwatch/", env!("CARGO_PKG_VERSION")))
+            .no_proxy()
+            .build()
+            .map_err(AlertingError::Client)?;
+        Ok(Receivers {
+            cfg: cfg.clone(),
+            secrets,
+            client,
+        })
+    }
+
+    /// True when no receiver is configured.
+    pub fn is_empty(&self) -> bool {
+        self.cfg.alertmanagers.is_empty() && self.cfg.webhooks.is_empty()
+    }
+
+    /// Spawns one task per receiver; returns the dispatcher for the pipeline and the tasks.
+    /// Each task stops once the dispatcher is dropped (the pipeline stopped) and it has
+    /// flushed what it owes.
+    pub fn start(self, ctx: StartContext<'_>) -> (Dispatcher, Vec<ReceiverTask>) {
+        let cfg = &self.cfg;
+        let external_url: Arc<str> = ctx.external_url.into();
+        let mut queues = Vec::new();
+        let mut tasks = Vec::new();
+        let delivery = |name: &str, url: &reqwest::Url, timeout: Duration| {
+            let m = ctx.metrics;
+            for reason in DropReason::ALL {
+                m.alert_deliveries_dropped
+                    .with_label_values(&[name, reason.as_str()]);
+            }
+            Delivery {
+                name: name.into(),
+                client: self.client.clone(),
+                url: url.clone(),
+                timeout,
+                backoff: Backoff {
+                    initial: cfg.backoff_initial,
+                    max: cfg.backoff_max,
+                },
+                max_retries: cfg.max_retries,
+                flush_timeout: ctx.flush_timeout,
+                jitter: Jitter::seeded(name),
+                success: m.alert_deliveries.with_label_values(&[name, "success"]),
+                failure: m.alert_deliveries.with_label_values(&[name, "failure"]),
+                dropped: m.alert_deliveries_dropped.clone(),
+                queue_length: m.alert_delivery_queue_length.with_label_values(&[name]),
+            }
+        };
+        for am in &cfg.alertmanagers {
+            let (tx, rx) = mpsc::channel(cfg.queue_capacity);
+            let d = delivery(&am.name, &am.url, am.timeout);
+            let timing = alertmanager::Timing::new(
+                cfg.resend_interval.as_secs_f64(),
+                ctx.window_secs,
+                cfg.resolved_retention.as_secs_f64(),
+            );
+            let task = alertmanager::AlertmanagerTask::new(d, timing, external_url.clone());
+            queues.push(Queue::new(&am.name, tx, false, ctx.metrics));
+            let span = tracing::info_span!("alertmanager", receiver = %am.name);
+            tasks.push(ReceiverTask {
+                name: am.name.as_str().into(),
+                handle: ctx.tracker.spawn(task.run(rx).instrument(span)),
+            });
+        }
+        for (w, secret) in cfg.webhooks.iter().zip(self.secrets) {
+            let (tx, rx) = mpsc::channel(cfg.queue_capacity);
+            let d = delivery(&w.name, &w.url, w.timeout);
+            let task = webhook::WebhookTask::new(
+                d,
+                secret,
+                external_url.clone(),
+                cfg.queue_capacity,
+                cfg.max_notification_age.as_secs_f64(),
+            );
+            queues.push(Queue::new(&w.name, tx, true, ctx.metrics));
+            let span = tracing::info_span!("webhook", receiver = %w.name);
+            tasks.push(ReceiverTask {
+                name: w.name.as_str().into(),
+                handle: ctx.tracker.spawn(task.run(rx).instrument(span)),
+            });
+        }
+        (Dispatcher { queues }, tasks)
+    }
+}
+
+/// One receiver's queue, as the dispatcher holds it.
+#[derive(Debug)]
+struct Queue {
+    name: Arc<str>,
+    tx: mpsc::Sender<Arc<Update>>,
+    /// Webhooks only care about evaluations with transitions.
+    changes_only: bool,
+    dropped: IntCounter,
+    dropping: bool,
+}
+
+impl Queue {
+    fn new(
+        name: &str,
+        tx: mpsc::Sender<Arc<Update>>,
+        changes_only: bool,
+        metrics: &SelfMetrics,
+    ) -> Queue {
+        Queue {
+            name: name.into(),
+            tx,
+            changes_only,
+            dropped: metrics
+                .alert_deliveries_dropped
+                .with_label_values(&[name, DropReason::QueueFull.as_str()]),
+            dropping: false,
+        }
+    }
+}
+
+/// The pipeline's side of delivery: copies each evaluation into every receiver's queue
+/// without blocking.
+#[derive(Debug, Default)]
+pub struct Dispatcher {
+    queues: Vec<Queue>,
+}
+
+impl Dispatcher {
+    /// Offers `ev` to every receiver. Never waits: a full queue drops the update for that
+    /// receiver and counts it (`reason="queue_full"`).
+    pub fn offer(&mut self, ev: &Evaluation) {
+        if self.queues.is_empty() {
+            return;
+        }
+        let update = Arc::new(Update::from_evaluation(ev));
+        for q in &mut self.queues {
+            if q.changes_only && update.transitions.is_empty() {
+                continue;
+            }
+            match q.tx.try_send(update.clone()) {
+                Ok(()) => q.dropping = false,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    q.dropped.inc();
+                    if !q.dropping {
+                        tracing::warn!(
+                            receiver = %q.name,
+                            "Alert delivery queue is full; dropping updates for this receiver."
+                        );
+                    }
+                    q.dropping = true;
+                }
+                // The task has ended; its join handle reports why.
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_is_utc_with_milliseconds_when_needed() {
+        assert_eq!(rfc3339(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_714_564_800.5), "2024-05-01T12:00:00.5Z");
+        assert_eq!(rfc3339(1_714_564_800.000_4), "2024-05-01T12:00:00Z");
+        assert_eq!(rfc3339(f64::NAN), ZERO_TIME);
+        assert_eq!(rfc3339(1e300), ZERO_TIME);
+    }
+
+    #[test]
+    fn hmac_signature_matches_rfc_4231_test_case_2() {
+        // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+        let s = Secret::new(b"Jefe");
+        assert_eq!(
+            s.sign(b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(format!("{s:?}"), "Secret(redacted)");
+    }
+
+    #[test]
+    fn backoff_doubles_is_capped_and_jitter_stays_within_half_to_full() {
+        let b = Backoff {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+        };
+        let secs = |r, j| b.delay(r, j).as_secs_f64();
+        assert_eq!(secs(1, 1.0), 0.5);
+        assert_eq!(secs(2, 1.0), 1.0);
+        assert_eq!(secs(7, 1.0), 30.0);
+        assert_eq!(secs(1000, 1.0), 30.0);
+        assert_eq!(secs(u32::MAX, 1.0), 30.0);
+        assert_eq!(secs(3, 0.0), 1.0);
+        assert_eq!(secs(3, 7.0), 2.0);
+        let mut j = Jitter::seeded("x");
+        for r in 1..100 {
+            let v = b.delay(r, j.next()).as_secs_f64();
+            let full = (0.5 * 2f64.powi(r as i32 - 1)).min(30.0);
+            assert!(v >= full / 2.0 && v <= full, "retry {r}: {v}");
+        }
+    }
+
+    #[test]
+    fn jitter_is_in_unit_interval() {
+        let mut j = Jitter::seeded("receiver");
+        for _ in 0..10_000 {
+            let x = j.next();
+            assert!((0.0..1.0).contains(&x));
+        }
+    }
+
+    #[test]
+    fn client_errors_are_permanent_except_timeouts_and_rate_limits() {
+        let st = |status| SendError::Status {
+            status,
+            body: String::new(),
+        };
+        assert!(st(400).is_permanent());
+        assert!(st(404).is_permanent());
+        assert!(!st(408).is_permanent());
+        assert!(!st(429).is_permanent());
+        assert!(!st(500).is_permanent());
+        assert!(!st(503).is_permanent());
+        assert!(!SendError::Transport("refused".into()).is_permanent());
+    }
+
+    #[test]
+    fn secrets_are_read_through_the_lookup_trimmed_and_never_empty() {
+        let env = |n: &str| (n == "HOOK_KEY").then(|| "k3y\n".to_string());
+        let s = read_secret("hook", &SecretSource::Env("HOOK_KEY".into()), &env).unwrap();
+        assert_eq!(s.sign(b"x"), Secret::new(b"k3y").sign(b"x"));
+        let err = read_secret("hook", &SecretSource::Env("NOPE".into()), &env).unwrap_err();
+        assert!(err.to_string().contains("NOPE"), "{err}");
+        let blank = |_: &str| Some(" \n".to_string());
+        assert!(matches!(
+            read_secret("hook", &SecretSource::Env("X".into()), &blank),
+            Err(AlertingError::EmptySecret { .. })
+        ));
+        let err = read_secret(
+            "hook",
+            &SecretSource::File("/nonexistent/skewwatch-secret".into()),
+            &env,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("hmac_secret_file"), "{err}");
+    }
+}

@@ -1,0 +1,182 @@
+//! What `skewwatch bench` reads besides its own counters: the agent's self-metrics from
+//! `/metrics`, the agent process's CPU time and memory from `/proc/<pid>`, and the host's UDP
+//! receive-buffer errors from `/proc/net/snmp`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::http1;
+
+/// The agent's self-metrics that account for every record sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AgentCounters {
+    /// `skewwatch_ingest_records_total{source}`.
+    pub records: f64,
+    /// `skewwatch_ingest_requests_total{source}`.
+    pub requests: f64,
+    /// `skewwatch_ingest_rejected_total{source}`, all reasons.
+    pub rejected: f64,
+    /// `skewwatch_ingest_dropped_total{source}`, all reasons.
+    pub dropped: f64,
+    /// `skewwatch_statsd_kernel_drops_total` (datagrams).
+    pub kernel_drops: f64,
+    /// `skewwatch_statsd_datagrams_total`.
+    pub datagrams: f64,
+}
+
+impl AgentCounters {
+    /// Scrapes `/metrics` at `addr` and reads the counters of `source`.
+    pub fn scrape(addr: SocketAddr, source: &str) -> anyhow::Result<AgentCounters> {
+        let resp = http1::get(addr, "/metrics", Duration::from_secs(5))?;
+        anyhow::ensure!(
+            resp.status == 200,
+            "GET /metrics on {addr} answered {}",
+            resp.status
+        );
+        let text = String::from_utf8_lossy(&resp.body);
+        let by_source = [("source", source)];
+        Ok(AgentCounters {
+            records: sum(&text, "skewwatch_ingest_records_total", &by_source),
+            requests: sum(&text, "skewwatch_ingest_requests_total", &by_source),
+            rejected: sum(&text, "skewwatch_ingest_rejected_total", &by_source),
+            dropped: sum(&text, "skewwatch_ingest_dropped_total", &by_source),
+            kernel_drops: sum(&text, "skewwatch_statsd_kernel_drops_total", &[]),
+            datagrams: sum(&text, "skewwatch_statsd_datagrams_total", &[]),
+        })
+    }
+
+    /// Records the agent has accounted for: accepted, rejected or dropped.
+    pub fn accounted(&self) -> f64 {
+        self.records + self.rejected + self.dropped
+    }
+
+    /// `self - earlier`, counter by counter.
+    pub fn since(&self, earlier: &AgentCounters) -> AgentCounters {
+        AgentCounters {
+            records: self.records - earlier.records,
+            requests: self.requests - earlier.requests,
+            rejected: self.rejected - earlier.rejected,
+            dropped: self.dropped - earlier.dropped,
+            kernel_drops: self.kernel_drops - earlier.kernel_drops,
+            datagrams: self.datagrams - earlier.datagrams,
+        }
+    }
+}
+
+/// Sum of the samples of `name` whose labels include every pair of `labels`, in Prometheus
+/// text format. Label values are compared as written (no unescaping): the self-metrics
+/// read here have plain values.
+pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut total = 0.0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (label_text, value) = match rest.as_bytes().first() {
+            Some(b'{') => match rest.split_once('}') {
+                Some((l, v)) => (&l[1..], v),
+                None => continue,
+            },
+            Some(b' ') => ("", rest),
+            _ => continue,
+        };
+        let matches = labels.iter().all(|(k, v)| {
+            label_text
+                .split(',')
+                .any(|pair| pair.split_once('=') == Some((k, &format!("\"{v}\""))))
+        });
+        if matches
+            && let Some(v) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
+        {
+            total += v;
+        }
+    }
+    total
+}
+
+/// CPU time and memory of a process, from `/proc/<pid>`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessSample {
+    /// User plus system CPU time of all threads, seconds.
+    pub cpu_secs: f64,
+    /// Resident set size, bytes.
+    pub rss_bytes: u64,
+    /// Peak resident set size, bytes.
+    pub hwm_bytes: u64,
+}
+
+impl ProcessSample {
+    /// Reads `/proc/<pid>/stat` and `/proc/<pid>/status`.
+    pub fn read(pid: u32) -> anyhow::Result<ProcessSample> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the command name, which is in parentheses and may hold spaces:
+        // state is field 3, utime 14 and stime 15 (1-based), in USER_HZ ticks (100 a second
+        // on Linux, whatever the kernel's HZ).
+        let after = stat
+            .rsplit_once(')')
+            .map(|(_, a)| a)
+            .ok_or_else(|| anyhow::anyhow!("unexpected /proc/{pid}/stat"))?;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let cpu_secs = (tick(11) + tick(12)) / 100.0;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        Ok(ProcessSample {
+            cpu_secs,
+            rss_bytes: kib("VmRSS:"),
+            hwm_bytes: kib("VmHWM:"),
+        })
+    }
+}
+
+/// `Udp: RcvbufErrors` of `/proc/net/snmp` (host-wide, IPv4): datagrams the kernel dropped
+/// because a socket's receive buffer was full. 0 when unreadable.
+pub fn udp_rcvbuf_errors() -> u64 {
+    let Ok(snmp) = std::fs::read_to_string("/proc/net/snmp") else {
+        return 0;
+    };
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_matching_series_only() {
+        let text = "# HELP skewwatch_ingest_records_total x\n\
+            skewwatch_ingest_records_total{source=\"http\"} 5\n\
+            skewwatch_ingest_records_total{source=\"statsd\"} 7\n\
+            skewwatch_ingest_records_totalx{source=\"statsd\"} 100\n\
+            skewwatch_ingest_dropped_total{source=\"statsd\",reason=\"queue_full\"} 2\n\
+            skewwatch_ingest_dropped_total{source=\"statsd\",reason=\"shutdown\"} 1\n\
+            skewwatch_statsd_kernel_drops_total 3\n";
+        let s = [("source", "statsd")];
+        assert_eq!(sum(text, "skewwatch_ingest_records_total", &s), 7.0);
+        assert_eq!(sum(text, "skewwatch_ingest_dropped_total", &s), 3.0);
+        assert_eq!(sum(text, "skewwatch_statsd_kernel_drops_total", &[]), 3.0);
+        assert_eq!(sum(text, "skewwatch_missing_total", &[]), 0.0);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = ProcessSample::read(std::process::id()).unwrap();
+        assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
+    }
+}

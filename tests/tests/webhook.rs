@@ -1,0 +1,415 @@
+//! Alert delivery to a generic webhook: a local receiver that answers 500 for a while, then
+//! 200. While it fails, the agent retries with backoff and its backlog stays within
+//! `queue_capacity` (the overflow is counted, not silent); once it is back, the notifications
+//! arrive in Alertmanager's version-4 webhook format with a valid HMAC-SHA256 signature, and
+//! the resolve follows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use skewwatch_e2e::agent::Agent;
+
+const SECRET: &str = "e2e-webhook-secret";
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    path: String,
+    headers: BTreeMap<String, String>,
+    body: Vec<u8>,
+}
+
+/// A webhook receiver on loopback: answers 500 while `failing`, else 200, and records every
+/// request either way.
+struct Receiver {
+    addr: SocketAddr,
+    failing: Arc<AtomicBool>,
+    requests: Arc<Mutex<Vec<Received>>>,
+    refused: Arc<AtomicUsize>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let failing = Arc::new(AtomicBool::new(true));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (f, r, n) = (failing.clone(), requests.clone(), refused.clone());
+        // Lives until the test process ends; it only ever answers loopback requests.
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let Some(req) = read_request(&mut conn) else {
+                    continue;
+                };
+                let fail = f.load(Ordering::SeqCst);
+                if fail {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }
+                r.lock().unwrap().push(req);
+                let status = if fail {
+                    "500 Internal Server Error"
+                } else {
+                    "200 OK"
+                };
+                let _ = conn.write_all(
+                    format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                );
+            }
+        });
+        Receiver {
+            addr,
+            failing,
+            requests,
+            refused,
+        }
+    }
+
+    /// Successful deliveries: requests answered 200, parsed.
+    fn delivered(&self) -> Vec<(Received, Value)> {
+        let all = self.requests.lock().unwrap().clone();
+        let refused = self.refused.load(Ordering::SeqCst);
+        // Requests are recorded in order and the receiver only ever switches from failing to
+        // healthy, so the first `refused` got 500.
+        all.into_iter()
+            .skip(refused)
+            .map(|r| {
+                let v = serde_json::from_slice(&r.body).expect("webhook body is JSON");
+                (r, v)
+            })
+            .collect()
+    }
+}
+
+fn read_request(conn: &mut std::net::TcpStream) -> Option<Received> {
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let path = line.split_whitespace().nth(1)?.to_owned();
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_owned());
+    }
+    let len: usize = headers.get("content-length")?.parse().ok()?;
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    Some(Received {
+        path,
+        headers,
+        body,
+    })
+}
+
+const HEALTHY: u8 = 0;
+const SURGE: u8 = 1;
+
+/// StatsD traffic for several groups, every 100 ms until dropped: healthy, or half the
+/// requests failing in every group.
+struct Traffic {
+    mode: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Traffic {
+    fn start(statsd: SocketAddr, groups: &[String]) -> Traffic {
+        let mode = Arc::new(AtomicU8::new(HEALTHY));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (m, s, groups) = (mode.clone(), stop.clone(), groups.to_vec());
+        let thread = std::thread::spawn(move || {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            while !s.load(Ordering::Relaxed) {
+                for group in &groups {
+                    let mut lines = String::new();
+                    for shard in ["s1", "s2"] {
+                        lines.push_str(&format!(
+                            "skewwatch.request:20|c|#group:{group},shard:{shard},outcome:ok\n"
+                        ));
+                        if m.load(Ordering::Relaxed) == SURGE {
+                            lines.push_str(&format!(
+                                "skewwatch.request:20|c|#group:{group},shard:{shard},outcome:error\n"
+                            ));
+                        }
+                    }
+                    let _ = sock.send_to(lines.trim_end().as_bytes(), statsd);
+                }
+                // Pacing of the traffic, not a wait for a result.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Traffic {
+            mode,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+const CAPACITY: usize = 2;
+const GROUPS: usize = 5;
+
+fn config(receiver: SocketAddr) -> String {
+    config_with(receiver, CAPACITY, 0.05, 0.2)
+}
+
+fn config_with(receiver: SocketAddr, capacity: usize, backoff: f64, backoff_max: f64) -> String {
+    format!(
+        r#"
+window:
+  window_secs: 1
+detectors:
+  error_surge:
+    min_requests: 20
+    min_error_ratio: 0.05
+    consecutive_windows: 1
+    warmup_windows: 2
+    alert: {{severity: critical, for_secs: 0, keep_firing_for_secs: 0}}
+  hot_shard: {{alert: {{enabled: false}}}}
+  hot_key: {{alert: {{enabled: false}}}}
+  latency_skew: {{alert: {{enabled: false}}}}
+  cache_hit_collapse: {{alert: {{enabled: false}}}}
+  fast_failure_sink: {{alert: {{enabled: false}}}}
+  capacity_headroom: {{alert: {{enabled: false}}}}
+alerting:
+  webhooks:
+    - name: hook
+      url: "http://{receiver}/hooks/skewwatch"
+      hmac_secret_env: SKEWWATCH_E2E_HOOK_SECRET
+      timeout_secs: 5
+  queue_capacity: {capacity}
+  max_retries: 1000
+  backoff_initial_secs: {backoff}
+  backoff_max_secs: {backoff_max}
+"#
+    )
+}
+
+fn signature_ok(r: &Received) -> bool {
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(&r.body);
+    let want: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    r.headers.get("x-skewwatch-signature") == Some(&format!("sha256={want}"))
+}
+
+/// Waits (polling) until three windows closed after the first one with every group's traffic,
+/// so ErrorSurge's two-window baselines are warm.
+fn warm_up(agent: &Agent, groups: &[String]) {
+    let first = agent
+        .wait_for(Duration::from_secs(30), |a| {
+            let s = a.scrape();
+            groups
+                .iter()
+                .all(|g| {
+                    s.get("skewwatch_requests_per_second", &[("group", g)])
+                        .is_some()
+                })
+                .then(|| s.value("skewwatch_windows_closed_total", &[]))
+        })
+        .expect("no window with traffic closed within 30 s");
+    let warm = agent.wait_for(Duration::from_secs(30), |a| {
+        (a.scrape().value("skewwatch_windows_closed_total", &[]) >= first + 3.0).then_some(())
+    });
+    assert!(warm.is_some(), "windows stopped closing");
+}
+
+/// Reads the delivery self-metrics of receiver `hook`.
+fn hook_metric(agent: &Agent, name: &str, extra: &[(&str, &str)]) -> f64 {
+    let mut labels = vec![("receiver", "hook")];
+    labels.extend_from_slice(extra);
+    agent.scrape().value(name, &labels)
+}
+
+#[test]
+fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounded() {
+    let receiver = Receiver::start();
+    let agent = Agent::start_with_env(
+        &config(receiver.addr),
+        &[("SKEWWATCH_E2E_HOOK_SECRET", SECRET)],
+    );
+    let groups: Vec<String> = (0..GROUPS).map(|i| format!("db-{i}")).collect();
+    let traffic = Traffic::start(agent.statsd, &groups);
+
+    warm_up(&agent, &groups);
+
+    // Every group surges: one firing notification per group, GROUPS of them, while the
+    // receiver fails. The backlog keeps CAPACITY; the rest are dropped and counted.
+    traffic.set(SURGE);
+    let dropped = agent.wait_for(Duration::from_secs(30), |a| {
+        let queue = hook_metric(a, "skewwatch_alert_delivery_queue_length", &[]);
+        assert!(
+            queue <= CAPACITY as f64,
+            "backlog {queue} over capacity {CAPACITY}"
+        );
+        let dropped = hook_metric(
+            a,
+            "skewwatch_alert_deliveries_dropped_total",
+            &[("reason", "queue_full")],
+        );
+        (dropped >= (GROUPS - CAPACITY) as f64 && queue == CAPACITY as f64).then_some(dropped)
+    });
+    let dropped = dropped.expect("the firing notifications did not fill the backlog");
+    assert_eq!(dropped, (GROUPS - CAPACITY) as f64);
+    // It keeps retrying (backoff capped at 0.2 s) and keeps failing meanwhile.
+    let retried = agent.wait_for(Duration::from_secs(10), |a| {
+        (hook_metric(
+            a,
+            "skewwatch_alert_deliveries_total",
+            &[("result", "failure")],
+        ) >= 5.0)
+            .then_some(())
+    });
+    assert!(retried.is_some(), "no retries against the failing receiver");
+    assert!(receiver.delivered().is_empty());
+
+    // The receiver comes back: what the backlog kept arrives, signed, in the v4 format.
+    receiver.failing.store(false, Ordering::SeqCst);
+    let firing = agent
+        .wait_for(Duration::from_secs(20), |_| {
+            let d = receiver.delivered();
+            (d.len() >= CAPACITY).then_some(d)
+        })
+        .expect("the kept notifications did not arrive once the receiver was back");
+    let mut fired_groups = BTreeSet::new();
+    for (req, msg) in &firing {
+        assert_eq!(req.path, "/hooks/skewwatch");
+        assert_eq!(
+            req.headers.get("content-type").map(String::as_str),
+            Some("application/json")
+        );
+        assert!(signature_ok(req), "bad signature: {:?}", req.headers);
+        assert_eq!(msg["version"], "4", "{msg}");
+        assert_eq!(msg["status"], "firing", "{msg}");
+        assert_eq!(msg["receiver"], "hook", "{msg}");
+        assert_eq!(msg["truncatedAlerts"], 0, "{msg}");
+        assert_eq!(
+            msg["externalURL"],
+            format!("http://{}/api/v1/alerts", agent.http)
+        );
+        assert_eq!(msg["groupLabels"]["alertname"], "ErrorSurge", "{msg}");
+        let alerts = msg["alerts"].as_array().unwrap();
+        assert_eq!(alerts.len(), 1, "{msg}");
+        let a = &alerts[0];
+        assert_eq!(a["status"], "firing");
+        assert_eq!(a["labels"]["alertname"], "ErrorSurge");
+        assert_eq!(a["labels"]["severity"], "critical");
+        assert_eq!(a["endsAt"], "0001-01-01T00:00:00Z");
+        assert_eq!(a["fingerprint"].as_str().map(str::len), Some(16));
+        assert!(a["startsAt"].as_str().is_some_and(|s| s.ends_with('Z')));
+        fired_groups.insert(a["labels"]["group"].as_str().unwrap().to_owned());
+    }
+    // Every firing notification was either delivered or counted as dropped.
+    assert_eq!(
+        fired_groups.len() + dropped as usize,
+        GROUPS,
+        "{fired_groups:?}"
+    );
+
+    // The incident ends: the resolves follow (some may again overflow the tiny backlog).
+    traffic.set(HEALTHY);
+    let resolved = agent
+        .wait_for(Duration::from_secs(20), |_| {
+            receiver
+                .delivered()
+                .into_iter()
+                .find(|(_, m)| m["status"] == "resolved")
+        })
+        .expect("no resolved notification arrived");
+    assert!(signature_ok(&resolved.0));
+    let a = &resolved.1["alerts"][0];
+    assert_eq!(a["status"], "resolved");
+    assert_ne!(a["endsAt"], "0001-01-01T00:00:00Z");
+    assert!(a["endsAt"].as_str() > a["startsAt"].as_str(), "{a}");
+
+    let drained = agent.wait_for(Duration::from_secs(10), |a| {
+        (hook_metric(a, "skewwatch_alert_delivery_queue_length", &[]) == 0.0).then_some(())
+    });
+    assert!(drained.is_some(), "the backlog did not drain");
+    for reason in ["retries_exhausted", "expired", "rejected"] {
+        assert_eq!(
+            hook_metric(
+                &agent,
+                "skewwatch_alert_deliveries_dropped_total",
+                &[("reason", reason)]
+            ),
+            0.0,
+            "{reason}"
+        );
+    }
+    drop(traffic);
+}
+
+#[test]
+fn owed_notifications_are_delivered_on_shutdown() {
+    let receiver = Receiver::start();
+    // A 60 s backoff: after the first failure no retry comes before the test stops the agent,
+    // so only the shutdown flush can deliver.
+    let mut agent = Agent::start_with_env(
+        &config_with(receiver.addr, 16, 60.0, 60.0),
+        &[("SKEWWATCH_E2E_HOOK_SECRET", SECRET)],
+    );
+    let groups = vec!["orders-db".to_owned()];
+    let traffic = Traffic::start(agent.statsd, &groups);
+    warm_up(&agent, &groups);
+    traffic.set(SURGE);
+    let owed = agent.wait_for(Duration::from_secs(30), |a| {
+        let failed = hook_metric(
+            a,
+            "skewwatch_alert_deliveries_total",
+            &[("result", "failure")],
+        );
+        let queued = hook_metric(a, "skewwatch_alert_delivery_queue_length", &[]);
+        (failed >= 1.0 && queued >= 1.0).then_some(())
+    });
+    assert!(
+        owed.is_some(),
+        "no notification waiting after a failed delivery"
+    );
+    drop(traffic);
+
+    receiver.failing.store(false, Ordering::SeqCst);
+    let status = agent.stop();
+    assert!(status.success(), "{status}");
+    // The agent has exited: what it delivered, it delivered while shutting down.
+    let delivered = receiver.delivered();
+    assert!(!delivered.is_empty(), "nothing delivered on shutdown");
+    let (req, msg) = &delivered[0];
+    assert!(signature_ok(req));
+    assert_eq!(msg["status"], "firing", "{msg}");
+    assert_eq!(msg["alerts"][0]["labels"]["group"], "orders-db", "{msg}");
+}
