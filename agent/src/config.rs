@@ -65,7 +65,7 @@ fn render_problems(origin: &str, problems: &[Problem]) -> String {
 pub struct RawListen {
     /// HTTP listener address.
     pub http: Option<String>,
-    /// StatsD UDP listener address; `null` disables it.
+    /// StatsD UDP listener address; `"disabled"` turns it off.
     pub statsd: Option<String>,
 }
 
@@ -649,9 +649,10 @@ impl RawConfig {
         let d = WindowConfig::default();
 
         let http_listen = c.addr("listen.http", listen.http.as_deref(), "127.0.0.1:9477");
+        // Absent means the default address; "disabled" (or "") turns the listener off.
         let statsd_listen = match listen.statsd.as_deref() {
-            Some(s) => c.addr("listen.statsd", Some(s), ""),
-            None => None,
+            Some("disabled" | "") => None,
+            other => c.addr("listen.statsd", other, "127.0.0.1:8125"),
         };
         let window_secs = window.window_secs.unwrap_or(d.window_secs);
         if !(window_secs.is_finite() && (0.1..=3600.0).contains(&window_secs)) {
@@ -807,10 +808,23 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_default_file_matches_the_compiled_defaults() {
+        // rules/skewwatch.yaml documents the defaults; the structs carry them. They must agree,
+        // or a user who copies the file gets different behaviour than one who runs without it.
+        let file = Config::embedded();
+        let none = Config::from_yaml("", "t").unwrap();
+        assert_eq!(file.engine.detectors, DetectorsConfig::default());
+        assert_eq!(file.engine.window, none.engine.window);
+        assert_eq!(file.engine.detectors, none.engine.detectors);
+    }
+
+    #[test]
     fn empty_file_means_defaults() {
         let c = Config::from_yaml("", "t").unwrap();
         assert_eq!(c.http_listen.port(), 9477);
-        assert_eq!(c.statsd_listen, None);
+        assert_eq!(c.statsd_listen, Some("127.0.0.1:8125".parse().unwrap()));
+        let off = Config::from_yaml("listen:\n  statsd: disabled\n", "t").unwrap();
+        assert_eq!(off.statsd_listen, None);
     }
 
     #[test]

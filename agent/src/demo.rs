@@ -122,7 +122,9 @@ fn push_lines(
 
 /// Every StatsD line of one window.
 fn window_lines(s: State, window_secs: f64, rng: &mut Rng) -> Vec<String> {
-    let total = RPS * window_secs;
+    // At least RPS requests per window, so short demo windows keep the volume the detectors'
+    // minimum-volume gates expect of a 1 s window.
+    let total = RPS * window_secs.max(1.0);
     let mut lines = Vec::new();
     for shard in 0..SHARDS {
         let mut demand = vec![(format!("user:{}", shard * 3), 0.5), (format!("user:{}", shard * 3 + 1), 0.3)];
@@ -257,7 +259,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("skewwatch demo: the real agent on its defaults, with {w} s windows.");
     println!("  metrics: curl http://{http}/metrics    alerts: curl http://{http}/api/v1/alerts");
     println!(
-        "  {GROUP}: {SHARDS} shards, {RPS} req/s behind a look-aside cache (95% hits); normal traffic for {warmup} windows while baselines warm up."
+        "  {GROUP}: {SHARDS} shards, {:.0} req/s behind a look-aside cache (95% hits); normal traffic for {warmup} windows while baselines warm up.",
+        RPS * w.max(1.0) / w
     );
     println!();
 
