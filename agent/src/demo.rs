@@ -127,7 +127,10 @@ fn window_lines(s: State, window_secs: f64, rng: &mut Rng) -> Vec<String> {
     let total = RPS * window_secs.max(1.0);
     let mut lines = Vec::new();
     for shard in 0..SHARDS {
-        let mut demand = vec![(format!("user:{}", shard * 3), 0.5), (format!("user:{}", shard * 3 + 1), 0.3)];
+        let mut demand = vec![
+            (format!("user:{}", shard * 3), 0.5),
+            (format!("user:{}", shard * 3 + 1), 0.3),
+        ];
         demand.push((format!("user:{}", shard * 3 + 2), 0.2));
         let other = total * (1.0 - s.empty_share) / SHARDS as f64;
         let mut chunks: Vec<(String, f64)> =
@@ -135,7 +138,11 @@ fn window_lines(s: State, window_secs: f64, rng: &mut Rng) -> Vec<String> {
         if shard == HOT {
             chunks.push((String::new(), total * s.empty_share));
         }
-        let fail = if shard == HOT { s.fail_hot } else { s.fail_other };
+        let fail = if shard == HOT {
+            s.fail_hot
+        } else {
+            s.fail_other
+        };
         let backend_ms = 12.0 + 900.0 * fail;
         for (key, expected) in chunks {
             let n = expected.round() as u64;
@@ -144,9 +151,30 @@ fn window_lines(s: State, window_secs: f64, rng: &mut Rng) -> Vec<String> {
             let failed = (misses as f64 * fail).round() as u64;
             let timeouts = failed * 2 / 3;
             push_lines(&mut lines, rng, shard, &key, ("ok", "hit", 0.6), hits);
-            push_lines(&mut lines, rng, shard, &key, ("ok", "miss", backend_ms), misses - failed);
-            push_lines(&mut lines, rng, shard, &key, ("timeout", "miss", 1000.0), timeouts);
-            push_lines(&mut lines, rng, shard, &key, ("error", "miss", 40.0), failed - timeouts);
+            push_lines(
+                &mut lines,
+                rng,
+                shard,
+                &key,
+                ("ok", "miss", backend_ms),
+                misses - failed,
+            );
+            push_lines(
+                &mut lines,
+                rng,
+                shard,
+                &key,
+                ("timeout", "miss", 1000.0),
+                timeouts,
+            );
+            push_lines(
+                &mut lines,
+                rng,
+                shard,
+                &key,
+                ("error", "miss", 40.0),
+                failed - timeouts,
+            );
         }
     }
     lines
@@ -175,7 +203,10 @@ fn send(sock: &UdpSocket, to: SocketAddr, lines: &[String]) -> std::io::Result<(
 fn get_json(addr: SocketAddr, path: &str) -> anyhow::Result<Value> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut raw = String::new();
     s.read_to_string(&mut raw)?;
     let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
@@ -191,17 +222,20 @@ fn free_port_udp() -> anyhow::Result<SocketAddr> {
 }
 
 fn pct(v: &Value) -> String {
-    v.as_f64().map_or("-".into(), |x| format!("{:5.1}%", x * 100.0))
+    v.as_f64()
+        .map_or("-".into(), |x| format!("{:5.1}%", x * 100.0))
 }
 
 /// One status line for the group.
 fn status_line(status: &Value) -> Option<String> {
     let groups = status["window"]["groups"].as_array()?;
     let g = groups.iter().find(|g| g["group"] == GROUP)?;
-    let top = g["shards"]
-        .as_array()?
-        .iter()
-        .max_by(|a, b| a["share"].as_f64().partial_cmp(&b["share"].as_f64()).unwrap_or(std::cmp::Ordering::Equal))?;
+    let top = g["shards"].as_array()?.iter().max_by(|a, b| {
+        a["share"]
+            .as_f64()
+            .partial_cmp(&b["share"].as_f64())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    })?;
     Some(format!(
         "{:>6.0} req/s  gini {:.2}  busiest {} {}  cache hit {}  errors {}  p99 {:.0} ms",
         g["requests_per_second"].as_f64().unwrap_or(0.0),
@@ -228,9 +262,15 @@ fn describe(a: &Value) -> String {
         .collect();
     format!(
         "{} {{{}}} [{}]",
-        labels.get("alertname").and_then(Value::as_str).unwrap_or("?"),
+        labels
+            .get("alertname")
+            .and_then(Value::as_str)
+            .unwrap_or("?"),
         ident.join(", "),
-        labels.get("severity").and_then(Value::as_str).unwrap_or("?"),
+        labels
+            .get("severity")
+            .and_then(Value::as_str)
+            .unwrap_or("?"),
     )
 }
 
@@ -283,7 +323,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 f64::from(win) * w
             );
         }
-        send(&sock, statsd, &window_lines(state_at(win, warmup), w, &mut rng))?;
+        send(
+            &sock,
+            statsd,
+            &window_lines(state_at(win, warmup), w, &mut rng),
+        )?;
         // Wait for this window to close, then read what the agent saw.
         let next = Duration::from_secs_f64(f64::from(win + 1) * w + 0.25 * w);
         if let Some(left) = next.checked_sub(start.elapsed()) {
@@ -309,7 +353,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for a in &firing {
             if !known.iter().any(|(id, _)| *id == alert_id(a)) {
                 let since = t - f64::from(warmup) * w;
-                println!("\nt={t:>4.0}s  FIRING   {}  ({since:.0} s after onset)", describe(a));
+                println!(
+                    "\nt={t:>4.0}s  FIRING   {}  ({since:.0} s after onset)",
+                    describe(a)
+                );
                 for field in ["summary", "description"] {
                     if let Some(text) = a["annotations"][field].as_str() {
                         println!("            {text}");

@@ -48,7 +48,8 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
-        let p = std::env::temp_dir().join(format!("skewwatch-{tag}-{}-{nanos}", std::process::id()));
+        let p =
+            std::env::temp_dir().join(format!("skewwatch-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -82,7 +83,12 @@ impl Agent {
         let mut child = Command::new(binary())
             .args(["run", "--config"])
             .arg(&cfg)
-            .args(["--http-listen", "127.0.0.1:0", "--statsd-listen", "127.0.0.1:0"])
+            .args([
+                "--http-listen",
+                "127.0.0.1:0",
+                "--statsd-listen",
+                "127.0.0.1:0",
+            ])
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
@@ -134,7 +140,13 @@ impl Agent {
     }
 
     /// A plain HTTP/1.1 request; returns status and body.
-    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, String) {
         http_request(self.http, method, path, headers, body)
     }
 
@@ -146,7 +158,11 @@ impl Agent {
     }
 
     /// Polls `f` until it returns `Some` or `timeout` passes.
-    pub fn wait_for<T>(&self, timeout: Duration, mut f: impl FnMut(&Agent) -> Option<T>) -> Option<T> {
+    pub fn wait_for<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&Agent) -> Option<T>,
+    ) -> Option<T> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(v) = f(self) {
@@ -216,7 +232,10 @@ pub fn http_request(
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()

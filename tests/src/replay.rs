@@ -30,7 +30,10 @@ impl TransitionLine {
 
     /// An annotation value, or "".
     pub fn annotation(&self, name: &str) -> &str {
-        self.annotations.get(name).and_then(Value::as_str).unwrap_or("")
+        self.annotations
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or("")
     }
 }
 

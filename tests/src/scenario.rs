@@ -279,7 +279,10 @@ mod tests {
         for lambda in [3.0, 100.0] {
             let n = 20_000;
             let mean = (0..n).map(|_| r.poisson(lambda) as f64).sum::<f64>() / n as f64;
-            assert!((mean - lambda).abs() < lambda * 0.03 + 0.05, "{lambda}: {mean}");
+            assert!(
+                (mean - lambda).abs() < lambda * 0.03 + 0.05,
+                "{lambda}: {mean}"
+            );
         }
     }
 

@@ -15,8 +15,15 @@ fn write(dir: &TempDir, name: &str, text: &str) -> std::path::PathBuf {
 #[test]
 fn check_config_accepts_the_shipped_default_file() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../rules/skewwatch.yaml");
-    let out = Command::new(binary()).args(["check-config", path]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(binary())
+        .args(["check-config", path])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -27,7 +34,11 @@ fn check_config_names_every_problem_with_file_field_and_why() {
         "bad.yaml",
         "listen:\n  http: \"not-an-address\"\nwindow:\n  window_secs: 0\ndetectors:\n  hot_shard:\n    min_ratio: -1\n  error_surge:\n    min_error_ratio: 7\n",
     );
-    let out = Command::new(binary()).arg("check-config").arg(&bad).output().unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let file = bad.display().to_string();
@@ -48,11 +59,19 @@ fn check_config_names_every_problem_with_file_field_and_why() {
 fn check_config_reports_unknown_fields_and_bad_yaml() {
     let dir = TempDir::new("cli");
     let typo = write(&dir, "typo.yaml", "window:\n  window_sec: 5\n");
-    let out = Command::new(binary()).arg("check-config").arg(&typo).output().unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&typo)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("window_sec"));
     let garbage = write(&dir, "garbage.yaml", "listen: [unclosed\n");
-    let out = Command::new(binary()).arg("check-config").arg(&garbage).output().unwrap();
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&garbage)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
 }
 
@@ -60,7 +79,11 @@ fn check_config_reports_unknown_fields_and_bad_yaml() {
 fn run_refuses_a_bad_config_before_binding_any_port() {
     let dir = TempDir::new("cli");
     // A free port the agent would bind if it got that far.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let bad = write(
         &dir,
         "bad.yaml",
@@ -85,7 +108,11 @@ fn demo_detects_the_incident_it_simulates() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for expected in [
         "FIRING   HotShard {group=metadata-db, shard=shard-7}",
         "FIRING   CacheHitCollapse {group=metadata-db}",

@@ -15,13 +15,21 @@ fn leaf_paths(yaml: &str) -> Vec<String> {
             continue;
         }
         let indent = line.len() - trimmed.len();
-        let Some((key, value)) = trimmed.split_once(':') else { continue };
+        let Some((key, value)) = trimmed.split_once(':') else {
+            continue;
+        };
         while stack.last().is_some_and(|(i, _)| *i >= indent) {
             stack.pop();
         }
         stack.push((indent, key.to_owned()));
         if !value.trim().is_empty() {
-            out.push(stack.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>().join("."));
+            out.push(
+                stack
+                    .iter()
+                    .map(|(_, k)| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join("."),
+            );
         }
     }
     out
@@ -32,8 +40,14 @@ fn every_shipped_config_field_is_in_the_reference() {
     let fields = leaf_paths(&read("rules/skewwatch.yaml"));
     assert!(fields.len() > 50, "{fields:?}");
     let doc = read("docs/configuration.md");
-    let missing: Vec<_> = fields.iter().filter(|f| !doc.contains(&format!("`{f}`"))).collect();
-    assert!(missing.is_empty(), "docs/configuration.md lacks {missing:?}: run scripts/config-reference.py");
+    let missing: Vec<_> = fields
+        .iter()
+        .filter(|f| !doc.contains(&format!("`{f}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md lacks {missing:?}: run scripts/config-reference.py"
+    );
 }
 
 #[test]

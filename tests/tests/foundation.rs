@@ -13,9 +13,7 @@ use skewwatch_e2e::tools;
 const WINDOW_SECS: f64 = 2.0;
 
 fn config() -> String {
-    format!(
-        "window:\n  window_secs: {WINDOW_SECS}\nlimits:\n  http_body_limit_bytes: 4096\n"
-    )
+    format!("window:\n  window_secs: {WINDOW_SECS}\nlimits:\n  http_body_limit_bytes: 4096\n")
 }
 
 fn close(actual: f64, expected: f64, rel: f64, what: &str) {
@@ -99,55 +97,221 @@ fn statsd_and_ndjson_in_exact_statistics_out() {
     let g = group.as_str();
 
     // Loads: a = 6, b = 4, c = 2 requests.
-    close(s.value("skewwatch_shard_share_ratio", &[("group", g), ("shard", "a")]), 0.5, 1e-12, "share a");
-    close(s.value("skewwatch_shard_share_ratio", &[("group", g), ("shard", "b")]), 4.0 / 12.0, 1e-12, "share b");
-    close(s.value("skewwatch_shard_share_ratio", &[("group", g), ("shard", "c")]), 2.0 / 12.0, 1e-12, "share c");
     close(
-        s.value("skewwatch_shard_requests_per_second", &[("group", g), ("shard", "a")]),
+        s.value(
+            "skewwatch_shard_share_ratio",
+            &[("group", g), ("shard", "a")],
+        ),
+        0.5,
+        1e-12,
+        "share a",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_share_ratio",
+            &[("group", g), ("shard", "b")],
+        ),
+        4.0 / 12.0,
+        1e-12,
+        "share b",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_share_ratio",
+            &[("group", g), ("shard", "c")],
+        ),
+        2.0 / 12.0,
+        1e-12,
+        "share c",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_requests_per_second",
+            &[("group", g), ("shard", "a")],
+        ),
         6.0 / WINDOW_SECS,
         1e-12,
         "rps a",
     );
     // Sorted [2,4,6]: G = (−2·2 + 0·4 + 2·6)/(3·12) = 2/9; corrected ·3/2 = 1/3.
-    close(s.value("skewwatch_gini_ratio", &[("group", g)]), 1.0 / 3.0, 1e-9, "gini");
-    close(s.value("skewwatch_topk_share_ratio", &[("group", g), ("k", "1")]), 0.5, 1e-12, "top1");
+    close(
+        s.value("skewwatch_gini_ratio", &[("group", g)]),
+        1.0 / 3.0,
+        1e-9,
+        "gini",
+    );
+    close(
+        s.value("skewwatch_topk_share_ratio", &[("group", g), ("k", "1")]),
+        0.5,
+        1e-12,
+        "top1",
+    );
     // 10% of 3 shards rounds up to k = 1: no second top-k series.
-    assert_eq!(s.all("skewwatch_topk_share_ratio", &[("group", g)]).len(), 1);
-    close(s.value("skewwatch_peak_to_mean_ratio", &[("group", g)]), 1.5, 1e-12, "PAR");
+    assert_eq!(
+        s.all("skewwatch_topk_share_ratio", &[("group", g)]).len(),
+        1
+    );
+    close(
+        s.value("skewwatch_peak_to_mean_ratio", &[("group", g)]),
+        1.5,
+        1e-12,
+        "PAR",
+    );
     // Keys: (empty) 3, k1 3 + 2, k2 4 of 12.
-    close(s.value("skewwatch_key_share_ratio", &[("group", g), ("key", "(empty)")]), 0.25, 1e-12, "key (empty)");
-    close(s.value("skewwatch_key_share_ratio", &[("group", g), ("key", "k1")]), 5.0 / 12.0, 1e-12, "key k1");
-    close(s.value("skewwatch_key_share_ratio", &[("group", g), ("key", "k2")]), 4.0 / 12.0, 1e-12, "key k2");
+    close(
+        s.value(
+            "skewwatch_key_share_ratio",
+            &[("group", g), ("key", "(empty)")],
+        ),
+        0.25,
+        1e-12,
+        "key (empty)",
+    );
+    close(
+        s.value("skewwatch_key_share_ratio", &[("group", g), ("key", "k1")]),
+        5.0 / 12.0,
+        1e-12,
+        "key k1",
+    );
+    close(
+        s.value("skewwatch_key_share_ratio", &[("group", g), ("key", "k2")]),
+        4.0 / 12.0,
+        1e-12,
+        "key k2",
+    );
     // p99 from HDR histograms at 2 significant figures: within 1%.
-    close(s.value("skewwatch_shard_latency_p99_seconds", &[("group", g), ("shard", "a")]), 0.020, 0.01, "p99 a");
-    close(s.value("skewwatch_shard_latency_p99_seconds", &[("group", g), ("shard", "b")]), 0.100, 0.01, "p99 b");
-    close(s.value("skewwatch_shard_latency_p99_seconds", &[("group", g), ("shard", "c")]), 1.0, 0.01, "p99 c");
-    close(s.value("skewwatch_latency_p99_seconds", &[("group", g)]), 1.0, 0.01, "group p99");
+    close(
+        s.value(
+            "skewwatch_shard_latency_p99_seconds",
+            &[("group", g), ("shard", "a")],
+        ),
+        0.020,
+        0.01,
+        "p99 a",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_latency_p99_seconds",
+            &[("group", g), ("shard", "b")],
+        ),
+        0.100,
+        0.01,
+        "p99 b",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_latency_p99_seconds",
+            &[("group", g), ("shard", "c")],
+        ),
+        1.0,
+        0.01,
+        "p99 c",
+    );
+    close(
+        s.value("skewwatch_latency_p99_seconds", &[("group", g)]),
+        1.0,
+        0.01,
+        "group p99",
+    );
     // Errors: a 1/6, b 0, c 2/2; group 3/12.
-    close(s.value("skewwatch_shard_error_ratio", &[("group", g), ("shard", "a")]), 1.0 / 6.0, 1e-12, "err a");
-    close(s.value("skewwatch_shard_error_ratio", &[("group", g), ("shard", "b")]), 0.0, 1e-12, "err b");
-    close(s.value("skewwatch_shard_error_ratio", &[("group", g), ("shard", "c")]), 1.0, 1e-12, "err c");
-    close(s.value("skewwatch_error_ratio", &[("group", g)]), 0.25, 1e-12, "group err");
+    close(
+        s.value(
+            "skewwatch_shard_error_ratio",
+            &[("group", g), ("shard", "a")],
+        ),
+        1.0 / 6.0,
+        1e-12,
+        "err a",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_error_ratio",
+            &[("group", g), ("shard", "b")],
+        ),
+        0.0,
+        1e-12,
+        "err b",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_error_ratio",
+            &[("group", g), ("shard", "c")],
+        ),
+        1.0,
+        1e-12,
+        "err c",
+    );
+    close(
+        s.value("skewwatch_error_ratio", &[("group", g)]),
+        0.25,
+        1e-12,
+        "group err",
+    );
     // Cache: a 3 hits, b 4 misses, c none.
-    close(s.value("skewwatch_shard_cache_hit_ratio", &[("group", g), ("shard", "a")]), 1.0, 1e-12, "hit a");
-    close(s.value("skewwatch_shard_cache_hit_ratio", &[("group", g), ("shard", "b")]), 0.0, 1e-12, "hit b");
-    assert_eq!(s.get("skewwatch_shard_cache_hit_ratio", &[("group", g), ("shard", "c")]), None);
-    close(s.value("skewwatch_cache_hit_ratio", &[("group", g)]), 3.0 / 7.0, 1e-12, "group hit");
+    close(
+        s.value(
+            "skewwatch_shard_cache_hit_ratio",
+            &[("group", g), ("shard", "a")],
+        ),
+        1.0,
+        1e-12,
+        "hit a",
+    );
+    close(
+        s.value(
+            "skewwatch_shard_cache_hit_ratio",
+            &[("group", g), ("shard", "b")],
+        ),
+        0.0,
+        1e-12,
+        "hit b",
+    );
+    assert_eq!(
+        s.get(
+            "skewwatch_shard_cache_hit_ratio",
+            &[("group", g), ("shard", "c")]
+        ),
+        None
+    );
+    close(
+        s.value("skewwatch_cache_hit_ratio", &[("group", g)]),
+        3.0 / 7.0,
+        1e-12,
+        "group hit",
+    );
 
     // Every good record counted, every bad one rejected with its reason, per attempt.
     let n = attempts as f64;
-    assert_eq!(s.value("skewwatch_ingest_records_total", &[("source", "statsd")]), 4.0 * n);
-    assert_eq!(s.value("skewwatch_ingest_requests_total", &[("source", "statsd")]), 10.0 * n);
-    assert_eq!(s.value("skewwatch_ingest_records_total", &[("source", "http")]), n);
+    assert_eq!(
+        s.value("skewwatch_ingest_records_total", &[("source", "statsd")]),
+        4.0 * n
+    );
+    assert_eq!(
+        s.value("skewwatch_ingest_requests_total", &[("source", "statsd")]),
+        10.0 * n
+    );
+    assert_eq!(
+        s.value("skewwatch_ingest_records_total", &[("source", "http")]),
+        n
+    );
     let rejected = |src: &str, reason: &str| {
-        s.value("skewwatch_ingest_rejected_total", &[("source", src), ("reason", reason)])
+        s.value(
+            "skewwatch_ingest_rejected_total",
+            &[("source", src), ("reason", reason)],
+        )
     };
     // The garbage datagram holds two lines: invalid UTF-8 both.
     assert_eq!(rejected("statsd", "malformed"), 3.0 * n);
     assert_eq!(rejected("statsd", "bad_latency"), n);
     assert_eq!(rejected("statsd", "missing_shard"), n);
     assert_eq!(rejected("http", "bad_latency"), n);
-    assert_eq!(s.value("skewwatch_ingest_dropped_total", &[("source", "statsd"), ("reason", "queue_full")]), 0.0);
+    assert_eq!(
+        s.value(
+            "skewwatch_ingest_dropped_total",
+            &[("source", "statsd"), ("reason", "queue_full")]
+        ),
+        0.0
+    );
 
     // The live scrape passes promtool's lint.
     if let Some(promtool) = tools::require("promtool", &[]) {
@@ -158,14 +322,22 @@ fn statsd_and_ndjson_in_exact_statistics_out() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(s.text.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(s.text.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         let report = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}");
+        assert!(
+            out.status.success() && report.trim().is_empty(),
+            "promtool: {report}"
+        );
     }
 }
 
@@ -183,23 +355,43 @@ fn health_readiness_status_and_body_limit() {
     let (code, _) = agent.request("POST", "/api/v1/observations", &[], big.as_bytes());
     assert_eq!(code, 413);
     let s = agent.scrape();
-    assert_eq!(s.value("skewwatch_ingest_records_total", &[("source", "http")]), 0.0);
+    assert_eq!(
+        s.value("skewwatch_ingest_records_total", &[("source", "http")]),
+        0.0
+    );
     // Every record invalid: 400 with the reasons.
-    let (code, body) = agent.request("POST", "/api/v1/observations", &[], b"{\"shard\":\"s\"}\n[1,2\n");
+    let (code, body) = agent.request(
+        "POST",
+        "/api/v1/observations",
+        &[],
+        b"{\"shard\":\"s\"}\n[1,2\n",
+    );
     assert_eq!(code, 400, "{body}");
     assert!(agent.stop().success());
 }
 
 #[test]
 fn bearer_token_guards_ingest_when_configured() {
-    let cfg = format!("{}auth:\n  bearer_token_env: SKEWWATCH_TEST_TOKEN\n", config());
+    let cfg = format!(
+        "{}auth:\n  bearer_token_env: SKEWWATCH_TEST_TOKEN\n",
+        config()
+    );
     let agent = Agent::start_with_env(&cfg, &[("SKEWWATCH_TEST_TOKEN", "t0ken")]);
     let body = b"{\"group\":\"g\",\"shard\":\"s\"}\n";
-    assert_eq!(agent.request("POST", "/api/v1/observations", &[], body).0, 401);
+    assert_eq!(
+        agent.request("POST", "/api/v1/observations", &[], body).0,
+        401
+    );
     let bad = [("Authorization", "Bearer nope")];
-    assert_eq!(agent.request("POST", "/api/v1/observations", &bad, body).0, 401);
+    assert_eq!(
+        agent.request("POST", "/api/v1/observations", &bad, body).0,
+        401
+    );
     let good = [("Authorization", "Bearer t0ken")];
-    assert_eq!(agent.request("POST", "/api/v1/observations", &good, body).0, 200);
+    assert_eq!(
+        agent.request("POST", "/api/v1/observations", &good, body).0,
+        200
+    );
     // Scrapes stay open, and the token never reaches the log.
     assert_eq!(agent.request("GET", "/metrics", &[], b"").0, 200);
     assert!(agent.drain_log().iter().all(|l| !l.contains("t0ken")));

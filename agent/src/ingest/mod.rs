@@ -38,8 +38,14 @@ pub fn submit(
     let requests = batch.requests();
     match tx.try_send(batch) {
         Ok(()) => {
-            metrics.records.with_label_values(&[source.as_str()]).inc_by(records);
-            metrics.requests.with_label_values(&[source.as_str()]).inc_by(requests);
+            metrics
+                .records
+                .with_label_values(&[source.as_str()])
+                .inc_by(records);
+            metrics
+                .requests
+                .with_label_values(&[source.as_str()])
+                .inc_by(requests);
             Ok(())
         }
         Err(e) => {
