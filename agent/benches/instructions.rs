@@ -143,7 +143,9 @@ fn main() {
                 let t = Instant::now();
                 let items = run(path, reps).expect("known path");
                 let ns = t.elapsed().as_nanos() as f64 / items as f64;
-                println!("{path:<28} {ns:>9.1} ns/item (wall clock incl. set-up; use scripts/instructions.sh)");
+                println!(
+                    "{path:<28} {ns:>9.1} ns/item (wall clock incl. set-up; use scripts/instructions.sh)"
+                );
             }
         }
     }

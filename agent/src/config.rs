@@ -722,21 +722,21 @@ impl RawConfig {
         let http_body_limit_bytes = c.range(
             "limits.http_body_limit_bytes",
             limits.http_body_limit_bytes,
-            8 << 20,
+            1 << 20,
             1024,
             1 << 30,
         );
         let ingest_queue_batches = c.range(
             "limits.ingest_queue_batches",
             limits.ingest_queue_batches,
-            1024,
+            64,
             1,
             1 << 20,
         );
         let statsd_receive_buffer_bytes = c.range(
             "statsd.receive_buffer_bytes",
             statsd.receive_buffer_bytes,
-            8 << 20,
+            32 << 20,
             4096,
             1 << 30,
         );

@@ -20,6 +20,7 @@ mod http1;
 mod probe;
 mod workload;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -164,6 +165,18 @@ pub struct StepReport {
     pub host_udp_rcvbuf_errors: u64,
     /// The agent's CPU use while sending, in cores (1.0 = one core busy).
     pub agent_cpu_cores: Option<f64>,
+    /// The same by thread name (`statsd-udp` receives and parses, the `tokio-rt-worker`
+    /// threads run the pipeline and HTTP), in cores.
+    pub agent_thread_cores: BTreeMap<String, f64>,
+    /// This load generator's own CPU use while sending, in cores: on a small machine the
+    /// sender competes with the agent (the kernel charges loopback delivery to the sender).
+    pub sender_cpu_cores: f64,
+    /// The whole machine's busy CPU while sending, in cores (all processes and the kernel).
+    pub host_busy_cores: f64,
+    /// The part of it spent in softirq (network delivery), in cores.
+    pub host_softirq_cores: f64,
+    /// CPU the hypervisor gave to other machines while this one wanted it, in cores.
+    pub host_steal_cores: f64,
     /// The agent's resident memory after the step, bytes.
     pub agent_rss_bytes: Option<u64>,
     /// The agent's peak resident memory so far, bytes.
@@ -224,7 +237,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             workload.datagrams(pool_records, args.datagram_bytes),
         )),
         Mode::Http => {
-            let bodies = pool_records.div_ceil(args.batch_records.max(1)).clamp(4, 256);
+            let bodies = pool_records
+                .div_ceil(args.batch_records.max(1))
+                .clamp(4, 256);
             Payload::Bodies(Arc::new(workload.bodies(bodies, args.batch_records.max(1))))
         }
     };
@@ -282,6 +297,9 @@ fn step(
     };
     let host_before = probe::udp_rcvbuf_errors();
     let proc_before = args.pid.map(ProcessSample::read).transpose()?;
+    let threads_before = args.pid.map(probe::thread_cpu).unwrap_or_default();
+    let me_before = ProcessSample::read(std::process::id())?;
+    let cpu_before = probe::HostCpu::read();
     let per_sender = rate as f64 / args.senders as f64;
     let duration = Duration::from_secs_f64(args.duration_secs);
     let started = Instant::now();
@@ -303,11 +321,17 @@ fn step(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("sender panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("sender panicked")))
+            })
             .collect()
     });
     let send_secs = started.elapsed().as_secs_f64();
     let proc_after = args.pid.map(ProcessSample::read).transpose()?;
+    let threads_after = args.pid.map(probe::thread_cpu).unwrap_or_default();
+    let me_after = ProcessSample::read(std::process::id())?;
+    let cpu_after = probe::HostCpu::read();
     let mut sent = SendStats::default();
     for r in results {
         sent.add(&r.context("sending")?);
@@ -324,10 +348,21 @@ fn step(
         send_rate: sent.records as f64 / send_secs,
         send_errors: sent.errors,
         http_503: sent.http_503,
+        sender_cpu_cores: (me_after.cpu_secs - me_before.cpu_secs) / send_secs,
+        host_busy_cores: (cpu_after.busy - cpu_before.busy) / send_secs,
+        host_softirq_cores: (cpu_after.softirq - cpu_before.softirq) / send_secs,
+        host_steal_cores: (cpu_after.steal - cpu_before.steal) / send_secs,
         ..StepReport::default()
     };
     if let (Some(b), Some(a)) = (proc_before, proc_after) {
         report.agent_cpu_cores = Some((a.cpu_secs - b.cpu_secs) / send_secs);
+        for (name, after) in threads_after {
+            let before = threads_before.get(&name).copied().unwrap_or(0.0);
+            report.agent_thread_cores.insert(
+                name,
+                ((after - before) / send_secs * 1000.0).round() / 1000.0,
+            );
+        }
     }
     if let Some(before) = before {
         let after = settle(args, source, &before, sent.records)?;
@@ -579,7 +614,7 @@ fn print_header(args: &Args, payload: &Payload) {
         args.groups, args.shards, args.keys, args.senders, args.duration_secs
     );
     println!(
-        "{:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
+        "{:>10} {:>11} {:>11} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11}",
         "target/s",
         "sent",
         "sent/s",
@@ -591,7 +626,7 @@ fn print_header(args: &Args, payload: &Payload) {
         "lost",
         "unacct",
         "cpu",
-        "rss_MiB"
+        "rss/peak_MiB"
     );
 }
 
@@ -599,7 +634,7 @@ fn print_row(r: &StepReport) {
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let opti = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
     println!(
-        "{:>10} {:>11} {:>11.0} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
+        "{:>10} {:>11} {:>11.0} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11}",
         if r.target_rate == 0 {
             "max".to_string()
         } else {
@@ -608,7 +643,8 @@ fn print_row(r: &StepReport) {
         r.sent_records,
         r.send_rate,
         opt(r.accepted_records),
-        r.accepted_rate.map_or("-".to_string(), |v| format!("{v:.0}")),
+        r.accepted_rate
+            .map_or("-".to_string(), |v| format!("{v:.0}")),
         opt(r.rejected_records),
         opt(r.dropped_records),
         opt(r.kernel_drop_datagrams),
@@ -616,9 +652,32 @@ fn print_row(r: &StepReport) {
         opti(r.unaccounted_records),
         r.agent_cpu_cores
             .map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0)),
-        r.agent_rss_bytes
-            .map_or("-".to_string(), |v| format!("{:.1}", v as f64 / 1048576.0)),
+        match (r.agent_rss_bytes, r.agent_peak_rss_bytes) {
+            (Some(rss), Some(peak)) => format!(
+                "{:.1}/{:.1}",
+                rss as f64 / 1048576.0,
+                peak as f64 / 1048576.0
+            ),
+            _ => "-".to_string(),
+        },
     );
+    if !r.agent_thread_cores.is_empty() {
+        let threads: Vec<String> = r
+            .agent_thread_cores
+            .iter()
+            .filter(|(_, c)| **c >= 0.005)
+            .map(|(n, c)| format!("{n} {:.1}%", c * 100.0))
+            .collect();
+        println!(
+            "{:>10} agent CPU by thread: {}; sender {:.1}%; host busy {:.2} cores (softirq {:.2}, steal {:.2})",
+            "",
+            threads.join(", "),
+            r.sender_cpu_cores * 100.0,
+            r.host_busy_cores,
+            r.host_softirq_cores,
+            r.host_steal_cores
+        );
+    }
     if r.send_errors > 0 || r.http_503 > 0 || r.host_udp_rcvbuf_errors > 0 {
         println!(
             "{:>10} send errors {}, HTTP 503 {}, host UDP RcvbufErrors {}",

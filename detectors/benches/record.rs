@@ -36,7 +36,7 @@ fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
         let r = next(&mut s);
         let mut o = ObservationRef::new("metadata-db", &names[(r % shards as u64) as usize]);
         o.latency_ms = Some((r >> 20) as f64 % 50.0 + 0.5);
-        if r % 50 == 0 {
+        if r.is_multiple_of(50) {
             o.outcome = Outcome::Timeout;
         }
         if keys.is_some() {

@@ -92,7 +92,10 @@ struct Latency {
 impl Latency {
     fn record(&mut self, sigfig: u8, latency_ms: f64, count: u64) {
         let hist = self.hist.get_or_insert_with(|| new_histogram(sigfig));
-        let us = (latency_ms * 1000.0).round() as u64;
+        // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the
+        // nearest microsecond like `round()` (up to one ulp at exact halves) without a libm
+        // call on baseline x86-64.
+        let us = (latency_ms * 1000.0 + 0.5) as u64;
         let n = u32::try_from(count).unwrap_or(u32::MAX);
         // Values above the range clamp into the top bucket; counts saturate per bucket.
         hist.saturating_record_n(us.min(LATENCY_HIGH_US), n);

@@ -80,7 +80,7 @@ pub fn ndjson_body(records: usize) -> Vec<u8> {
             i % 200,
             i % 10,
             outcomes[i % outcomes.len()],
-            if i % 4 == 0 { "miss" } else { "hit" },
+            if i.is_multiple_of(4) { "miss" } else { "hit" },
         );
     }
     body.into_bytes()
@@ -130,7 +130,7 @@ pub fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
         let r = xorshift(&mut s);
         let mut o = ObservationRef::new("metadata-db", &names[(r % shards as u64) as usize]);
         o.latency_ms = Some((r >> 20) as f64 % 50.0 + 0.5);
-        if r % 50 == 0 {
+        if r.is_multiple_of(50) {
             o.outcome = Outcome::Timeout;
         }
         if keys.is_some() {
@@ -159,12 +159,12 @@ pub fn snapshot(shards: usize) -> WindowSnapshot {
         let mut o = ObservationRef::new("metadata-db", &shard);
         o.latency_ms = Some((r >> 20) as f64 % 80.0 + 0.1);
         o.key = Some(&key);
-        o.cache = Some(if r % 3 == 0 {
+        o.cache = Some(if r.is_multiple_of(3) {
             skewwatch_detectors::observation::CacheResult::Miss
         } else {
             skewwatch_detectors::observation::CacheResult::Hit
         });
-        if r % 40 == 0 {
+        if r.is_multiple_of(40) {
             o.outcome = Outcome::Error;
         }
         w.record(&o);

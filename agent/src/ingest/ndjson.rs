@@ -1084,7 +1084,11 @@ mod tests {
             br#"{"group":"g\u00e9","shard":"s"}"#,
             br#"{"group":"g","shard":"s","latency_ms":-1}"#,
         ] {
-            assert!(fast::record(line).is_none(), "{}", String::from_utf8_lossy(line));
+            assert!(
+                fast::record(line).is_none(),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
         }
     }
 

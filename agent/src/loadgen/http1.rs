@@ -203,11 +203,17 @@ mod tests {
     fn reads_length_and_chunked_bodies() {
         let raw = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
         let r = read_response(&mut &raw[..]).unwrap();
-        assert_eq!((r.status, r.body.as_slice(), r.close), (200, &b"hello"[..], false));
+        assert_eq!(
+            (r.status, r.body.as_slice(), r.close),
+            (200, &b"hello"[..], false)
+        );
         let raw = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\
             Connection: close\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
         let r = read_response(&mut &raw[..]).unwrap();
-        assert_eq!((r.status, r.body.as_slice(), r.close), (503, &b"abcde"[..], true));
+        assert_eq!(
+            (r.status, r.body.as_slice(), r.close),
+            (503, &b"abcde"[..], true)
+        );
     }
 
     #[test]

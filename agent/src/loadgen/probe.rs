@@ -2,6 +2,7 @@
 //! `/metrics`, the agent process's CPU time and memory from `/proc/<pid>`, and the host's UDP
 //! receive-buffer errors from `/proc/net/snmp`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -86,7 +87,10 @@ pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .any(|pair| pair.split_once('=') == Some((k, &format!("\"{v}\""))))
         });
         if matches
-            && let Some(v) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
+            && let Some(v) = value
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
         {
             total += v;
         }
@@ -117,7 +121,12 @@ impl ProcessSample {
             .map(|(_, a)| a)
             .ok_or_else(|| anyhow::anyhow!("unexpected /proc/{pid}/stat"))?;
         let fields: Vec<&str> = after.split_whitespace().collect();
-        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let tick = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         let cpu_secs = (tick(11) + tick(12)) / 100.0;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let kib = |key: &str| {
@@ -133,6 +142,68 @@ impl ProcessSample {
             rss_bytes: kib("VmRSS:"),
             hwm_bytes: kib("VmHWM:"),
         })
+    }
+}
+
+/// CPU seconds (user plus system) of each thread of a process, summed by thread name
+/// (`statsd-udp`, `tokio-rt-worker`, ...), from `/proc/<pid>/task/*/stat`. Threads that
+/// ended are not counted; empty when unreadable.
+pub fn thread_cpu(pid: u32) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let tick = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        *by_name.entry(name).or_insert(0.0) += (tick(11) + tick(12)) / 100.0;
+    }
+    by_name
+}
+
+/// Host-wide CPU time from the first line of `/proc/stat`, in seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostCpu {
+    /// User, system, irq and softirq time of every CPU.
+    pub busy: f64,
+    /// The softirq part of `busy`, where the kernel does most of a loopback datagram's
+    /// delivery.
+    pub softirq: f64,
+    /// Time the hypervisor ran something else while this machine wanted a CPU.
+    pub steal: f64,
+}
+
+impl HostCpu {
+    /// Reads `/proc/stat`; zeros when unreadable.
+    pub fn read() -> HostCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let fields: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0.0))
+            .collect();
+        // user nice system idle iowait irq softirq steal guest guest_nice, in USER_HZ ticks.
+        let get = |i: usize| fields.get(i).copied().unwrap_or(0.0) / 100.0;
+        HostCpu {
+            busy: get(0) + get(1) + get(2) + get(5) + get(6),
+            softirq: get(6),
+            steal: get(7),
+        }
     }
 }
 
@@ -178,5 +249,6 @@ mod tests {
     fn reads_this_process() {
         let me = ProcessSample::read(std::process::id()).unwrap();
         assert!(me.rss_bytes > 0 && me.hwm_bytes >= me.rss_bytes);
+        assert!(!thread_cpu(std::process::id()).is_empty());
     }
 }

@@ -70,7 +70,7 @@ impl SplitMix64 {
 
     /// Uniform in 0..n (n > 0).
     fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 }
 
@@ -105,8 +105,8 @@ impl Workload {
         let mut current = Vec::with_capacity(datagram_bytes);
         let mut in_current = 0u32;
         let mut line = String::with_capacity(128);
-        let mut total = 0usize;
-        for r in self.requests(1) {
+        // `total`: lines packed before this one.
+        for (total, r) in self.requests(1).enumerate() {
             line.clear();
             let _ = write!(
                 line,
@@ -139,7 +139,6 @@ impl Workload {
             }
             current.extend_from_slice(line.as_bytes());
             in_current += 1;
-            total += 1;
         }
         pool
     }
@@ -198,7 +197,10 @@ mod tests {
         let mut rejected = Rejections::default();
         for (d, &n) in pool.datagrams.iter().zip(&pool.lines) {
             assert!(d.len() <= 1_400);
-            assert_eq!(statsd::parse_datagram(d, &mut batch, &mut rejected), n as usize);
+            assert_eq!(
+                statsd::parse_datagram(d, &mut batch, &mut rejected),
+                n as usize
+            );
         }
         assert_eq!(rejected.total(), 0);
         assert!(batch.iter().any(|o| o.key.is_some()));
