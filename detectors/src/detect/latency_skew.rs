@@ -339,15 +339,7 @@ mod tests {
         }
 
         fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            let mut out = Vec::new();
-            let ctx = Context {
-                snapshot: snap,
-                alerts: &self.book,
-                window_secs: 10.0,
-            };
-            self.det.evaluate(&ctx, &mut out);
-            self.book.update(snap.end, out.clone());
-            out
+            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
         }
     }
 

@@ -278,3 +278,29 @@ pub fn num(x: f64) -> String {
         format!("{x:.2}")
     }
 }
+
+/// Test support shared by the detectors' unit tests.
+#[cfg(test)]
+pub(crate) mod testkit {
+    use super::{Context, Detector};
+    use crate::alert::{AlertBook, Finding};
+    use crate::snapshot::WindowSnapshot;
+
+    /// Runs `det` over `snap` as the engine does, then applies its findings to `book`.
+    pub(crate) fn evaluate(
+        det: &mut dyn Detector,
+        book: &mut AlertBook,
+        snap: &WindowSnapshot,
+        window_secs: f64,
+    ) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let ctx = Context {
+            snapshot: snap,
+            alerts: book,
+            window_secs,
+        };
+        det.evaluate(&ctx, &mut out);
+        book.update(snap.end, out.clone());
+        out
+    }
+}
