@@ -8,3 +8,4 @@ pub mod replay;
 pub mod scenario;
 pub mod scenarios;
 pub mod tools;
+pub mod traffic;

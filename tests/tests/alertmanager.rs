@@ -7,16 +7,14 @@
 //! (`CI` set), where a missing binary fails it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use skewwatch_e2e::agent::{Agent, TempDir, http_request};
+use skewwatch_e2e::traffic::Traffic;
 
 /// Where Debian and upstream install Alertmanager.
 const BINARIES: [&str; 2] = ["prometheus-alertmanager", "alertmanager"];
@@ -118,62 +116,6 @@ impl Drop for Alertmanager {
     }
 }
 
-const HEALTHY: u8 = 0;
-const SURGE: u8 = 1;
-
-/// StatsD traffic for one group, sent every 100 ms until dropped: healthy (all `ok`) or a
-/// surge (half of the requests fail).
-struct Traffic {
-    mode: Arc<AtomicU8>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Traffic {
-    fn start(statsd: SocketAddr, group: &str) -> Traffic {
-        let mode = Arc::new(AtomicU8::new(HEALTHY));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (m, s, group) = (mode.clone(), stop.clone(), group.to_owned());
-        let thread = std::thread::spawn(move || {
-            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            while !s.load(Ordering::Relaxed) {
-                let mut lines = String::new();
-                for shard in ["s1", "s2", "s3", "s4"] {
-                    lines.push_str(&format!(
-                        "skewwatch.request:20|c|#group:{group},shard:{shard},outcome:ok\n"
-                    ));
-                    if m.load(Ordering::Relaxed) == SURGE {
-                        lines.push_str(&format!(
-                            "skewwatch.request:20|c|#group:{group},shard:{shard},outcome:error\n"
-                        ));
-                    }
-                }
-                let _ = sock.send_to(lines.trim_end().as_bytes(), statsd);
-                // Pacing of the traffic, not a wait for a result.
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        Traffic {
-            mode,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn set(&self, mode: u8) {
-        self.mode.store(mode, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Traffic {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// One-second windows, ErrorSurge tuned to fire one window into a surge once two healthy
 /// windows taught it the baseline and to resolve at the first healthy window; the other
 /// detectors off so nothing else fires.
@@ -252,9 +194,13 @@ fn error_surge_fires_and_resolves_in_a_real_alertmanager() {
         am.addr
     )));
     let group = "checkout-db";
-    let traffic = Traffic::start(agent.statsd, group);
+    let traffic = Traffic::start(
+        agent.statsd,
+        &[group.to_string()],
+        &["s1", "s2", "s3", "s4"],
+    );
     warm_up(&agent, group);
-    traffic.set(SURGE);
+    traffic.surge(true);
     let fired = poll(Duration::from_secs(30), || {
         am.alerts()
             .into_iter()
@@ -304,7 +250,7 @@ fn error_surge_fires_and_resolves_in_a_real_alertmanager() {
 
     // The incident ends: the resolve must reach Alertmanager long before endsAt would have
     // expired the alert by itself (240 s).
-    traffic.set(HEALTHY);
+    traffic.surge(false);
     let stopped_at = unix_now();
     let resolved = poll(Duration::from_secs(30), || {
         (!am.alerts()

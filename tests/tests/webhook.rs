@@ -6,16 +6,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 use skewwatch_e2e::agent::Agent;
+use skewwatch_e2e::traffic::Traffic;
 
 const SECRET: &str = "e2e-webhook-secret";
 
@@ -118,64 +118,6 @@ fn read_request(conn: &mut std::net::TcpStream) -> Option<Received> {
     })
 }
 
-const HEALTHY: u8 = 0;
-const SURGE: u8 = 1;
-
-/// StatsD traffic for several groups, every 100 ms until dropped: healthy, or half the
-/// requests failing in every group.
-struct Traffic {
-    mode: Arc<AtomicU8>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Traffic {
-    fn start(statsd: SocketAddr, groups: &[String]) -> Traffic {
-        let mode = Arc::new(AtomicU8::new(HEALTHY));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (m, s, groups) = (mode.clone(), stop.clone(), groups.to_vec());
-        let thread = std::thread::spawn(move || {
-            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            while !s.load(Ordering::Relaxed) {
-                for group in &groups {
-                    let mut lines = String::new();
-                    for shard in ["s1", "s2"] {
-                        lines.push_str(&format!(
-                            "skewwatch.request:20|c|#group:{group},shard:{shard},outcome:ok\n"
-                        ));
-                        if m.load(Ordering::Relaxed) == SURGE {
-                            lines.push_str(&format!(
-                                "skewwatch.request:20|c|#group:{group},shard:{shard},outcome:error\n"
-                            ));
-                        }
-                    }
-                    let _ = sock.send_to(lines.trim_end().as_bytes(), statsd);
-                }
-                // Pacing of the traffic, not a wait for a result.
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        Traffic {
-            mode,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn set(&self, mode: u8) {
-        self.mode.store(mode, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Traffic {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 const CAPACITY: usize = 2;
 const GROUPS: usize = 5;
 
@@ -263,13 +205,13 @@ fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounde
         &[("SKEWWATCH_E2E_HOOK_SECRET", SECRET)],
     );
     let groups: Vec<String> = (0..GROUPS).map(|i| format!("db-{i}")).collect();
-    let traffic = Traffic::start(agent.statsd, &groups);
+    let traffic = Traffic::start(agent.statsd, &groups, &["s1", "s2"]);
 
     warm_up(&agent, &groups);
 
     // Every group surges: one firing notification per group, GROUPS of them, while the
     // receiver fails. The backlog keeps CAPACITY; the rest are dropped and counted.
-    traffic.set(SURGE);
+    traffic.surge(true);
     let dropped = agent.wait_for(Duration::from_secs(30), |a| {
         let queue = hook_metric(a, "skewwatch_alert_delivery_queue_length", &[]);
         assert!(
@@ -341,7 +283,7 @@ fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounde
     );
 
     // The incident ends: the resolves follow (some may again overflow the tiny backlog).
-    traffic.set(HEALTHY);
+    traffic.surge(false);
     let resolved = agent
         .wait_for(Duration::from_secs(20), |_| {
             receiver
@@ -384,9 +326,9 @@ fn owed_notifications_are_delivered_on_shutdown() {
         &[("SKEWWATCH_E2E_HOOK_SECRET", SECRET)],
     );
     let groups = vec!["orders-db".to_owned()];
-    let traffic = Traffic::start(agent.statsd, &groups);
+    let traffic = Traffic::start(agent.statsd, &groups, &["s1", "s2"]);
     warm_up(&agent, &groups);
-    traffic.set(SURGE);
+    traffic.surge(true);
     let owed = agent.wait_for(Duration::from_secs(30), |a| {
         let failed = hook_metric(
             a,
