@@ -329,18 +329,11 @@ mod tests {
         for (i, &(n, e, c)) in windows.iter().enumerate() {
             let end = (i + 1) as f64 * 10.0;
             let snap = window(&mut w, end, n, e, c);
-            let ctx = Context {
-                snapshot: &snap,
-                alerts: &book,
-                window_secs: 10.0,
-            };
-            let mut out = Vec::new();
-            d.evaluate(&ctx, &mut out);
+            let out = crate::detect::testkit::evaluate(&mut d, &mut book, &snap, 10.0);
             if let Some(f) = out.last() {
                 hits.push(i + 1);
                 last = Some(f.clone());
             }
-            book.update(end, out);
         }
         (hits, last)
     }
