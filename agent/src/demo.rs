@@ -11,15 +11,15 @@
 //! the whole story (warm-up, incident, recovery) takes about two and a half minutes.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::Value;
-use tokio_util::sync::CancellationToken;
+use skewwatch_detectors::alert::{Alert, AlertState};
+use skewwatch_detectors::snapshot::WindowSnapshot;
 
+use crate::app;
 use crate::config::Config;
 
 /// `skewwatch demo` arguments.
@@ -199,118 +199,145 @@ fn send(sock: &UdpSocket, to: SocketAddr, lines: &[String]) -> std::io::Result<(
     Ok(())
 }
 
-/// A GET on the agent, returning parsed JSON.
-fn get_json(addr: SocketAddr, path: &str) -> anyhow::Result<Value> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    Ok(serde_json::from_str(body.trim())?)
-}
-
-fn free_port_tcp() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-fn free_port_udp() -> anyhow::Result<SocketAddr> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-fn pct(v: &Value) -> String {
-    v.as_f64()
-        .map_or("-".into(), |x| format!("{:5.1}%", x * 100.0))
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{:5.1}%", x * 100.0))
 }
 
 /// One status line for the group.
-fn status_line(status: &Value) -> Option<String> {
-    let groups = status["window"]["groups"].as_array()?;
-    let g = groups.iter().find(|g| g["group"] == GROUP)?;
-    let top = g["shards"].as_array()?.iter().max_by(|a, b| {
-        a["share"]
-            .as_f64()
-            .partial_cmp(&b["share"].as_f64())
-            .unwrap_or(std::cmp::Ordering::Equal)
-    })?;
+fn status_line(snapshot: &WindowSnapshot) -> Option<String> {
+    let g = snapshot.group(GROUP)?;
+    let top = g.shards.iter().max_by(|a, b| a.share.total_cmp(&b.share))?;
     Some(format!(
         "{:>6.0} req/s  gini {:.2}  busiest {} {}  cache hit {}  errors {}  p99 {:.0} ms",
-        g["requests_per_second"].as_f64().unwrap_or(0.0),
-        g["skew"]["gini"].as_f64().unwrap_or(0.0),
-        top["shard"].as_str().unwrap_or("?"),
-        pct(&top["share"]),
-        pct(&g["cache_hit_ratio"]),
-        pct(&g["error_ratio"]),
-        g["latency"]["p99_ms"].as_f64().unwrap_or(0.0),
+        g.requests_per_second,
+        g.skew.as_ref().map_or(0.0, |s| s.gini),
+        top.shard,
+        pct(Some(top.share)),
+        pct(g.cache_hit_ratio),
+        pct(g.error_ratio),
+        g.latency.map_or(0.0, |l| l.p99_ms),
     ))
 }
 
-/// Identity of an alert for diffing: its labels as text.
-fn alert_id(a: &Value) -> String {
-    a["labels"].to_string()
-}
-
-fn describe(a: &Value) -> String {
-    let labels = a["labels"].as_object().cloned().unwrap_or_default();
-    let ident: Vec<String> = labels
+/// `HotShard {group=metadata-db, shard=shard-7} [warning]`.
+fn describe(a: &Alert) -> String {
+    let ident: Vec<String> = a
+        .labels
         .iter()
         .filter(|(k, _)| !matches!(k.as_str(), "alertname" | "severity"))
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+        .map(|(k, v)| format!("{k}={v}"))
         .collect();
     format!(
         "{} {{{}}} [{}]",
-        labels
-            .get("alertname")
-            .and_then(Value::as_str)
-            .unwrap_or("?"),
+        a.alertname(),
         ident.join(", "),
-        labels
-            .get("severity")
-            .and_then(Value::as_str)
-            .unwrap_or("?"),
+        a.labels.get("severity").map_or("?", String::as_str),
     )
+}
+
+/// Prints each alert as it starts firing and as it stops, and remembers what fired.
+#[derive(Default)]
+struct Narrator {
+    /// Firing alerts already announced.
+    known: Vec<Alert>,
+    /// What fired and how long after the incident began.
+    fired: Vec<(String, f64)>,
+}
+
+impl Narrator {
+    /// Announces changes in the set of firing alerts at time `t` (onset at `onset`).
+    fn update(&mut self, alerts: &[Alert], t: f64, onset: f64) {
+        let firing: Vec<&Alert> = alerts
+            .iter()
+            .filter(|a| a.state == AlertState::Firing)
+            .collect();
+        for a in &firing {
+            if !self.known.iter().any(|k| k.labels == a.labels) {
+                let since = t - onset;
+                println!(
+                    "\nt={t:>4.0}s  FIRING   {}  ({since:.0} s after onset)",
+                    describe(a)
+                );
+                for field in ["summary", "description"] {
+                    if let Some(text) = a.annotations.get(field) {
+                        println!("            {text}");
+                    }
+                }
+                if let Some(m) = a.annotations.get("mitigations") {
+                    println!("            mitigations: {m}");
+                }
+                println!();
+                self.fired.push((describe(a), since));
+                self.known.push((*a).clone());
+            }
+        }
+        self.known.retain(|k| {
+            let still = firing.iter().any(|f| f.labels == k.labels);
+            if !still {
+                println!("t={t:>4.0}s  RESOLVED {}", describe(k));
+            }
+            still
+        });
+    }
+
+    /// The closing summary.
+    fn summary(&self) {
+        println!("\nWhat fired, and how long after the incident began:");
+        for (what, since) in &self.fired {
+            println!("  {since:>4.0} s  {what}");
+        }
+        if self.fired.is_empty() {
+            println!("  nothing: this is a bug, please report it.");
+        }
+    }
 }
 
 /// Runs the demo.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = Config::embedded();
     config.engine.window.window_secs = args.window_secs;
-    config.http_listen = free_port_tcp()?;
-    config.statsd_listen = Some(free_port_udp()?);
-    let (http, statsd) = (config.http_listen, config.statsd_listen.context("statsd")?);
-    let w = args.window_secs;
-    let warmup = args.warmup_windows;
-
+    config.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.statsd_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let cancel = CancellationToken::new();
-    let agent = rt.spawn(crate::run::run(config, cancel.clone()));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get_json(http, "/api/v1/status").is_err() {
-        anyhow::ensure!(Instant::now() < deadline, "the agent did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let running = rt.block_on(app::start(config))?;
+    let addrs = running.addrs();
+    let statsd = addrs.statsd.context("the demo needs the StatsD listener")?;
+    introduce(addrs.http, &args);
+    let fired = play(&running, statsd, &args)?;
+    rt.block_on(running.shutdown(app::GRACE));
+    Ok(if fired {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
 
+fn introduce(http: SocketAddr, args: &Args) {
+    let w = args.window_secs;
     println!("skewwatch demo: the real agent on its defaults, with {w} s windows.");
     println!("  metrics: curl http://{http}/metrics    alerts: curl http://{http}/api/v1/alerts");
     println!(
-        "  {GROUP}: {SHARDS} shards, {:.0} req/s behind a look-aside cache (95% hits); normal traffic for {warmup} windows while baselines warm up.",
-        RPS * w.max(1.0) / w
+        "  {GROUP}: {SHARDS} shards, {:.0} req/s behind a look-aside cache (95% hits); normal traffic for {} windows while baselines warm up.",
+        RPS * w.max(1.0) / w,
+        args.warmup_windows
     );
     println!();
+}
 
+/// Sends the incident window by window and narrates what the agent sees; true when anything
+/// fired.
+fn play(running: &app::Running, statsd: SocketAddr, args: &Args) -> anyhow::Result<bool> {
+    let (w, warmup) = (args.window_secs, args.warmup_windows);
+    let snapshots = running.snapshots();
+    let alerts = running.alerts();
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     let mut rng = Rng(7);
+    let mut narrator = Narrator::default();
     let start = Instant::now();
-    let total = warmup + INCIDENT_WINDOWS + RECOVERY_WINDOWS;
-    let mut known: Vec<(String, Value)> = Vec::new();
-    let mut fired = Vec::new();
-    for win in 0..total {
+    for win in 0..warmup + INCIDENT_WINDOWS + RECOVERY_WINDOWS {
         if win == warmup {
             println!(
                 "\n>>> t={:.0}s  incident: empty index values send a growing share of traffic to shard-{HOT}; its backend saturates and failed cache fills are not cached.\n",
@@ -335,66 +362,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let t = f64::from(win + 1) * w;
         if win % 5 == 4
-            && let Ok(status) = get_json(http, "/api/v1/status")
-            && let Some(line) = status_line(&status)
+            && let Some(line) = status_line(&snapshots.borrow())
         {
             println!("t={t:>4.0}s  {line}");
         }
-        let Ok(alerts) = get_json(http, "/api/v1/alerts") else {
-            continue;
-        };
-        let firing: Vec<Value> = alerts["data"]["alerts"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|a| a["state"] == "firing")
-            .collect();
-        for a in &firing {
-            if !known.iter().any(|(id, _)| *id == alert_id(a)) {
-                let since = t - f64::from(warmup) * w;
-                println!(
-                    "\nt={t:>4.0}s  FIRING   {}  ({since:.0} s after onset)",
-                    describe(a)
-                );
-                for field in ["summary", "description"] {
-                    if let Some(text) = a["annotations"][field].as_str() {
-                        println!("            {text}");
-                    }
-                }
-                if let Some(m) = a["annotations"]["mitigations"].as_str() {
-                    println!("            mitigations: {m}");
-                }
-                println!();
-                fired.push((describe(a), since));
-                known.push((alert_id(a), a.clone()));
-            }
-        }
-        known.retain(|(id, a)| {
-            let still = firing.iter().any(|f| alert_id(f) == *id);
-            if !still {
-                println!("t={t:>4.0}s  RESOLVED {}", describe(a));
-            }
-            still
-        });
+        let active = alerts.borrow().clone();
+        narrator.update(&active, t, f64::from(warmup) * w);
     }
-
-    println!("\nWhat fired, and how long after the incident began:");
-    for (what, since) in &fired {
-        println!("  {since:>4.0} s  {what}");
-    }
-    if fired.is_empty() {
-        println!("  nothing: this is a bug, please report it.");
-    }
-    cancel.cancel();
-    rt.block_on(agent)
-        .context("the agent task panicked")?
-        .context("the agent failed")?;
-    Ok(if fired.is_empty() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    narrator.summary();
+    Ok(!narrator.fired.is_empty())
 }
 
 #[cfg(test)]

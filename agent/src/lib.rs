@@ -8,13 +8,16 @@
 //!                                     └─> Evaluation ─> alerting (bounded queues) ─> Alertmanagers, webhooks
 //! ```
 //!
-//! - [`config`]: YAML configuration and its validation.
+//! - [`clock`]: the clock trait and RFC 3339 helpers (a leaf every stage may use).
+//! - [`config`]: YAML configuration, its validation and its secrets.
 //! - [`ingest`]: wire formats into batches ([`ingest::statsd`], [`ingest::ndjson`], [`ingest::udp`]).
 //! - [`pipeline`]: the one task that owns the engine and publishes snapshots.
-//! - [`exposition`] and [`http`]: what the outputs render.
+//! - [`exposition`] and [`http`]: what the outputs render, the HTTP server, and the small
+//!   client and text-format reader that `bench`, `demo` and the tests use to talk to an agent.
 //! - [`alerting`]: alert delivery to Alertmanagers and webhooks.
 //! - [`telemetry`]: self-metrics, the agent's own counters.
-//! - [`run`]: the daemon assembled, with graceful shutdown.
+//! - [`app`]: the daemon assembled: [`app::start`] returns a [`app::Running`] agent that owns
+//!   its bound addresses and tasks, and shuts down in order within a grace time.
 //! - [`replay`]: the engine over a recorded trace, in trace time.
 //! - [`demo`]: the agent fed a simulated incident.
 //! - [`loadgen`]: `skewwatch bench`, the load generator.
@@ -22,6 +25,8 @@
 //! Statistics and detectors live in the pure `skewwatch-detectors` crate.
 
 pub mod alerting;
+pub mod app;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod exposition;
@@ -30,5 +35,4 @@ pub mod ingest;
 pub mod loadgen;
 pub mod pipeline;
 pub mod replay;
-pub mod run;
 pub mod telemetry;

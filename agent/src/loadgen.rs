@@ -9,14 +9,13 @@
 //! memory. Several rates (`--rate 1M,2M,3M`) make a sweep that shows where loss begins.
 //!
 //! It is plain threads and blocking sockets: StatsD senders use `sendmmsg` on a connected
-//! socket, HTTP senders one keep-alive connection each ([`http1`]).
+//! socket, HTTP senders one keep-alive connection each ([`crate::http::client`]).
 //!
 //! Loss accounting: `lost = sent - accepted - rejected - dropped`. Datagrams the kernel
 //! dropped are reported by the agent through `SO_RXQ_OVFL`, which the kernel attaches to the
 //! *next* datagram it delivers; so after the agent settles, the generator sends one empty
 //! datagram, which carries the final drop count and holds no line.
 
-mod http1;
 mod probe;
 mod workload;
 
@@ -33,6 +32,8 @@ use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, sendmmsg};
 use serde::Serialize;
 
 use probe::{AgentCounters, ProcessSample};
+
+use crate::http::client;
 pub use workload::{BodyPool, DatagramPool, Workload};
 
 /// Datagrams handed to one `sendmmsg` call at most.
@@ -279,6 +280,25 @@ fn parse_rate(s: &str) -> Result<u64, String> {
     Ok((v * scale).round() as u64)
 }
 
+/// What the machine and the agent process looked like at one moment of a step.
+struct Probes {
+    agent: Option<ProcessSample>,
+    agent_threads: BTreeMap<String, f64>,
+    me: ProcessSample,
+    host: probe::HostCpu,
+}
+
+impl Probes {
+    fn take(pid: Option<u32>) -> anyhow::Result<Probes> {
+        Ok(Probes {
+            agent: pid.map(ProcessSample::read).transpose()?,
+            agent_threads: pid.map(probe::thread_cpu).unwrap_or_default(),
+            me: ProcessSample::read(std::process::id())?,
+            host: probe::HostCpu::read(),
+        })
+    }
+}
+
 /// Sends one step at `rate` and reads back what the agent made of it.
 fn step(
     args: &Args,
@@ -296,14 +316,48 @@ fn step(
         None
     };
     let host_before = probe::udp_rcvbuf_errors();
-    let proc_before = args.pid.map(ProcessSample::read).transpose()?;
-    let threads_before = args.pid.map(probe::thread_cpu).unwrap_or_default();
-    let me_before = ProcessSample::read(std::process::id())?;
-    let cpu_before = probe::HostCpu::read();
-    let per_sender = rate as f64 / args.senders as f64;
-    let duration = Duration::from_secs_f64(args.duration_secs);
+    let probes_before = Probes::take(args.pid)?;
     let started = Instant::now();
-    let deadline = started + duration;
+    let sent = send_all(args, rate, payload, token)?;
+    let send_secs = started.elapsed().as_secs_f64();
+    let probes_after = Probes::take(args.pid)?;
+
+    let mut report = StepReport {
+        mode: source,
+        target_rate: rate,
+        send_secs,
+        senders: args.senders,
+        sent_records: sent.records,
+        sent_units: sent.units,
+        sent_bytes: sent.bytes,
+        send_rate: sent.records as f64 / send_secs,
+        send_errors: sent.errors,
+        http_503: sent.http_503,
+        ..StepReport::default()
+    };
+    report.add_cpu(&probes_before, &probes_after, send_secs);
+    if let Some(before) = before {
+        let after = settle(args, source, &before, sent.records)?;
+        report.add_readback(args.mode, &after.since(&before), &sent, send_secs);
+    }
+    report.host_udp_rcvbuf_errors = probe::udp_rcvbuf_errors().saturating_sub(host_before);
+    if let Some(pid) = args.pid {
+        let p = ProcessSample::read(pid)?;
+        report.agent_rss_bytes = Some(p.rss_bytes);
+        report.agent_peak_rss_bytes = Some(p.hwm_bytes);
+    }
+    Ok(report)
+}
+
+/// Runs `--senders` threads at `rate` in all until the step's duration is over.
+fn send_all(
+    args: &Args,
+    rate: u64,
+    payload: &Payload,
+    token: Option<&str>,
+) -> anyhow::Result<SendStats> {
+    let per_sender = rate as f64 / args.senders as f64;
+    let deadline = Instant::now() + Duration::from_secs_f64(args.duration_secs);
     let results: Vec<io::Result<SendStats>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..args.senders)
             .map(|i| {
@@ -327,67 +381,49 @@ fn step(
             })
             .collect()
     });
-    let send_secs = started.elapsed().as_secs_f64();
-    let proc_after = args.pid.map(ProcessSample::read).transpose()?;
-    let threads_after = args.pid.map(probe::thread_cpu).unwrap_or_default();
-    let me_after = ProcessSample::read(std::process::id())?;
-    let cpu_after = probe::HostCpu::read();
     let mut sent = SendStats::default();
     for r in results {
         sent.add(&r.context("sending")?);
     }
+    Ok(sent)
+}
 
-    let mut report = StepReport {
-        mode: source,
-        target_rate: rate,
-        send_secs,
-        senders: args.senders,
-        sent_records: sent.records,
-        sent_units: sent.units,
-        sent_bytes: sent.bytes,
-        send_rate: sent.records as f64 / send_secs,
-        send_errors: sent.errors,
-        http_503: sent.http_503,
-        sender_cpu_cores: (me_after.cpu_secs - me_before.cpu_secs) / send_secs,
-        host_busy_cores: (cpu_after.busy - cpu_before.busy) / send_secs,
-        host_softirq_cores: (cpu_after.softirq - cpu_before.softirq) / send_secs,
-        host_steal_cores: (cpu_after.steal - cpu_before.steal) / send_secs,
-        ..StepReport::default()
-    };
-    if let (Some(b), Some(a)) = (proc_before, proc_after) {
-        report.agent_cpu_cores = Some((a.cpu_secs - b.cpu_secs) / send_secs);
-        for (name, after) in threads_after {
-            let before = threads_before.get(&name).copied().unwrap_or(0.0);
-            report.agent_thread_cores.insert(
-                name,
-                ((after - before) / send_secs * 1000.0).round() / 1000.0,
-            );
+impl StepReport {
+    /// CPU use of this process, the host and (with `--pid`) the agent and its threads.
+    fn add_cpu(&mut self, before: &Probes, after: &Probes, secs: f64) {
+        self.sender_cpu_cores = (after.me.cpu_secs - before.me.cpu_secs) / secs;
+        self.host_busy_cores = (after.host.busy - before.host.busy) / secs;
+        self.host_softirq_cores = (after.host.softirq - before.host.softirq) / secs;
+        self.host_steal_cores = (after.host.steal - before.host.steal) / secs;
+        if let (Some(b), Some(a)) = (before.agent, after.agent) {
+            self.agent_cpu_cores = Some((a.cpu_secs - b.cpu_secs) / secs);
+            for (name, cpu) in &after.agent_threads {
+                let earlier = before.agent_threads.get(name).copied().unwrap_or(0.0);
+                self.agent_thread_cores.insert(
+                    name.clone(),
+                    ((cpu - earlier) / secs * 1000.0).round() / 1000.0,
+                );
+            }
         }
     }
-    if let Some(before) = before {
-        let after = settle(args, source, &before, sent.records)?;
-        let d = after.since(&before);
+
+    /// What the agent accounted for of what was sent (`d`: its counters' growth), and what
+    /// is left unexplained once kernel drops are counted.
+    fn add_readback(&mut self, mode: Mode, d: &AgentCounters, sent: &SendStats, secs: f64) {
         let lost = sent.records as i64 - d.accounted().round() as i64;
         let per_datagram = sent.records as f64 / sent.units.max(1) as f64;
-        let explained = match args.mode {
+        let explained = match mode {
             Mode::Statsd => (d.kernel_drops * per_datagram).round() as i64,
             Mode::Http => 0,
         };
-        report.accepted_records = Some(d.records.round() as u64);
-        report.rejected_records = Some(d.rejected.round() as u64);
-        report.dropped_records = Some(d.dropped.round() as u64);
-        report.kernel_drop_datagrams = Some(d.kernel_drops.round() as u64);
-        report.lost_records = Some(lost);
-        report.unaccounted_records = Some(lost - explained.min(lost.max(0)));
-        report.accepted_rate = Some(d.records / send_secs);
+        self.accepted_records = Some(d.records.round() as u64);
+        self.rejected_records = Some(d.rejected.round() as u64);
+        self.dropped_records = Some(d.dropped.round() as u64);
+        self.kernel_drop_datagrams = Some(d.kernel_drops.round() as u64);
+        self.lost_records = Some(lost);
+        self.unaccounted_records = Some(lost - explained.min(lost.max(0)));
+        self.accepted_rate = Some(d.records / secs);
     }
-    report.host_udp_rcvbuf_errors = probe::udp_rcvbuf_errors().saturating_sub(host_before);
-    if let Some(pid) = args.pid {
-        let p = ProcessSample::read(pid)?;
-        report.agent_rss_bytes = Some(p.rss_bytes);
-        report.agent_peak_rss_bytes = Some(p.hwm_bytes);
-    }
-    Ok(report)
 }
 
 /// Polls the agent's counters until every sent record is accounted for or they stop moving,
@@ -455,8 +491,6 @@ fn send_statsd(
     socket.connect(target)?;
     let fd = socket.as_raw_fd();
     let mut headers = MultiHeaders::<()>::preallocate(SEND_BATCH, None);
-    let addrs = [None; SEND_BATCH];
-    let no_cmsgs: [ControlMessage<'_>; 0] = [];
     let n = pool.datagrams.len();
     let mut next = offset % n;
     let mut stats = SendStats::default();
@@ -472,26 +506,8 @@ fn send_statsd(
             std::thread::sleep(PACE_SLEEP.min(deadline - now));
             continue;
         }
-        // Whole datagrams while lines are owed (at least one), up to a batch.
-        let mut count = 0;
-        let mut lines = 0u64;
-        while count < SEND_BATCH && (count == 0 || lines < owed) {
-            lines += u64::from(pool.lines[(next + count) % n]);
-            count += 1;
-        }
-        let iovs: Vec<[io::IoSlice<'_>; 1]> = (0..count)
-            .map(|i| [io::IoSlice::new(&pool.datagrams[(next + i) % n])])
-            .collect();
-        match sendmmsg(
-            fd,
-            &mut headers,
-            &iovs,
-            &addrs[..count],
-            no_cmsgs,
-            MsgFlags::empty(),
-        ) {
-            Ok(results) => {
-                let done = results.count();
+        match send_batch(fd, &mut headers, pool, next, owed) {
+            Ok(done) => {
                 for i in 0..done {
                     let d = (next + i) % n;
                     stats.records += u64::from(pool.lines[d]);
@@ -518,6 +534,38 @@ fn send_statsd(
     Ok(stats)
 }
 
+/// Sends whole datagrams from `pool` starting at `next`, while lines are owed (at least one),
+/// up to [`SEND_BATCH`] in one `sendmmsg`; returns how many the kernel took.
+fn send_batch(
+    fd: std::os::fd::RawFd,
+    headers: &mut MultiHeaders<()>,
+    pool: &DatagramPool,
+    next: usize,
+    owed: u64,
+) -> nix::Result<usize> {
+    let n = pool.datagrams.len();
+    let mut count = 0;
+    let mut lines = 0u64;
+    while count < SEND_BATCH && (count == 0 || lines < owed) {
+        lines += u64::from(pool.lines[(next + count) % n]);
+        count += 1;
+    }
+    let iovs: Vec<[io::IoSlice<'_>; 1]> = (0..count)
+        .map(|i| [io::IoSlice::new(&pool.datagrams[(next + i) % n])])
+        .collect();
+    let addrs = [None; SEND_BATCH];
+    let no_cmsgs: [ControlMessage<'_>; 0] = [];
+    let results = sendmmsg(
+        fd,
+        headers,
+        &iovs,
+        &addrs[..count],
+        no_cmsgs,
+        MsgFlags::empty(),
+    )?;
+    Ok(results.count())
+}
+
 /// Posts bodies from `pool`, starting at `offset`, at `rate` records a second until
 /// `deadline`, on one keep-alive connection (reopened when the server closes it).
 fn send_http(
@@ -534,7 +582,7 @@ fn send_http(
         headers.push(a);
     }
     let timeout = Duration::from_secs(10);
-    let mut conn: Option<http1::Connection> = None;
+    let mut conn: Option<client::Connection> = None;
     let n = pool.bodies.len();
     let mut next = offset % n;
     let mut stats = SendStats::default();
@@ -551,7 +599,7 @@ fn send_http(
         }
         let c = match &mut conn {
             Some(c) => c,
-            None => conn.insert(http1::Connection::connect(target, timeout)?),
+            None => conn.insert(client::Connection::connect(target, timeout)?),
         };
         let body = &pool.bodies[next];
         next = (next + 1) % n;
@@ -561,15 +609,7 @@ fn send_http(
                 stats.units += 1;
                 stats.records += pool.records as u64;
                 stats.bytes += body.len() as u64;
-                if resp.status == 503 {
-                    stats.http_503 += 1;
-                } else if resp.status != 200 {
-                    return Err(io::Error::other(format!(
-                        "POST /api/v1/observations answered {}: {}",
-                        resp.status,
-                        String::from_utf8_lossy(&resp.body)
-                    )));
-                }
+                stats.http_503 += u64::from(check_ingest_answer(&resp)?);
                 if resp.close {
                     conn = None;
                 }
@@ -588,6 +628,19 @@ fn send_http(
         }
     }
     Ok(stats)
+}
+
+/// True for a 503 (the agent's queue was full: counted, not fatal); an error for any answer
+/// but 200 and 503, since the load itself is then wrong.
+fn check_ingest_answer(resp: &client::Response) -> io::Result<bool> {
+    match resp.status {
+        200 => Ok(false),
+        503 => Ok(true),
+        status => Err(io::Error::other(format!(
+            "POST /api/v1/observations answered {status}: {}",
+            resp.text()
+        ))),
+    }
 }
 
 fn print_header(args: &Args, payload: &Payload) {

@@ -38,6 +38,11 @@ enum Command {
         /// StatsD UDP listener address, overriding the configuration.
         #[arg(long)]
         statsd_listen: Option<std::net::SocketAddr>,
+        /// Once every listener is bound, write their addresses to this file as JSON
+        /// (`{"http": "127.0.0.1:9477", "statsd": "127.0.0.1:8125"}`): how a supervisor or a
+        /// test that asked for port 0 learns the ports.
+        #[arg(long, value_name = "FILE")]
+        listen_addresses_file: Option<PathBuf>,
     },
     /// Validate a configuration file; exit 0 when valid, 1 with every problem named when not.
     CheckConfig {
@@ -93,7 +98,11 @@ fn main() -> ExitCode {
             config,
             http_listen,
             statsd_listen,
+            listen_addresses_file,
         } => {
+            let options = skewwatch::app::RunOptions {
+                addresses_file: listen_addresses_file,
+            };
             let result = load_config(config.as_ref()).and_then(|mut c| {
                 if let Some(a) = http_listen {
                     c.http_listen = a;
@@ -101,12 +110,7 @@ fn main() -> ExitCode {
                 if let Some(a) = statsd_listen {
                     c.statsd_listen = Some(a);
                 }
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .context("starting the async runtime")?;
-                rt.block_on(skewwatch::run::run(c, CancellationToken::new()))
+                run_agent(c, options)
             });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
@@ -117,6 +121,23 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Runs the agent on a two-worker runtime until it is told to stop.
+fn run_agent(config: Config, options: skewwatch::app::RunOptions) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = rt.block_on(skewwatch::app::run(
+        config,
+        options,
+        CancellationToken::new(),
+    ));
+    // Shutdown already waited out its grace time; do not wait again for a stuck thread.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 fn exit(result: anyhow::Result<ExitCode>) -> ExitCode {

@@ -8,7 +8,7 @@
 //! touches the engine, so the hot path takes no lock.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::{Engine, Evaluation};
@@ -17,25 +17,8 @@ use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::telemetry::SelfMetrics;
-
-/// Reads wall-clock time as unix seconds. A trait so tests can drive time themselves.
-pub trait Clock: Send + Sync + 'static {
-    /// Now, in unix seconds.
-    fn now(&self) -> f64;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> f64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64())
-    }
-}
 
 /// The ends of the channels around the pipeline.
 #[derive(Debug)]

@@ -1,7 +1,12 @@
 //! Self-metrics: what the agent itself did (records taken, rejected and dropped, datagrams,
-//! windows, alert deliveries). Counters live in a [`prometheus::Registry`] passed explicitly, never a global one,
-//! so tests with several agents in one process do not collide.
+//! windows, alert deliveries). Counters live in a [`prometheus::Registry`] passed explicitly,
+//! never a global one, so tests with several agents in one process do not collide.
+//!
+//! The ingest counters of each source are resolved to plain [`IntCounter`]s once, at start-up
+//! ([`SourceMetrics`]): `with_label_values` takes the metric family's lock, and the ingest hot
+//! path should take none.
 
+use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use skewwatch_detectors::observation::{RejectReason, Rejections};
 
@@ -15,11 +20,89 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every source, in [`Source::index`] order.
+    pub const ALL: [Source; 2] = [Source::Statsd, Source::Http];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Statsd => "statsd",
             Source::Http => "http",
+        }
+    }
+
+    /// Position in [`Source::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why a valid record was dropped before the pipeline: the `reason` label of
+/// `skewwatch_ingest_dropped_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The ingest queue was full.
+    QueueFull,
+    /// The pipeline had stopped (shutdown).
+    Shutdown,
+}
+
+impl DropReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// One source's ingest counters, resolved once so counting takes no lock.
+#[derive(Debug, Clone)]
+pub struct SourceMetrics {
+    /// Accepted records.
+    pub records: IntCounter,
+    /// Requests the accepted records stand for.
+    pub requests: IntCounter,
+    /// Rejected records, by [`RejectReason`] (indexed by its discriminant).
+    rejected: Vec<IntCounter>,
+    /// Valid records dropped because the queue was full.
+    pub dropped_queue_full: IntCounter,
+    /// Valid records dropped because the pipeline had stopped.
+    pub dropped_shutdown: IntCounter,
+}
+
+impl SourceMetrics {
+    fn resolve(m: &SelfMetrics, source: Source) -> SourceMetrics {
+        let s = source.as_str();
+        SourceMetrics {
+            records: m.records.with_label_values(&[s]),
+            requests: m.requests.with_label_values(&[s]),
+            rejected: RejectReason::ALL
+                .iter()
+                .map(|r| m.rejected.with_label_values(&[s, r.as_str()]))
+                .collect(),
+            dropped_queue_full: m
+                .dropped
+                .with_label_values(&[s, DropReason::QueueFull.as_str()]),
+            dropped_shutdown: m
+                .dropped
+                .with_label_values(&[s, DropReason::Shutdown.as_str()]),
+        }
+    }
+
+    /// Adds a parser's rejection counts.
+    pub fn add_rejections(&self, rejected: &Rejections) {
+        for (reason, n) in rejected.iter() {
+            self.rejected[reason as usize].inc_by(n);
+        }
+    }
+
+    /// Counts `n` valid records dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason, n: u64) {
+        match reason {
+            DropReason::QueueFull => self.dropped_queue_full.inc_by(n),
+            DropReason::Shutdown => self.dropped_shutdown.inc_by(n),
         }
     }
 }
@@ -51,133 +134,150 @@ pub struct SelfMetrics {
     pub alert_deliveries_dropped: IntCounterVec,
     /// What each receiver is owed and has not yet acknowledged.
     pub alert_delivery_queue_length: IntGaugeVec,
+    /// Each source's ingest counters, indexed by [`Source::index`].
+    sources: Vec<SourceMetrics>,
+}
+
+/// Registers metrics in one registry; each constructor is one line at the call site.
+struct Registrar<'a>(&'a Registry);
+
+impl Registrar<'_> {
+    fn add<C: Collector + Clone + 'static>(&self, c: C) -> prometheus::Result<C> {
+        self.0.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+        self.add(IntCounter::new(name, help)?)
+    }
+
+    fn counters(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<IntCounterVec> {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels)?)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+        self.add(IntGauge::new(name, help)?)
+    }
+
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
+        self.add(IntGaugeVec::new(Opts::new(name, help), labels)?)
+    }
 }
 
 impl SelfMetrics {
     /// Creates the counters and registers them in `registry`.
+    ///
+    /// Long because it is a table: one entry per metric, with its name and help text, which
+    /// reads best in one place.
     pub fn register(registry: &Registry) -> prometheus::Result<SelfMetrics> {
-        let records = IntCounterVec::new(
-            Opts::new(
+        let r = Registrar(registry);
+        let mut m = SelfMetrics {
+            records: r.counters(
                 "skewwatch_ingest_records_total",
                 "Observation records accepted, by input source.",
-            ),
-            &["source"],
-        )?;
-        let requests = IntCounterVec::new(
-            Opts::new(
+                &["source"],
+            )?,
+            requests: r.counters(
                 "skewwatch_ingest_requests_total",
                 "Requests the accepted records stand for (the sum of their counts), by source.",
-            ),
-            &["source"],
-        )?;
-        let rejected = IntCounterVec::new(
-            Opts::new(
+                &["source"],
+            )?,
+            rejected: r.counters(
                 "skewwatch_ingest_rejected_total",
                 "Observation records rejected as invalid, by source and reason.",
-            ),
-            &["source", "reason"],
-        )?;
-        let dropped = IntCounterVec::new(
-            Opts::new(
+                &["source", "reason"],
+            )?,
+            dropped: r.counters(
                 "skewwatch_ingest_dropped_total",
                 "Valid records dropped before the pipeline, by source and reason.",
-            ),
-            &["source", "reason"],
-        )?;
-        let datagrams = IntCounter::new(
-            "skewwatch_statsd_datagrams_total",
-            "UDP datagrams received on the StatsD listener.",
-        )?;
-        let kernel_drops = IntCounter::new(
-            "skewwatch_statsd_kernel_drops_total",
-            "Datagrams the kernel dropped because the StatsD socket's receive buffer was full.",
-        )?;
-        let windows = IntCounter::new(
-            "skewwatch_windows_closed_total",
-            "Statistics windows closed by the pipeline.",
-        )?;
-        let last_window_end = IntGauge::new(
-            "skewwatch_last_window_end_timestamp_seconds",
-            "End of the last closed statistics window, unix seconds.",
-        )?;
-        let build_info = IntGaugeVec::new(
-            Opts::new("skewwatch_build_info", "Build information; always 1."),
-            &["version"],
-        )?;
-        let alert_deliveries = IntCounterVec::new(
-            Opts::new(
+                &["source", "reason"],
+            )?,
+            alert_deliveries: r.counters(
                 "skewwatch_alert_deliveries_total",
                 "Alert delivery attempts (HTTP POSTs), by receiver and result (success, failure).",
-            ),
-            &["receiver", "result"],
-        )?;
-        let alert_deliveries_dropped = IntCounterVec::new(
-            Opts::new(
+                &["receiver", "result"],
+            )?,
+            alert_deliveries_dropped: r.counters(
                 "skewwatch_alert_deliveries_dropped_total",
                 "Alert updates or notifications given up, by receiver and reason \
                  (queue_full, retries_exhausted, expired, rejected, shutdown).",
-            ),
-            &["receiver", "reason"],
-        )?;
-        let alert_delivery_queue_length = IntGaugeVec::new(
-            Opts::new(
+                &["receiver", "reason"],
+            )?,
+            alert_delivery_queue_length: r.gauges(
                 "skewwatch_alert_delivery_queue_length",
                 "Per receiver: webhook notifications waiting, or alerts whose latest state an \
                  Alertmanager has not acknowledged.",
-            ),
-            &["receiver"],
-        )?;
-        for c in [&records, &requests] {
-            registry.register(Box::new(c.clone()))?;
-        }
-        for c in [
-            &rejected,
-            &dropped,
-            &alert_deliveries,
-            &alert_deliveries_dropped,
-        ] {
-            registry.register(Box::new(c.clone()))?;
-        }
-        registry.register(Box::new(alert_delivery_queue_length.clone()))?;
-        registry.register(Box::new(datagrams.clone()))?;
-        registry.register(Box::new(kernel_drops.clone()))?;
-        registry.register(Box::new(windows.clone()))?;
-        registry.register(Box::new(last_window_end.clone()))?;
-        registry.register(Box::new(build_info.clone()))?;
-        build_info
+                &["receiver"],
+            )?,
+            datagrams: r.counter(
+                "skewwatch_statsd_datagrams_total",
+                "UDP datagrams received on the StatsD listener.",
+            )?,
+            kernel_drops: r.counter(
+                "skewwatch_statsd_kernel_drops_total",
+                "Datagrams the kernel dropped because the StatsD socket's receive buffer was full.",
+            )?,
+            windows: r.counter(
+                "skewwatch_windows_closed_total",
+                "Statistics windows closed by the pipeline.",
+            )?,
+            last_window_end: r.gauge(
+                "skewwatch_last_window_end_timestamp_seconds",
+                "End of the last closed statistics window, unix seconds.",
+            )?,
+            build_info: r.gauges(
+                "skewwatch_build_info",
+                "Build information; always 1.",
+                &["version"],
+            )?,
+            sources: Vec::new(),
+        };
+        m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
-        // Pre-create the series so a dashboard sees zeros rather than gaps.
-        for s in [Source::Statsd, Source::Http] {
-            records.with_label_values(&[s.as_str()]);
-            requests.with_label_values(&[s.as_str()]);
-            for r in RejectReason::ALL {
-                rejected.with_label_values(&[s.as_str(), r.as_str()]);
-            }
-            dropped.with_label_values(&[s.as_str(), "queue_full"]);
-        }
-        Ok(SelfMetrics {
-            records,
-            requests,
-            rejected,
-            dropped,
-            datagrams,
-            kernel_drops,
-            windows,
-            last_window_end,
-            build_info,
-            alert_deliveries,
-            alert_deliveries_dropped,
-            alert_delivery_queue_length,
-        })
+        // Resolving every series up front also makes it exist from the first scrape, so a
+        // dashboard sees zeros rather than gaps.
+        m.sources = Source::ALL
+            .iter()
+            .map(|&s| SourceMetrics::resolve(&m, s))
+            .collect();
+        Ok(m)
     }
 
-    /// Adds a parser's rejection counts.
-    pub fn add_rejections(&self, source: Source, rejected: &Rejections) {
-        for (reason, n) in rejected.iter() {
-            self.rejected
-                .with_label_values(&[source.as_str(), reason.as_str()])
-                .inc_by(n);
-        }
+    /// The ingest counters of `source`.
+    pub fn source(&self, source: Source) -> &SourceMetrics {
+        &self.sources[source.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_counters_are_the_labelled_series() {
+        let m = SelfMetrics::register(&Registry::new()).unwrap();
+        let http = m.source(Source::Http);
+        http.records.inc_by(3);
+        let mut r = Rejections::default();
+        r.add(RejectReason::BadCount);
+        r.add(RejectReason::BadCount);
+        http.add_rejections(&r);
+        http.dropped(DropReason::QueueFull, 5);
+        assert_eq!(m.records.with_label_values(&["http"]).get(), 3);
+        assert_eq!(m.records.with_label_values(&["statsd"]).get(), 0);
+        assert_eq!(
+            m.rejected.with_label_values(&["http", "bad_count"]).get(),
+            2
+        );
+        assert_eq!(
+            m.dropped.with_label_values(&["http", "queue_full"]).get(),
+            5
+        );
     }
 }

@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use skewwatch_e2e::scenario::Trace;
 use skewwatch_e2e::scenarios::{benign, hot, incidents};
 
+/// A scenario family: a seed in, a trace out.
+type Family = fn(u64) -> Trace;
+
 /// The seeds the scenario tests use: the fixed test seed and three more.
 const SEEDS: [u64; 4] = [20_251_107, 1, 2, 3];
 
@@ -18,7 +21,7 @@ fn main() -> std::io::Result<()> {
         .map(Into::into)
         .unwrap_or_else(|| "scenario-traces".into());
     std::fs::create_dir_all(&dir)?;
-    let families: [(&str, fn(u64) -> Trace); 11] = [
+    let families: [(&str, Family); 11] = [
         ("many_small_shards", benign::many_small_shards),
         ("diurnal", benign::diurnal),
         ("stable_zipf_skew", benign::stable_zipf_skew),

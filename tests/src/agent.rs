@@ -1,13 +1,19 @@
 //! Starting the real `skewwatch` binary on free loopback ports and talking to it.
+//!
+//! The agent is started with port 0 for both listeners and `--listen-addresses-file`; it
+//! writes the ports the OS chose there once every listener is bound, so nothing here reads
+//! its log to find them.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::prom::Scrape;
+use skewwatch::app::BoundAddrs;
+use skewwatch::exposition::text::Scrape;
+use skewwatch::http::client;
 
 /// The `skewwatch` binary: `$SKEWWATCH_BIN`, or `target/<profile>/skewwatch` next to the test
 /// executable (built by `cargo test --workspace`).
@@ -61,16 +67,9 @@ impl Drop for TempDir {
     }
 }
 
-/// Takes `field=value` out of a log line.
-fn log_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
-    let start = line.find(&format!("{field}="))? + field.len() + 1;
-    let rest = &line[start..];
-    Some(rest.split([' ', '"']).next().unwrap_or(rest))
-}
-
 impl Agent {
     /// Starts `skewwatch run` with `config_yaml` on ports chosen by the OS and waits until it
-    /// logs where it listens.
+    /// has written where it listens.
     pub fn start(config_yaml: &str) -> Agent {
         Agent::start_with_env(config_yaml, &[])
     }
@@ -79,6 +78,7 @@ impl Agent {
     pub fn start_with_env(config_yaml: &str, env: &[(&str, &str)]) -> Agent {
         let dir = TempDir::new("agent");
         let cfg = dir.0.join("config.yaml");
+        let addrs_file = dir.0.join("addrs.json");
         std::fs::write(&cfg, config_yaml).unwrap();
         let mut child = Command::new(binary())
             .args(["run", "--config"])
@@ -88,7 +88,9 @@ impl Agent {
                 "127.0.0.1:0",
                 "--statsd-listen",
                 "127.0.0.1:0",
+                "--listen-addresses-file",
             ])
+            .arg(&addrs_file)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
@@ -107,24 +109,26 @@ impl Agent {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Ok(line) = rx.recv_timeout(left) else {
+        let addrs: BoundAddrs = loop {
+            if let Ok(bytes) = std::fs::read(&addrs_file) {
+                break serde_json::from_slice(&bytes).expect("the addresses file is JSON");
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("skewwatch exited with {status} before it was listening");
+            }
+            if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("skewwatch did not log `Listening.` within 30 s");
-            };
-            if line.contains("Listening.") {
-                let http = log_field(&line, "http").unwrap().parse().unwrap();
-                let statsd = log_field(&line, "statsd").unwrap().parse().unwrap();
-                return Agent {
-                    child,
-                    http,
-                    statsd,
-                    log: rx,
-                    _dir: dir,
-                };
+                panic!("skewwatch did not write its addresses within 30 s");
             }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Agent {
+            child,
+            http: addrs.http,
+            statsd: addrs.statsd.expect("the StatsD listener is enabled"),
+            log: rx,
+            _dir: dir,
         }
     }
 
@@ -154,7 +158,7 @@ impl Agent {
     pub fn scrape(&self) -> Scrape {
         let (code, body) = self.request("GET", "/metrics", &[], b"");
         assert_eq!(code, 200, "{body}");
-        Scrape::parse(&body)
+        Scrape::parse(&body).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Polls `f` until it returns `Some` or `timeout` passes.
@@ -177,17 +181,23 @@ impl Agent {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
+        self.stop_timed().0
+    }
+
+    /// Sends SIGTERM and waits for the exit status (killing the agent after 15 s); also
+    /// returns how long the agent took to exit.
+    pub fn stop_timed(&mut self) -> (std::process::ExitStatus, Duration) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let sent = Instant::now();
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
+                return (s, sent.elapsed());
             }
-            if Instant::now() > deadline {
+            if sent.elapsed() > Duration::from_secs(15) {
                 let _ = self.child.kill();
-                return self.child.wait().unwrap();
+                return (self.child.wait().unwrap(), sent.elapsed());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -202,7 +212,7 @@ impl Drop for Agent {
     }
 }
 
-/// A minimal HTTP/1.1 client (Connection: close), enough for tests and free of extra runtimes.
+/// One request on a fresh connection (the agent's own test client); returns status and body.
 pub fn http_request(
     addr: SocketAddr,
     method: &str,
@@ -210,48 +220,7 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    // The server may answer (413) and close before reading a large body.
-    let _ = s.write_all(body);
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (code, body)
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+    let resp = client::request(addr, method, path, headers, body, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"));
+    (resp.status, resp.text())
 }

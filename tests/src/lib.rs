@@ -3,7 +3,8 @@
 //! generator that builds incident and benign traces.
 
 pub mod agent;
-pub mod prom;
+/// The Prometheus text-format reader, shared with the agent.
+pub use skewwatch::exposition::text as prom;
 pub mod replay;
 pub mod scenario;
 pub mod scenarios;

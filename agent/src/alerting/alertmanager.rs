@@ -24,7 +24,8 @@ use skewwatch_detectors::alert::{AlertState, Labels, TransitionState};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Delivery, DropReason, Update, instant_at, rfc3339, wall_now};
+use super::{Delivery, DropReason, SendError, Update};
+use crate::clock::{instant_at, rfc3339, wall_now};
 
 /// Most alerts in one POST (Prometheus' notifier uses the same).
 pub const MAX_BATCH: usize = 64;
@@ -305,7 +306,7 @@ impl AlertmanagerTask {
                 }
                 Err(error) if error.is_permanent() => {
                     tracing::error!(
-                                alerts = batch.len(),
+                        alerts = batch.len(),
                         error = %error,
                         "Alertmanager rejected alerts; not retrying them until the next resend."
                     );
@@ -314,35 +315,41 @@ impl AlertmanagerTask {
                     self.outbox.settle(batch, now);
                 }
                 Err(error) => {
-                    self.failures += 1;
-                    if self.failures > self.delivery.max_retries {
-                        tracing::warn!(
-                                        alerts = batch.len(),
-                            failures = self.failures,
-                            error = %error,
-                            "Giving up on an alert batch until the next resend."
-                        );
-                        self.delivery
-                            .drop_counted(DropReason::RetriesExhausted, batch.len());
-                        self.outbox.settle(batch, now);
-                        self.failures = 0;
-                        self.retry_at = None;
-                    } else {
-                        let delay = self.delivery.retry_delay(self.failures);
-                        tracing::warn!(
-                                        alerts = batch.len(),
-                            failures = self.failures,
-                            retry_in_secs = delay,
-                            error = %error,
-                            "Alertmanager delivery failed; retrying."
-                        );
-                        self.retry_at = Some(now + delay);
-                    }
+                    self.failed(batch, &error, now);
                     return Attempt::Retrying;
                 }
             }
         }
         Attempt::Settled
+    }
+
+    /// After a failed POST of `batch`: schedules a retry, or gives the batch up once the
+    /// retries are spent (until the next resend, as Prometheus does).
+    fn failed(&mut self, batch: &[Labels], error: &SendError, now: f64) {
+        self.failures += 1;
+        if self.failures > self.delivery.max_retries {
+            tracing::warn!(
+                alerts = batch.len(),
+                failures = self.failures,
+                error = %error,
+                "Giving up on an alert batch until the next resend."
+            );
+            self.delivery
+                .drop_counted(DropReason::RetriesExhausted, batch.len());
+            self.outbox.settle(batch, now);
+            self.failures = 0;
+            self.retry_at = None;
+        } else {
+            let delay = self.delivery.retry_delay(self.failures);
+            tracing::warn!(
+                alerts = batch.len(),
+                failures = self.failures,
+                retry_in_secs = delay,
+                error = %error,
+                "Alertmanager delivery failed; retrying."
+            );
+            self.retry_at = Some(now + delay);
+        }
     }
 
     /// Delivers what is owed (alerts whose state changed since they were last sent) within the

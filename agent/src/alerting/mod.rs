@@ -42,7 +42,6 @@
 pub mod alertmanager;
 pub mod webhook;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -52,21 +51,13 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use sha2::Sha256;
 use skewwatch_detectors::alert::{Alert, Transition};
 use skewwatch_detectors::engine::Evaluation;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::{AlertingConfig, SecretSource};
-use crate::pipeline::{Clock, SystemClock};
-use crate::run::EnvLookup;
+use crate::config::{AlertingConfig, Secret};
 use crate::telemetry::SelfMetrics;
-
-/// The time Alertmanager's webhook payload gives a firing alert's `endsAt` (Go's zero time).
-pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// The header carrying a webhook payload's HMAC-SHA256 signature.
 pub const SIGNATURE_HEADER: &str = "X-Skewwatch-Signature";
@@ -74,30 +65,6 @@ pub const SIGNATURE_HEADER: &str = "X-Skewwatch-Signature";
 /// Errors preparing alert delivery at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum AlertingError {
-    /// A webhook's `hmac_secret_file` could not be read.
-    #[error("alerting.webhooks {receiver}: cannot read hmac_secret_file {}: {source}", path.display())]
-    SecretFile {
-        /// The webhook's name.
-        receiver: String,
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A webhook's `hmac_secret_env` names an unset variable.
-    #[error("alerting.webhooks {receiver}: hmac_secret_env: variable {name} is not set")]
-    SecretEnvUnset {
-        /// The webhook's name.
-        receiver: String,
-        /// The variable.
-        name: String,
-    },
-    /// The secret is empty, which would sign with an empty key: set a real secret.
-    #[error("alerting.webhooks {receiver}: the HMAC secret is empty")]
-    EmptySecret {
-        /// The webhook's name.
-        receiver: String,
-    },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client for alert delivery: {0}")]
     Client(#[source] reqwest::Error),
@@ -237,79 +204,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// A signing secret, read at start-up; its `Debug` never shows it.
-#[derive(Clone)]
-pub struct Secret(Arc<[u8]>);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(redacted)")
-    }
-}
-
-impl Secret {
-    /// A secret from raw bytes.
-    pub fn new(bytes: &[u8]) -> Secret {
-        Secret(bytes.into())
-    }
-
-    /// `sha256=<lowercase hex HMAC-SHA256 of body>`, the value of [`SIGNATURE_HEADER`].
-    pub fn sign(&self, body: &[u8]) -> String {
-        // HMAC accepts keys of any length.
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("any key length");
-        mac.update(body);
-        let digest = mac.finalize().into_bytes();
-        let mut out = String::with_capacity(7 + 64);
-        out.push_str("sha256=");
-        for b in digest {
-            out.push(char::from_digit(u32::from(b >> 4), 16).expect("nibble"));
-            out.push(char::from_digit(u32::from(b & 0xf), 16).expect("nibble"));
-        }
-        out
-    }
-}
-
-/// Reads a webhook's signing secret through `env` (the agent's one environment lookup); the
-/// value is trimmed, so a file with a trailing newline works, and an empty one is refused.
-pub fn read_secret(
-    receiver: &str,
-    source: &SecretSource,
-    env: EnvLookup<'_>,
-) -> Result<Secret, AlertingError> {
-    let text = match source {
-        SecretSource::File(path) => {
-            std::fs::read_to_string(path).map_err(|source| AlertingError::SecretFile {
-                receiver: receiver.to_owned(),
-                path: path.clone(),
-                source,
-            })?
-        }
-        SecretSource::Env(name) => env(name).ok_or_else(|| AlertingError::SecretEnvUnset {
-            receiver: receiver.to_owned(),
-            name: name.clone(),
-        })?,
-    };
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(AlertingError::EmptySecret {
-            receiver: receiver.to_owned(),
-        });
-    }
-    Ok(Secret::new(text.as_bytes()))
-}
-
-/// Formats unix seconds as RFC 3339 in UTC with millisecond precision
-/// (`2024-05-01T12:00:00.5Z`); out-of-range times give [`ZERO_TIME`].
-pub fn rfc3339(unix_secs: f64) -> String {
-    // Years 1..=9999, the range RFC 3339 can write.
-    if !(-62_135_596_800.0..=253_402_300_799.0).contains(&unix_secs) {
-        return ZERO_TIME.to_owned();
-    }
-    let nanos = (unix_secs * 1000.0).round() as i128 * 1_000_000;
-    OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_else(|| ZERO_TIME.to_owned())
+/// `sha256=<lowercase hex HMAC-SHA256 of body>`, the value of [`SIGNATURE_HEADER`].
+pub fn sign(secret: &Secret, body: &[u8]) -> String {
+    // HMAC accepts keys of any length.
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.expose()).expect("any key length");
+    mac.update(body);
+    format!("sha256={:x}", mac.finalize().into_bytes())
 }
 
 /// Renders `error` and its sources, `a: b: c`.
@@ -322,16 +222,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         cur = e.source();
     }
     s
-}
-
-/// Wall-clock now, unix seconds.
-fn wall_now() -> f64 {
-    SystemClock.now()
-}
-
-/// The tokio instant at wall-clock time `at` (unix seconds).
-fn instant_at(at: f64) -> Instant {
-    Instant::now() + Duration::from_secs_f64((at - wall_now()).clamp(0.0, 86_400.0))
 }
 
 /// What every receiver task shares: where it posts, how it retries, what it counts.
@@ -420,7 +310,6 @@ impl Delivery {
 #[derive(Debug)]
 pub struct Receivers {
     cfg: AlertingConfig,
-    secrets: Vec<Option<Secret>>,
     client: reqwest::Client,
 }
 
@@ -433,8 +322,6 @@ pub struct StartContext<'a> {
     pub window_secs: f64,
     /// Self-metrics.
     pub metrics: &'a SelfMetrics,
-    /// Where the receiver tasks are spawned.
-    pub tracker: &'a TaskTracker,
     /// How long the tasks may keep delivering after the pipeline stops.
     pub flush_timeout: Duration,
 }
@@ -449,18 +336,9 @@ pub struct ReceiverTask {
 }
 
 impl Receivers {
-    /// Reads every webhook secret through `env` and builds the HTTP client.
-    pub fn prepare(cfg: &AlertingConfig, env: EnvLookup<'_>) -> Result<Receivers, AlertingError> {
-        let secrets = cfg
-            .webhooks
-            .iter()
-            .map(|w| {
-                w.hmac_secret
-                    .as_ref()
-                    .map(|s| read_secret(&w.name, s, env))
-                    .transpose()
-            })
-            .collect::<Result<_, _>>()?;
+    /// Builds the HTTP client; the webhook secrets were read when the configuration was
+    /// validated.
+    pub fn prepare(cfg: &AlertingConfig) -> Result<Receivers, AlertingError> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("skewwatch/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
@@ -468,7 +346,6 @@ impl Receivers {
             .map_err(AlertingError::Client)?;
         Ok(Receivers {
             cfg: cfg.clone(),
-            secrets,
             client,
         })
     }
@@ -478,41 +355,49 @@ impl Receivers {
         self.cfg.alertmanagers.is_empty() && self.cfg.webhooks.is_empty()
     }
 
+    /// What one receiver's task needs to post, retry and count.
+    fn delivery(
+        &self,
+        ctx: &StartContext<'_>,
+        name: &str,
+        url: &reqwest::Url,
+        timeout: Duration,
+    ) -> Delivery {
+        let (cfg, m) = (&self.cfg, ctx.metrics);
+        for reason in DropReason::ALL {
+            m.alert_deliveries_dropped
+                .with_label_values(&[name, reason.as_str()]);
+        }
+        Delivery {
+            name: name.into(),
+            client: self.client.clone(),
+            url: url.clone(),
+            timeout,
+            backoff: Backoff {
+                initial: cfg.backoff_initial,
+                max: cfg.backoff_max,
+            },
+            max_retries: cfg.max_retries,
+            flush_timeout: ctx.flush_timeout,
+            jitter: Jitter::seeded(name),
+            success: m.alert_deliveries.with_label_values(&[name, "success"]),
+            failure: m.alert_deliveries.with_label_values(&[name, "failure"]),
+            dropped: m.alert_deliveries_dropped.clone(),
+            queue_length: m.alert_delivery_queue_length.with_label_values(&[name]),
+        }
+    }
+
     /// Spawns one task per receiver; returns the dispatcher for the pipeline and the tasks.
     /// Each task stops once the dispatcher is dropped (the pipeline stopped) and it has
     /// flushed what it owes.
     pub fn start(self, ctx: StartContext<'_>) -> (Dispatcher, Vec<ReceiverTask>) {
         let cfg = &self.cfg;
-        let external_url: Arc<str> = ctx.external_url.into();
+        let external_url: Arc<str> = ctx.external_url.as_str().into();
         let mut queues = Vec::new();
         let mut tasks = Vec::new();
-        let delivery = |name: &str, url: &reqwest::Url, timeout: Duration| {
-            let m = ctx.metrics;
-            for reason in DropReason::ALL {
-                m.alert_deliveries_dropped
-                    .with_label_values(&[name, reason.as_str()]);
-            }
-            Delivery {
-                name: name.into(),
-                client: self.client.clone(),
-                url: url.clone(),
-                timeout,
-                backoff: Backoff {
-                    initial: cfg.backoff_initial,
-                    max: cfg.backoff_max,
-                },
-                max_retries: cfg.max_retries,
-                flush_timeout: ctx.flush_timeout,
-                jitter: Jitter::seeded(name),
-                success: m.alert_deliveries.with_label_values(&[name, "success"]),
-                failure: m.alert_deliveries.with_label_values(&[name, "failure"]),
-                dropped: m.alert_deliveries_dropped.clone(),
-                queue_length: m.alert_delivery_queue_length.with_label_values(&[name]),
-            }
-        };
         for am in &cfg.alertmanagers {
             let (tx, rx) = mpsc::channel(cfg.queue_capacity);
-            let d = delivery(&am.name, &am.url, am.timeout);
+            let d = self.delivery(&ctx, &am.name, &am.url, am.timeout);
             let timing = alertmanager::Timing::new(
                 cfg.resend_interval.as_secs_f64(),
                 ctx.window_secs,
@@ -523,15 +408,15 @@ impl Receivers {
             let span = tracing::info_span!("alertmanager", receiver = %am.name);
             tasks.push(ReceiverTask {
                 name: am.name.as_str().into(),
-                handle: ctx.tracker.spawn(task.run(rx).instrument(span)),
+                handle: tokio::spawn(task.run(rx).instrument(span)),
             });
         }
-        for (w, secret) in cfg.webhooks.iter().zip(self.secrets) {
+        for w in &cfg.webhooks {
             let (tx, rx) = mpsc::channel(cfg.queue_capacity);
-            let d = delivery(&w.name, &w.url, w.timeout);
+            let d = self.delivery(&ctx, &w.name, &w.url, w.timeout);
             let task = webhook::WebhookTask::new(
                 d,
-                secret,
+                w.hmac_secret.clone(),
                 external_url.clone(),
                 cfg.queue_capacity,
                 cfg.max_notification_age.as_secs_f64(),
@@ -540,7 +425,7 @@ impl Receivers {
             let span = tracing::info_span!("webhook", receiver = %w.name);
             tasks.push(ReceiverTask {
                 name: w.name.as_str().into(),
-                handle: ctx.tracker.spawn(task.run(rx).instrument(span)),
+                handle: tokio::spawn(task.run(rx).instrument(span)),
             });
         }
         (Dispatcher { queues }, tasks)
@@ -620,23 +505,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_is_utc_with_milliseconds_when_needed() {
-        assert_eq!(rfc3339(0.0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_714_564_800.5), "2024-05-01T12:00:00.5Z");
-        assert_eq!(rfc3339(1_714_564_800.000_4), "2024-05-01T12:00:00Z");
-        assert_eq!(rfc3339(f64::NAN), ZERO_TIME);
-        assert_eq!(rfc3339(1e300), ZERO_TIME);
-    }
-
-    #[test]
     fn hmac_signature_matches_rfc_4231_test_case_2() {
         // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
         let s = Secret::new(b"Jefe");
         assert_eq!(
-            s.sign(b"what do ya want for nothing?"),
+            sign(&s, b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
-        assert_eq!(format!("{s:?}"), "Secret(redacted)");
     }
 
     #[test]
@@ -683,26 +558,5 @@ mod tests {
         assert!(!st(500).is_permanent());
         assert!(!st(503).is_permanent());
         assert!(!SendError::Transport("refused".into()).is_permanent());
-    }
-
-    #[test]
-    fn secrets_are_read_through_the_lookup_trimmed_and_never_empty() {
-        let env = |n: &str| (n == "HOOK_KEY").then(|| "k3y\n".to_string());
-        let s = read_secret("hook", &SecretSource::Env("HOOK_KEY".into()), &env).unwrap();
-        assert_eq!(s.sign(b"x"), Secret::new(b"k3y").sign(b"x"));
-        let err = read_secret("hook", &SecretSource::Env("NOPE".into()), &env).unwrap_err();
-        assert!(err.to_string().contains("NOPE"), "{err}");
-        let blank = |_: &str| Some(" \n".to_string());
-        assert!(matches!(
-            read_secret("hook", &SecretSource::Env("X".into()), &blank),
-            Err(AlertingError::EmptySecret { .. })
-        ));
-        let err = read_secret(
-            "hook",
-            &SecretSource::File("/nonexistent/skewwatch-secret".into()),
-            &env,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("hmac_secret_file"), "{err}");
     }
 }

@@ -20,7 +20,9 @@ use skewwatch_detectors::alert::{AlertState, Labels, TransitionState};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Delivery, DropReason, Secret, Update, ZERO_TIME, instant_at, rfc3339, wall_now};
+use super::{Delivery, DropReason, Update, sign};
+use crate::clock::{ZERO_TIME, instant_at, rfc3339, wall_now};
+use crate::config::Secret;
 
 /// The webhook payload (Alertmanager's `webhook.Message`, version 4).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -190,7 +192,7 @@ impl Notification {
     pub fn new(m: &Message, secret: Option<&Secret>, created: f64) -> Notification {
         let body = serde_json::to_vec(m).expect("messages serialize");
         Notification {
-            signature: secret.map(|s| s.sign(&body)),
+            signature: secret.map(|s| sign(s, &body)),
             body,
             created,
             failures: 0,
@@ -346,7 +348,7 @@ impl WebhookTask {
             }
             Err(error) if error.is_permanent() => {
                 tracing::error!(
-                        error = %error,
+                    error = %error,
                     "Webhook rejected a notification; dropping it."
                 );
                 self.backlog.pop();
@@ -358,7 +360,7 @@ impl WebhookTask {
                 let failures = head.failures;
                 if failures > max_retries {
                     tracing::warn!(
-                                failures,
+                        failures,
                         error = %error,
                         "Webhook notification dropped after its last retry."
                     );
@@ -368,7 +370,7 @@ impl WebhookTask {
                 } else {
                     let delay = self.delivery.retry_delay(failures);
                     tracing::warn!(
-                                failures,
+                        failures,
                         retry_in_secs = delay,
                         error = %error,
                         "Webhook delivery failed; retrying."
@@ -565,7 +567,10 @@ mod tests {
         let m = &messages(&u, "r", "u")[0];
         let secret = Secret::new(b"s3cret");
         let n = Notification::new(m, Some(&secret), T0);
-        assert_eq!(n.signature.as_deref(), Some(secret.sign(&n.body).as_str()));
+        assert_eq!(
+            n.signature.as_deref(),
+            Some(sign(&secret, &n.body).as_str())
+        );
         assert!(Notification::new(m, None, T0).signature.is_none());
     }
 

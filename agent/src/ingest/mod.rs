@@ -14,7 +14,7 @@ pub mod udp;
 use skewwatch_detectors::observation::Batch;
 use tokio::sync::mpsc;
 
-use crate::telemetry::{SelfMetrics, Source};
+use crate::telemetry::{DropReason, SourceMetrics};
 
 /// Why a batch could not be queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -27,36 +27,27 @@ pub enum QueueError {
     Closed,
 }
 
-/// Hands a batch to the pipeline, counting it as accepted or dropped.
+/// Hands a batch to the pipeline, counting it as accepted or dropped in `metrics` (the
+/// counters of the batch's source).
 pub fn submit(
     tx: &mpsc::Sender<Batch>,
-    metrics: &SelfMetrics,
-    source: Source,
+    metrics: &SourceMetrics,
     batch: Batch,
 ) -> Result<(), QueueError> {
     let records = batch.len() as u64;
     let requests = batch.requests();
     match tx.try_send(batch) {
         Ok(()) => {
-            metrics
-                .records
-                .with_label_values(&[source.as_str()])
-                .inc_by(records);
-            metrics
-                .requests
-                .with_label_values(&[source.as_str()])
-                .inc_by(requests);
+            metrics.records.inc_by(records);
+            metrics.requests.inc_by(requests);
             Ok(())
         }
         Err(e) => {
             let (reason, err) = match e {
-                mpsc::error::TrySendError::Full(_) => ("queue_full", QueueError::Full),
-                mpsc::error::TrySendError::Closed(_) => ("shutdown", QueueError::Closed),
+                mpsc::error::TrySendError::Full(_) => (DropReason::QueueFull, QueueError::Full),
+                mpsc::error::TrySendError::Closed(_) => (DropReason::Shutdown, QueueError::Closed),
             };
-            metrics
-                .dropped
-                .with_label_values(&[source.as_str(), reason])
-                .inc_by(records);
+            metrics.dropped(reason, records);
             Err(err)
         }
     }

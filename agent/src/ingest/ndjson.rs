@@ -30,8 +30,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use skewwatch_detectors::observation::{
     Batch, CacheResult, ObservationRef, Outcome, RejectReason, Rejections,
 };
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
+
+use crate::clock;
 
 mod fast;
 
@@ -132,9 +132,8 @@ pub fn parse_timestamp(value: &serde_json::Value) -> Result<f64, RejectReason> {
 }
 
 /// Reads an RFC 3339 timestamp (`2024-05-01T12:00:00.250Z`, `...+02:00`) as unix seconds.
-pub fn parse_rfc3339(s: &str) -> Result<f64, RejectReason> {
-    let t = OffsetDateTime::parse(s, &Rfc3339).map_err(|_| RejectReason::BadTimestamp)?;
-    Ok(t.unix_timestamp() as f64 + f64::from(t.nanosecond()) * 1e-9)
+fn parse_rfc3339(s: &str) -> Result<f64, RejectReason> {
+    clock::parse_rfc3339(s).ok_or(RejectReason::BadTimestamp)
 }
 
 impl NdjsonOutcome {

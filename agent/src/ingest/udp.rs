@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::ingest::{statsd, submit};
-use crate::telemetry::{SelfMetrics, Source};
+use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
 
 /// Largest datagram read: a UDP payload is at most 65,507 bytes over IPv4. StatsD clients
 /// keep datagrams under the MTU, but a loopback client may send more. The buffers are
@@ -53,7 +53,8 @@ pub const BATCH_RECORDS: usize = 4096;
 pub const FLUSH_AFTER: Duration = Duration::from_millis(20);
 /// Pause after the socket runs dry, so datagrams arriving at a low rate are read in groups.
 /// Far below what the receive buffer absorbs: at 150,000 datagrams a second (3 M lines/s) a
-/// nap queues about 300 datagrams, under 1 MiB of an 8 MiB buffer.
+/// nap queues about 300 datagrams, under 1 MiB, a small part of the default
+/// `statsd.receive_buffer_bytes`.
 pub const IDLE_NAP: Duration = Duration::from_millis(2);
 /// How often the thread wakes to check for shutdown when no data arrives.
 const POLL_MS: u16 = 100;
@@ -172,6 +173,7 @@ impl Datagrams {
 struct Pending<'a> {
     tx: &'a mpsc::Sender<Batch>,
     metrics: &'a SelfMetrics,
+    source: &'a SourceMetrics,
     batch: Batch,
     rejected: Rejections,
     datagrams: u64,
@@ -203,13 +205,13 @@ impl Pending<'_> {
             self.datagrams = 0;
         }
         if self.rejected.total() > 0 {
-            self.metrics.add_rejections(Source::Statsd, &self.rejected);
+            self.source.add_rejections(&self.rejected);
             self.rejected = Rejections::default();
         }
         if !self.batch.is_empty() {
             let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_RECORDS));
             // A full queue is counted inside `submit`; UDP has no one to tell.
-            let _ = submit(self.tx, self.metrics, Source::Statsd, full);
+            let _ = submit(self.tx, self.source, full);
         }
     }
 }
@@ -224,6 +226,7 @@ fn receive_loop(
     let mut pending = Pending {
         tx,
         metrics,
+        source: metrics.source(Source::Statsd),
         batch: Batch::with_capacity(BATCH_RECORDS),
         rejected: Rejections::default(),
         datagrams: 0,
@@ -260,24 +263,8 @@ fn receive_loop(
                     napped = true;
                     continue;
                 }
-                // Still dry after a nap: idle. Sleep in poll until there is data, the batch
-                // is due, or it is time to check for shutdown.
                 napped = false;
-                let timeout = match pending.due() {
-                    Some(due) => {
-                        let ms = due.saturating_duration_since(Instant::now()).as_millis();
-                        PollTimeout::from(u16::try_from(ms).unwrap_or(POLL_MS))
-                    }
-                    None => PollTimeout::from(POLL_MS),
-                };
-                let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLIN)];
-                match poll(&mut fds, timeout) {
-                    Ok(0) => pending.flush(),
-                    Ok(_) | Err(Errno::EINTR) => {}
-                    Err(error) => {
-                        tracing::error!(%error, "Polling the StatsD socket failed.");
-                    }
-                }
+                wait_for_data(socket, &mut pending);
             }
             Err(Errno::EINTR) => {}
             Err(error) => {
@@ -287,6 +274,26 @@ fn receive_loop(
     }
     pending.flush();
     tracing::info!("StatsD receiver stopped.");
+}
+
+/// Still dry after a nap: idle. Sleeps in `poll` until there is data, the batch is due, or it
+/// is time to check for shutdown.
+fn wait_for_data(socket: &UdpSocket, pending: &mut Pending<'_>) {
+    let timeout = match pending.due() {
+        Some(due) => {
+            let ms = due.saturating_duration_since(Instant::now()).as_millis();
+            PollTimeout::from(u16::try_from(ms).unwrap_or(POLL_MS))
+        }
+        None => PollTimeout::from(POLL_MS),
+    };
+    let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, timeout) {
+        Ok(0) => pending.flush(),
+        Ok(_) | Err(Errno::EINTR) => {}
+        Err(error) => {
+            tracing::error!(%error, "Polling the StatsD socket failed.");
+        }
+    }
 }
 
 #[cfg(test)]

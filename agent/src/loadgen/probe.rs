@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::http1;
+use crate::exposition::text::Scrape;
+use crate::http::client;
 
 /// The agent's self-metrics that account for every record sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -28,22 +29,26 @@ pub struct AgentCounters {
 impl AgentCounters {
     /// Scrapes `/metrics` at `addr` and reads the counters of `source`.
     pub fn scrape(addr: SocketAddr, source: &str) -> anyhow::Result<AgentCounters> {
-        let resp = http1::get(addr, "/metrics", Duration::from_secs(5))?;
+        let resp = client::get(addr, "/metrics", Duration::from_secs(5))?;
         anyhow::ensure!(
             resp.status == 200,
             "GET /metrics on {addr} answered {}",
             resp.status
         );
-        let text = String::from_utf8_lossy(&resp.body);
+        Ok(AgentCounters::read(&Scrape::parse(&resp.text())?, source))
+    }
+
+    /// The counters of `source` in a scrape.
+    pub fn read(scrape: &Scrape, source: &str) -> AgentCounters {
         let by_source = [("source", source)];
-        Ok(AgentCounters {
-            records: sum(&text, "skewwatch_ingest_records_total", &by_source),
-            requests: sum(&text, "skewwatch_ingest_requests_total", &by_source),
-            rejected: sum(&text, "skewwatch_ingest_rejected_total", &by_source),
-            dropped: sum(&text, "skewwatch_ingest_dropped_total", &by_source),
-            kernel_drops: sum(&text, "skewwatch_statsd_kernel_drops_total", &[]),
-            datagrams: sum(&text, "skewwatch_statsd_datagrams_total", &[]),
-        })
+        AgentCounters {
+            records: scrape.sum("skewwatch_ingest_records_total", &by_source),
+            requests: scrape.sum("skewwatch_ingest_requests_total", &by_source),
+            rejected: scrape.sum("skewwatch_ingest_rejected_total", &by_source),
+            dropped: scrape.sum("skewwatch_ingest_dropped_total", &by_source),
+            kernel_drops: scrape.sum("skewwatch_statsd_kernel_drops_total", &[]),
+            datagrams: scrape.sum("skewwatch_statsd_datagrams_total", &[]),
+        }
     }
 
     /// Records the agent has accounted for: accepted, rejected or dropped.
@@ -62,40 +67,6 @@ impl AgentCounters {
             datagrams: self.datagrams - earlier.datagrams,
         }
     }
-}
-
-/// Sum of the samples of `name` whose labels include every pair of `labels`, in Prometheus
-/// text format. Label values are compared as written (no unescaping): the self-metrics
-/// read here have plain values.
-pub fn sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let mut total = 0.0;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        let (label_text, value) = match rest.as_bytes().first() {
-            Some(b'{') => match rest.split_once('}') {
-                Some((l, v)) => (&l[1..], v),
-                None => continue,
-            },
-            Some(b' ') => ("", rest),
-            _ => continue,
-        };
-        let matches = labels.iter().all(|(k, v)| {
-            label_text
-                .split(',')
-                .any(|pair| pair.split_once('=') == Some((k, &format!("\"{v}\""))))
-        });
-        if matches
-            && let Some(v) = value
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<f64>().ok())
-        {
-            total += v;
-        }
-    }
-    total
 }
 
 /// CPU time and memory of a process, from `/proc/<pid>`.
@@ -238,11 +209,11 @@ mod tests {
             skewwatch_ingest_dropped_total{source=\"statsd\",reason=\"queue_full\"} 2\n\
             skewwatch_ingest_dropped_total{source=\"statsd\",reason=\"shutdown\"} 1\n\
             skewwatch_statsd_kernel_drops_total 3\n";
-        let s = [("source", "statsd")];
-        assert_eq!(sum(text, "skewwatch_ingest_records_total", &s), 7.0);
-        assert_eq!(sum(text, "skewwatch_ingest_dropped_total", &s), 3.0);
-        assert_eq!(sum(text, "skewwatch_statsd_kernel_drops_total", &[]), 3.0);
-        assert_eq!(sum(text, "skewwatch_missing_total", &[]), 0.0);
+        let c = AgentCounters::read(&Scrape::parse(text).unwrap(), "statsd");
+        assert_eq!(c.records, 7.0);
+        assert_eq!(c.dropped, 3.0);
+        assert_eq!(c.kernel_drops, 3.0);
+        assert_eq!(c.datagrams, 0.0);
     }
 
     #[test]

@@ -1,7 +1,13 @@
-//! A small Prometheus text-format reader for tests: find a series by name and labels,
-//! regardless of line order (after linkerd's `MetricMatch`).
+//! A small Prometheus text-format reader: find a series by name and labels, regardless of line
+//! order (after linkerd's `MetricMatch`). `skewwatch bench` reads the agent's counters with it,
+//! and the end-to-end tests read every scrape with it.
 
 use std::collections::BTreeMap;
+
+/// A line of a text-format page that is not a sample, a comment or empty.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a Prometheus text-format line: {0}")]
+pub struct UnreadableLine(pub String);
 
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,19 +30,25 @@ pub struct Scrape {
 }
 
 impl Scrape {
-    /// Parses a text-format page; panics on a line it cannot read, since that is a bug.
-    pub fn parse(text: &str) -> Scrape {
+    /// Parses a text-format page; a line it cannot read is an error naming the line.
+    pub fn parse(text: &str) -> Result<Scrape, UnreadableLine> {
         let mut samples = Vec::new();
         for line in text.lines() {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            samples.push(parse_line(line).unwrap_or_else(|| panic!("unreadable line: {line}")));
+            samples.push(parse_line(line).ok_or_else(|| UnreadableLine(line.to_owned()))?);
         }
-        Scrape {
+        Ok(Scrape {
             samples,
             text: text.to_owned(),
-        }
+        })
+    }
+
+    /// The sum of every sample named `name` whose labels include all of `labels` (0 when none
+    /// does).
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.all(name, labels).iter().map(|s| s.value).sum()
     }
 
     /// Every sample named `name` whose labels include all of `labels`.
@@ -53,6 +65,9 @@ impl Scrape {
     }
 
     /// The value of the one sample named `name` with all of `labels`.
+    ///
+    /// # Panics
+    /// When several series match: the caller must name enough labels to pick one.
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let found = self.all(name, labels);
         assert!(
@@ -133,9 +148,21 @@ mod tests {
     fn reads_escaped_labels_in_any_order() {
         let s = Scrape::parse(
             "# HELP x y\nx{b=\"2\",a=\"q\\\"\\\\\"} 1.5\ny 3\nx{a=\"z\",b=\"2\"} +Inf\n",
-        );
+        )
+        .unwrap();
         assert_eq!(s.value("x", &[("a", "q\"\\")]), 1.5);
         assert_eq!(s.value("y", &[]), 3.0);
         assert_eq!(s.get("x", &[("a", "z")]), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn sums_matching_series_and_names_an_unreadable_line() {
+        let s =
+            Scrape::parse("a{s=\"x\",r=\"1\"} 2\na{s=\"x\",r=\"2\"} 3\na{s=\"y\"} 7\n").unwrap();
+        assert_eq!(s.sum("a", &[("s", "x")]), 5.0);
+        assert_eq!(s.sum("a", &[]), 12.0);
+        assert_eq!(s.sum("b", &[]), 0.0);
+        let err = Scrape::parse("ok 1\nnot a sample\n").unwrap_err();
+        assert_eq!(err, UnreadableLine("not a sample".into()));
     }
 }

@@ -1,6 +1,10 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`,
 //! `/api/v1/alerts` and `POST /api/v1/observations`.
 //!
+//! - [`server`]: the accept loop and the bounded shutdown of connections.
+//! - [`client`]: a minimal blocking HTTP/1.1 client, for `skewwatch bench`, the demo and the
+//!   end-to-end tests.
+//!
 //! Read endpoints render the latest immutable snapshot (and `/api/v1/alerts` the latest active
 //! alerts); the ingest endpoint parses the body,
 //! hands one batch to the pipeline and answers with accepted and rejected counts. Bodies over
@@ -22,18 +26,22 @@ use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{mpsc, watch};
 
-use crate::alerting::rfc3339;
+use crate::clock::rfc3339;
+use crate::config::Secret;
 use crate::exposition;
 use crate::ingest::{self, QueueError, ndjson};
-use crate::telemetry::{SelfMetrics, Source};
+use crate::telemetry::SourceMetrics;
+
+pub mod client;
+pub mod server;
 
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
     /// Self-metrics registry.
     pub registry: Registry,
-    /// Self-metrics.
-    pub metrics: SelfMetrics,
+    /// The HTTP source's ingest counters.
+    pub ingest_metrics: SourceMetrics,
     /// Latest closed window.
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     /// Active alerts after the latest evaluation.
@@ -41,7 +49,7 @@ pub struct AppState {
     /// Where ingested batches go.
     pub batches: mpsc::Sender<Batch>,
     /// Bearer token required for ingest, if any.
-    pub token: Option<Arc<str>>,
+    pub token: Option<Secret>,
     /// True once every listener is bound.
     pub ready: Arc<AtomicBool>,
     /// Top keys exported per group.
@@ -168,7 +176,7 @@ struct IngestReply {
     error: Option<String>,
 }
 
-fn authorized(token: Option<&str>, headers: &HeaderMap) -> bool {
+fn authorized(token: Option<&Secret>, headers: &HeaderMap) -> bool {
     let Some(token) = token else { return true };
     let Some(given) = headers
         .get(header::AUTHORIZATION)
@@ -177,19 +185,11 @@ fn authorized(token: Option<&str>, headers: &HeaderMap) -> bool {
     else {
         return false;
     };
-    constant_time_eq(given.trim().as_bytes(), token.as_bytes())
-}
-
-/// Compares without an early exit, so response timing does not reveal a token prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    token.matches(given.trim().as_bytes())
 }
 
 async fn observations(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if !authorized(s.token.as_deref(), &headers) {
+    if !authorized(s.token.as_ref(), &headers) {
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -199,7 +199,7 @@ async fn observations(State(s): State<AppState>, headers: HeaderMap, body: Bytes
     }
     let mut batch = Batch::with_capacity(body.len() / 64 + 1);
     let outcome = ndjson::parse_body(&body, &mut batch);
-    s.metrics.add_rejections(Source::Http, &outcome.rejected);
+    s.ingest_metrics.add_rejections(&outcome.rejected);
     let errors = outcome
         .errors
         .iter()
@@ -221,7 +221,7 @@ async fn observations(State(s): State<AppState>, headers: HeaderMap, body: Bytes
         StatusCode::OK
     };
     if !batch.is_empty()
-        && let Err(e) = ingest::submit(&s.batches, &s.metrics, Source::Http, batch)
+        && let Err(e) = ingest::submit(&s.batches, &s.ingest_metrics, batch)
     {
         // Nothing of this body was taken: the client may retry it whole.
         reply.accepted = 0;
@@ -277,17 +277,19 @@ mod tests {
     #[test]
     fn bearer_token_must_match_exactly() {
         let mut h = HeaderMap::new();
+        let token = Secret::new(b"s3cret");
+        let token = Some(&token);
         assert!(authorized(None, &h));
-        assert!(!authorized(Some("s3cret"), &h));
+        assert!(!authorized(token, &h));
         h.insert(
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer s3cre"),
         );
-        assert!(!authorized(Some("s3cret"), &h));
+        assert!(!authorized(token, &h));
         h.insert(
             header::AUTHORIZATION,
             HeaderValue::from_static("Bearer s3cret"),
         );
-        assert!(authorized(Some("s3cret"), &h));
+        assert!(authorized(token, &h));
     }
 }

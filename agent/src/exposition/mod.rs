@@ -7,6 +7,8 @@
 //! from the latest active alerts. Label values are escaped; the empty key is rendered
 //! `(empty)` because Prometheus drops empty label values.
 
+pub mod text;
+
 use std::fmt::Write as _;
 
 use prometheus::{Encoder, Registry, TextEncoder};

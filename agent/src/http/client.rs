@@ -1,8 +1,9 @@
 //! A minimal HTTP/1.1 client over a blocking `TcpStream`: enough for `skewwatch bench` to POST
-//! NDJSON batches on a keep-alive connection and to GET `/metrics`, without an async runtime.
+//! NDJSON batches on a keep-alive connection and to GET `/metrics`, and for the end-to-end tests
+//! to talk to a real agent, without an async runtime.
 //!
-//! It reads `Content-Length` and `chunked` bodies and nothing fancier; it is a load generator's
-//! client for a server we know, not a general one.
+//! It reads `Content-Length` and `chunked` bodies and nothing fancier; it is a client for a
+//! server we know, not a general one.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,6 +19,8 @@ const MAX_BODY: usize = 256 * 1024 * 1024;
 pub struct Response {
     /// Status code.
     pub status: u16,
+    /// Header fields in order, names lowercased.
+    pub headers: Vec<(String, String)>,
     /// The body, de-chunked.
     pub body: Vec<u8>,
     /// True when the server asked to close the connection.
@@ -118,24 +121,27 @@ fn read_response(r: &mut impl BufRead) -> io::Result<Response> {
     let mut length = None;
     let mut chunked = false;
     let mut close = false;
+    let mut headers = Vec::new();
     loop {
         read_line(r, &mut line)?;
         if line.is_empty() {
             break;
         }
-        let text = String::from_utf8_lossy(&line).to_ascii_lowercase();
+        let text = String::from_utf8_lossy(&line);
         let Some((name, value)) = text.split_once(':') else {
             continue;
         };
-        let value = value.trim();
-        match name.trim() {
+        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+        let lower = value.to_ascii_lowercase();
+        match name.as_str() {
             "content-length" => {
                 length = Some(value.parse().map_err(|_| invalid("bad Content-Length"))?);
             }
-            "transfer-encoding" => chunked = value.contains("chunked"),
-            "connection" => close = value.contains("close"),
+            "transfer-encoding" => chunked = lower.contains("chunked"),
+            "connection" => close = lower.contains("close"),
             _ => {}
         }
+        headers.push((name, value.to_owned()));
     }
     let body = if chunked {
         read_chunked(r, &mut line)?
@@ -158,6 +164,7 @@ fn read_response(r: &mut impl BufRead) -> io::Result<Response> {
     };
     Ok(Response {
         status,
+        headers,
         body,
         close,
     })
@@ -190,9 +197,50 @@ fn read_chunked(r: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<Vec<u8>>
     }
 }
 
+impl Response {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
 /// `GET path` on a fresh connection.
 pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<Response> {
     Connection::connect(addr, timeout)?.request("GET", path, &["Connection: close"], b"")
+}
+
+/// One request on a fresh connection that closes after it. `headers` are name/value pairs.
+/// A server may answer and close before it reads a large body (413, 401), so a body that
+/// cannot be written in full still leaves the answer to read.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> io::Result<Response> {
+    let mut c = Connection::connect(addr, timeout)?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let stream = c.reader.get_mut();
+    stream.write_all(head.as_bytes())?;
+    let _ = stream.write_all(body);
+    read_response(&mut c.reader)
 }
 
 #[cfg(test)]

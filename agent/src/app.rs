@@ -1,0 +1,414 @@
+//! `skewwatch run`, assembled as values.
+//!
+//! [`start`] binds every listener and spawns every task, in the order the data flows: alert
+//! delivery, the pipeline, the StatsD receiver, the HTTP server. It returns a [`Running`] agent
+//! that owns the bound addresses and the task handles, so callers (the CLI, `demo`, tests) ask
+//! it where it listens instead of reading logs. [`Running::shutdown`] stops the agent in the
+//! reverse order, every step bounded by one grace time:
+//!
+//! 1. readiness turns false;
+//! 2. ingest stops: the StatsD thread hands over its last batch, the HTTP server stops
+//!    accepting and lets in-flight requests finish for at most [`INGEST_DRAIN`];
+//! 3. the pipeline takes what ingest queued and stops, which ends the dispatcher;
+//! 4. alert delivery sends what it owes (each receiver for at most [`DELIVERY_FLUSH`]);
+//! 5. whatever is still running when the grace time ends is aborted.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus::Registry;
+use serde::{Deserialize, Serialize};
+use skewwatch_detectors::alert::Alert;
+use skewwatch_detectors::engine::Engine;
+use skewwatch_detectors::snapshot::WindowSnapshot;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::alerting::{ReceiverTask, Receivers, StartContext};
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::http::server::{Server, Stopped};
+use crate::http::{self, AppState};
+use crate::ingest::udp;
+use crate::pipeline::Pipeline;
+use crate::telemetry::{SelfMetrics, Source};
+
+/// How long shutdown may take in all, from the signal to the last task.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// How long in-flight HTTP requests may take to finish once ingest stops; within [`GRACE`],
+/// leaving the rest to the pipeline and alert delivery.
+pub const INGEST_DRAIN: Duration = Duration::from_secs(2);
+
+/// How long alert delivery keeps delivering what it owes after the pipeline stopped; within
+/// [`GRACE`] after [`INGEST_DRAIN`].
+pub const DELIVERY_FLUSH: Duration = Duration::from_secs(7);
+
+/// Where the listeners ended up (ports chosen by the OS when 0 was asked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundAddrs {
+    /// HTTP listener.
+    pub http: SocketAddr,
+    /// StatsD listener, if enabled.
+    pub statsd: Option<SocketAddr>,
+}
+
+impl BoundAddrs {
+    /// Writes the addresses as JSON to `path` (through a temporary file and a rename, so a
+    /// reader never sees half a file): how a process that started the agent with port 0
+    /// learns the ports.
+    pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec(self)?)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// The StatsD receiver thread and what stops it.
+#[derive(Debug)]
+struct UdpReceiver {
+    thread: std::thread::JoinHandle<()>,
+    stop: CancellationToken,
+}
+
+impl UdpReceiver {
+    fn spawn(
+        socket: std::net::UdpSocket,
+        batches: &tokio::sync::mpsc::Sender<skewwatch_detectors::observation::Batch>,
+        metrics: &SelfMetrics,
+    ) -> anyhow::Result<UdpReceiver> {
+        let stop = CancellationToken::new();
+        let thread = udp::spawn(socket, batches.clone(), metrics.clone(), stop.clone())
+            .context("starting the StatsD receiver thread")?;
+        Ok(UdpReceiver { thread, stop })
+    }
+}
+
+/// A running agent: its addresses, its outputs and its tasks.
+#[derive(Debug)]
+pub struct Running {
+    addrs: BoundAddrs,
+    ready: Arc<AtomicBool>,
+    snapshots: watch::Receiver<Arc<WindowSnapshot>>,
+    alerts: watch::Receiver<Arc<Vec<Alert>>>,
+    http: Server,
+    udp: Option<UdpReceiver>,
+    pipeline: JoinHandle<()>,
+    pipeline_stop: CancellationToken,
+    delivery: Vec<ReceiverTask>,
+}
+
+/// How each stage ended in [`Running::shutdown`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// The HTTP server: drained, or aborted at its deadline.
+    pub http: Stopped,
+    /// The pipeline drained its queue and stopped before the deadline.
+    pub pipeline_drained: bool,
+    /// Alert delivery tasks still running at the deadline, aborted.
+    pub delivery_aborted: usize,
+}
+
+/// Binds every listener and starts every task of a validated configuration.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let receivers = Receivers::prepare(&config.alerting).context("preparing alert delivery")?;
+    let registry = Registry::new();
+    let metrics = SelfMetrics::register(&registry).context("registering self-metrics")?;
+
+    let http_listener = tokio::net::TcpListener::bind(config.http_listen)
+        .await
+        .with_context(|| format!("binding the HTTP listener on {}", config.http_listen))?;
+    let statsd_socket = match config.statsd_listen {
+        Some(addr) => Some(
+            udp::bind(addr, config.statsd_receive_buffer_bytes)
+                .with_context(|| format!("binding the StatsD listener on {addr}"))?,
+        ),
+        None => None,
+    };
+    let addrs = BoundAddrs {
+        http: http_listener.local_addr()?,
+        statsd: statsd_socket.as_ref().map(|s| s.local_addr()).transpose()?,
+    };
+
+    let clock = SystemClock;
+    let engine = Engine::new(config.engine.clone(), clock.now());
+    let (mut pipeline, channels) =
+        Pipeline::new(engine, clock, config.ingest_queue_batches, metrics.clone());
+    let delivery = start_delivery(&config, receivers, &addrs, &metrics, &mut pipeline);
+    let pipeline_stop = CancellationToken::new();
+    let pipeline = tokio::spawn(
+        pipeline
+            .run(pipeline_stop.clone())
+            .instrument(tracing::info_span!("pipeline")),
+    );
+    let udp = statsd_socket
+        .map(|socket| UdpReceiver::spawn(socket, &channels.batches, &metrics))
+        .transpose()?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = AppState {
+        registry,
+        ingest_metrics: metrics.source(Source::Http).clone(),
+        snapshots: channels.snapshots.clone(),
+        alerts: channels.alerts.clone(),
+        batches: channels.batches,
+        token: config.token.clone(),
+        ready: ready.clone(),
+        exported_keys: config.exported_keys_per_group,
+        window_secs: config.engine.window.window_secs,
+    };
+    let http = Server::spawn(
+        http_listener,
+        http::router(state, config.http_body_limit_bytes),
+    )?;
+    ready.store(true, Ordering::Release);
+    Ok(Running {
+        addrs,
+        ready,
+        snapshots: channels.snapshots,
+        alerts: channels.alerts,
+        http,
+        udp,
+        pipeline,
+        pipeline_stop,
+        delivery,
+    })
+}
+
+/// Spawns one delivery task per receiver and hands the pipeline its dispatcher. The tasks end
+/// after the pipeline: they stop once it drops the dispatcher and they have flushed.
+fn start_delivery<C: Clock>(
+    config: &Config,
+    receivers: Receivers,
+    addrs: &BoundAddrs,
+    metrics: &SelfMetrics,
+    pipeline: &mut Pipeline<C>,
+) -> Vec<ReceiverTask> {
+    if receivers.is_empty() {
+        return Vec::new();
+    }
+    let external_url = config
+        .alerting
+        .external_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}/api/v1/alerts", addrs.http));
+    let (mut dispatcher, tasks) = receivers.start(StartContext {
+        external_url,
+        window_secs: config.engine.window.window_secs,
+        metrics,
+        flush_timeout: DELIVERY_FLUSH,
+    });
+    pipeline.on_evaluation(move |ev| dispatcher.offer(ev));
+    tracing::info!(
+        alertmanagers = config.alerting.alertmanagers.len(),
+        webhooks = config.alerting.webhooks.len(),
+        "Alert delivery started."
+    );
+    tasks
+}
+
+impl Running {
+    /// Where the listeners are bound.
+    pub fn addrs(&self) -> BoundAddrs {
+        self.addrs
+    }
+
+    /// The latest closed window, updated as windows close.
+    pub fn snapshots(&self) -> watch::Receiver<Arc<WindowSnapshot>> {
+        self.snapshots.clone()
+    }
+
+    /// The active alerts after the latest evaluation.
+    pub fn alerts(&self) -> watch::Receiver<Arc<Vec<Alert>>> {
+        self.alerts.clone()
+    }
+
+    /// Stops the agent in order (see the module documentation), within `grace` in all.
+    pub async fn shutdown(self, grace: Duration) -> ShutdownReport {
+        let deadline = Instant::now() + grace;
+        self.ready.store(false, Ordering::Release);
+
+        // Ingest first, so the pipeline drains everything it will ever get.
+        let udp = self.udp.map(|u| {
+            u.stop.cancel();
+            tokio::task::spawn_blocking(move || u.thread.join())
+        });
+        let http = self
+            .http
+            .shutdown(deadline.min(Instant::now() + INGEST_DRAIN))
+            .await;
+        if let Some(join) = udp
+            && tokio::time::timeout_at(deadline, join).await.is_err()
+        {
+            tracing::warn!("The StatsD receiver did not stop in time.");
+        }
+
+        self.pipeline_stop.cancel();
+        let pipeline_drained = finish(self.pipeline, deadline, "pipeline").await;
+
+        let mut delivery_aborted = 0;
+        for task in self.delivery {
+            if !finish(
+                task.handle,
+                deadline,
+                &format!("alert delivery {}", task.name),
+            )
+            .await
+            {
+                delivery_aborted += 1;
+            }
+        }
+        let report = ShutdownReport {
+            http,
+            pipeline_drained,
+            delivery_aborted,
+        };
+        tracing::info!(?report, "Stopped.");
+        report
+    }
+}
+
+/// Waits for `task` until `deadline`, then aborts it. True when it ended by itself.
+async fn finish(mut task: JoinHandle<()>, deadline: Instant, what: &str) -> bool {
+    match tokio::time::timeout_at(deadline, &mut task).await {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
+            tracing::error!(task = what, %error, "A task failed.");
+            true
+        }
+        Err(_) => {
+            task.abort();
+            tracing::warn!(task = what, "Stopped at the grace timeout.");
+            false
+        }
+    }
+}
+
+/// Options of `skewwatch run` that are not configuration.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Where to write the bound addresses as JSON once every listener is bound.
+    pub addresses_file: Option<std::path::PathBuf>,
+}
+
+/// Runs the agent until SIGTERM or SIGINT, or until `cancel` fires, then shuts it down within
+/// [`GRACE`].
+pub async fn run(
+    config: Config,
+    options: RunOptions,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let window_secs = config.engine.window.window_secs;
+    let running = start(config).await?;
+    let addrs = running.addrs();
+    if let Some(path) = &options.addresses_file {
+        addrs
+            .write_to(path)
+            .with_context(|| format!("writing the bound addresses to {}", path.display()))?;
+    }
+    tracing::info!(
+        http = %addrs.http,
+        statsd = %addrs.statsd.map_or("disabled".to_string(), |a| a.to_string()),
+        window_secs,
+        "Listening."
+    );
+    tokio::select! {
+        _ = shutdown_signal() => tracing::info!("Shutting down on signal."),
+        _ = cancel.cancelled() => tracing::info!("Shutting down."),
+    }
+    running.shutdown(GRACE).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(error) => {
+            tracing::error!(%error, "Cannot listen for SIGTERM.");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loopback_config() -> Config {
+        let mut c = Config::embedded();
+        c.http_listen = "127.0.0.1:0".parse().unwrap();
+        c.statsd_listen = Some("127.0.0.1:0".parse().unwrap());
+        c
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn start_reports_the_ports_the_os_chose_and_shutdown_drains() {
+        let running = start(loopback_config()).await.unwrap();
+        let addrs = running.addrs();
+        assert_ne!(addrs.http.port(), 0);
+        assert_ne!(addrs.statsd.unwrap().port(), 0);
+        let healthz = tokio::task::spawn_blocking(move || {
+            crate::http::client::get(addrs.http, "/healthz", Duration::from_secs(5))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(healthz.status, 200);
+        let report = running.shutdown(GRACE).await;
+        assert_eq!(
+            report,
+            ShutdownReport {
+                http: Stopped::Drained,
+                pipeline_drained: true,
+                delivery_aborted: 0
+            }
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_half_open_connection_is_aborted_at_the_ingest_deadline() {
+        use tokio::io::AsyncWriteExt;
+        let running = start(loopback_config()).await.unwrap();
+        let mut half = tokio::net::TcpStream::connect(running.addrs().http)
+            .await
+            .unwrap();
+        half.write_all(b"GET /metr").await.unwrap();
+        // Let the server pick the connection up before shutdown starts.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let report = running.shutdown(GRACE).await;
+        assert_eq!(report.http, Stopped::Aborted);
+        assert!(report.pipeline_drained);
+        assert!(started.elapsed() < GRACE, "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn addresses_are_written_as_json() {
+        let dir = std::env::temp_dir().join(format!("skewwatch-addrs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("addrs.json");
+        let a = BoundAddrs {
+            http: "127.0.0.1:9477".parse().unwrap(),
+            statsd: None,
+        };
+        a.write_to(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"http": "127.0.0.1:9477", "statsd": null})
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,417 @@
+//! Configuration: YAML parsed into [`RawConfig`] ([`raw`]), then validated into [`Config`]
+//! ([`validate`]), with secrets read through [`secret`].
+//!
+//! Validation reports every problem at once, each with the field and why, and runs before any
+//! port is bound. The embedded default is `rules/skewwatch.yaml`, compiled into the binary, so
+//! `skewwatch run` with no file runs on exactly what the repository documents.
+
+pub mod raw;
+pub mod secret;
+pub mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use skewwatch_detectors::engine::EngineConfig;
+
+pub use raw::RawConfig;
+pub use secret::{EnvLookup, Secret, SecretSource, process_env};
+
+/// The embedded default configuration.
+pub const DEFAULT_CONFIG_YAML: &str = include_str!("../../../rules/skewwatch.yaml");
+
+/// One problem found in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted path of the field (`window.window_secs`), or `(file)` for the whole file.
+    pub field: String,
+    /// What is wrong and what to do.
+    pub why: String,
+}
+
+/// Errors loading a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read the configuration file: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or has unknown or mistyped fields, or values are invalid.
+    #[error("{}", render_problems(.origin, .problems))]
+    Invalid {
+        /// Where the configuration came from.
+        origin: String,
+        /// Every problem found.
+        problems: Vec<Problem>,
+    },
+}
+
+fn render_problems(origin: &str, problems: &[Problem]) -> String {
+    let mut s = format!(
+        "{origin}: {} problem{} in the configuration",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    );
+    for p in problems {
+        s.push_str(&format!("\n  {origin}: {}: {}", p.field, p.why));
+    }
+    s
+}
+
+/// A validated Alertmanager target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertmanagerTarget {
+    /// The `receiver` label value.
+    pub name: String,
+    /// The full `.../api/v2/alerts` URL.
+    pub url: reqwest::Url,
+    /// Timeout of one POST.
+    pub timeout: Duration,
+}
+
+/// A validated webhook target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookTarget {
+    /// The `receiver` field and label value.
+    pub name: String,
+    /// Where the payload is POSTed.
+    pub url: reqwest::Url,
+    /// Signing secret, if the payload is signed.
+    pub hmac_secret: Option<Secret>,
+    /// Timeout of one POST.
+    pub timeout: Duration,
+}
+
+/// Validated `alerting:` settings. The bounds they imply are described in
+/// [`crate::alerting`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertingConfig {
+    /// Alertmanagers, each sent every alert.
+    pub alertmanagers: Vec<AlertmanagerTarget>,
+    /// Generic webhooks.
+    pub webhooks: Vec<WebhookTarget>,
+    /// Re-send period of firing and recently resolved alerts (Prometheus `resend-delay`).
+    pub resend_interval: Duration,
+    /// How long resolved alerts are re-sent (Prometheus `resolvedRetention`).
+    pub resolved_retention: Duration,
+    /// Capacity of each receiver's update queue and of each webhook's notification backlog.
+    pub queue_capacity: usize,
+    /// Retries after the first failed attempt of a notification.
+    pub max_retries: u32,
+    /// First retry delay.
+    pub backoff_initial: Duration,
+    /// Largest retry delay.
+    pub backoff_max: Duration,
+    /// Age after which an undelivered webhook notification is dropped.
+    pub max_notification_age: Duration,
+    /// `generatorURL` / `externalURL`; `None` means `http://<HTTP listener>/api/v1/alerts`,
+    /// resolved once the listener is bound.
+    pub external_url: Option<String>,
+}
+
+impl Default for AlertingConfig {
+    fn default() -> Self {
+        AlertingConfig {
+            alertmanagers: Vec::new(),
+            webhooks: Vec::new(),
+            resend_interval: Duration::from_secs(60),
+            resolved_retention: Duration::from_secs(15 * 60),
+            queue_capacity: 1024,
+            max_retries: 10,
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            max_notification_age: Duration::from_secs(15 * 60),
+            external_url: None,
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// HTTP listener.
+    pub http_listen: SocketAddr,
+    /// StatsD listener, if enabled.
+    pub statsd_listen: Option<SocketAddr>,
+    /// Engine (windows and detectors) configuration.
+    pub engine: EngineConfig,
+    /// Top keys exported per group.
+    pub exported_keys_per_group: usize,
+    /// Largest HTTP body.
+    pub http_body_limit_bytes: usize,
+    /// Ingest queue length in batches.
+    pub ingest_queue_batches: usize,
+    /// SO_RCVBUF for the StatsD socket.
+    pub statsd_receive_buffer_bytes: usize,
+    /// Bearer token required by ingest and admin endpoints; `None` leaves them open to
+    /// whoever can reach the listener.
+    pub token: Option<Secret>,
+    /// Alert delivery.
+    pub alerting: AlertingConfig,
+}
+
+impl Config {
+    /// The embedded default configuration.
+    pub fn embedded() -> Config {
+        Config::from_yaml(DEFAULT_CONFIG_YAML, "(embedded default)")
+            .expect("the embedded default configuration is valid (tested)")
+    }
+
+    /// Reads and validates a file, reading secrets from the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with_env(path, &process_env)
+    }
+
+    /// Reads and validates a file, reading secrets through `env`.
+    pub fn load_with_env(path: &Path, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_yaml_with_env(&text, &path.display().to_string(), env)
+    }
+
+    /// Parses and validates YAML text, reading secrets from the process environment;
+    /// `origin` names the text in messages.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        Config::from_yaml_with_env(text, origin, &process_env)
+    }
+
+    /// Parses and validates YAML text, reading secrets through `env`.
+    pub fn from_yaml_with_env(
+        text: &str,
+        origin: &str,
+        env: EnvLookup<'_>,
+    ) -> Result<Config, ConfigError> {
+        let raw: RawConfig = if text.trim().is_empty() {
+            RawConfig::default()
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Invalid {
+                origin: origin.to_owned(),
+                problems: vec![Problem {
+                    field: "(file)".into(),
+                    why: e.to_string(),
+                }],
+            })?
+        };
+        raw.validate(env).map_err(|problems| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            problems,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skewwatch_detectors::detect::DetectorsConfig;
+
+    #[test]
+    fn embedded_default_is_valid_and_binds_loopback() {
+        let c = Config::embedded();
+        assert!(c.http_listen.ip().is_loopback());
+        assert!(c.statsd_listen.unwrap().ip().is_loopback());
+        assert_eq!(c.engine.window.window_secs, 10.0);
+        assert_eq!(c.token, None);
+    }
+
+    #[test]
+    fn the_shipped_default_file_matches_the_compiled_defaults() {
+        // rules/skewwatch.yaml documents the defaults; the structs carry them. They must agree,
+        // or a user who copies the file gets different behaviour than one who runs without it.
+        let file = Config::embedded();
+        let none = Config::from_yaml("", "t").unwrap();
+        assert_eq!(file.engine.detectors, DetectorsConfig::default());
+        assert_eq!(file.engine.window, none.engine.window);
+        assert_eq!(file.engine.detectors, none.engine.detectors);
+    }
+
+    #[test]
+    fn empty_file_means_defaults() {
+        let c = Config::from_yaml("", "t").unwrap();
+        assert_eq!(c.http_listen.port(), 9477);
+        assert_eq!(c.statsd_listen, Some("127.0.0.1:8125".parse().unwrap()));
+        let off = Config::from_yaml("listen:\n  statsd: disabled\n", "t").unwrap();
+        assert_eq!(off.statsd_listen, None);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_with_its_field() {
+        let yaml =
+            "listen:\n  http: nowhere\nwindow:\n  window_secs: 0\nlimits:\n  max_groups: 0\n";
+        let err = Config::from_yaml(yaml, "f.yaml").unwrap_err();
+        let ConfigError::Invalid { problems, .. } = &err else {
+            panic!("{err}")
+        };
+        let fields: Vec<_> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["listen.http", "window.window_secs", "limits.max_groups"]
+        );
+        assert!(err.to_string().contains("f.yaml: listen.http"));
+    }
+
+    #[test]
+    fn embedded_default_has_no_receivers_and_prometheus_timing() {
+        let a = Config::embedded().alerting;
+        assert_eq!(a, AlertingConfig::default());
+        assert!(a.alertmanagers.is_empty() && a.webhooks.is_empty());
+        assert_eq!(a.resend_interval, Duration::from_secs(60));
+        assert_eq!(a.resolved_retention, Duration::from_secs(900));
+    }
+
+    #[test]
+    fn alerting_section_is_read() {
+        let dir = std::env::temp_dir().join(format!("skewwatch-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret_file = dir.join("secret");
+        std::fs::write(&secret_file, "from-file\n").unwrap();
+        let yaml = r#"
+alerting:
+  alertmanagers:
+    - url: "http://am-0:9093"
+    - url: "http://am-1:9093/prefix/"
+      name: am-b
+      timeout_secs: 2.5
+    - url: "http://am-2:9093/api/v2/alerts"
+  webhooks:
+    - name: chat
+      url: "http://bridge:8080/hook"
+      hmac_secret_env: HOOK_KEY
+    - name: pager
+      url: "http://pager/x"
+      hmac_secret_file: SECRET_FILE
+  resend_interval_secs: 30
+  queue_capacity: 8
+  max_retries: 3
+  backoff_initial_secs: 0.1
+  backoff_max_secs: 2
+  external_url: "https://skewwatch.example/api/v1/alerts"
+"#
+        .replace("SECRET_FILE", secret_file.to_str().unwrap());
+        let env = |n: &str| (n == "HOOK_KEY").then(|| "from-env".to_string());
+        let a = Config::from_yaml_with_env(&yaml, "t", &env)
+            .unwrap()
+            .alerting;
+        std::fs::remove_dir_all(&dir).unwrap();
+        let urls: Vec<_> = a.alertmanagers.iter().map(|t| t.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://am-0:9093/api/v2/alerts",
+                "http://am-1:9093/prefix/api/v2/alerts",
+                "http://am-2:9093/api/v2/alerts"
+            ]
+        );
+        let names: Vec<_> = a.alertmanagers.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["alertmanager-0", "am-b", "alertmanager-2"]);
+        assert_eq!(a.alertmanagers[1].timeout, Duration::from_millis(2500));
+        assert_eq!(a.alertmanagers[0].timeout, Duration::from_secs(10));
+        assert_eq!(a.webhooks[0].hmac_secret, Some(Secret::new(b"from-env")));
+        assert_eq!(a.webhooks[1].hmac_secret, Some(Secret::new(b"from-file")));
+        assert_eq!(a.resend_interval, Duration::from_secs(30));
+        assert_eq!(a.queue_capacity, 8);
+        assert_eq!(a.max_retries, 3);
+        assert_eq!(a.backoff_max, Duration::from_secs(2));
+        assert_eq!(
+            a.external_url.as_deref(),
+            Some("https://skewwatch.example/api/v1/alerts")
+        );
+    }
+
+    #[test]
+    fn every_alerting_problem_is_named_with_its_field() {
+        let yaml = r#"
+alerting:
+  alertmanagers:
+    - url: "https://am:9093"
+      timeout_secs: 0
+    - name: dup
+      url: "not a url"
+  webhooks:
+    - url: "http://hook"
+    - name: dup
+      url: "http://hook"
+      hmac_secret_env: ""
+    - name: "bad name!"
+      hmac_secret_env: K
+      hmac_secret_file: /k
+  resend_interval_secs: 0
+  queue_capacity: 0
+  backoff_initial_secs: 10
+  backoff_max_secs: 1
+  external_url: "ftp://x"
+"#;
+        let err = Config::from_yaml(yaml, "f.yaml").unwrap_err();
+        let ConfigError::Invalid { problems, .. } = &err else {
+            panic!("{err}")
+        };
+        let fields: Vec<_> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "alerting.alertmanagers[0].url",
+                "alerting.alertmanagers[0].timeout_secs",
+                "alerting.alertmanagers[1].url",
+                "alerting.webhooks[0].name",
+                "alerting.webhooks[1].name",
+                "alerting.webhooks[1].hmac_secret_env",
+                "alerting.webhooks[2].name",
+                "alerting.webhooks[2].url",
+                "alerting.webhooks[2]",
+                "alerting.resend_interval_secs",
+                "alerting.queue_capacity",
+                "alerting.backoff_initial_secs",
+                "alerting.external_url",
+            ],
+            "{err}"
+        );
+        assert!(err.to_string().contains("no TLS"), "{err}");
+        assert!(err.to_string().contains("unique"), "{err}");
+    }
+
+    #[test]
+    fn receiver_url_passwords_stay_out_of_messages() {
+        let yaml = "alerting:\n  alertmanagers:\n    - url: \"https://u:hunter2@am:9093\"\n";
+        let err = Config::from_yaml(yaml, "f.yaml").unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = Config::from_yaml("window:\n  window_sec: 5\n", "f.yaml").unwrap_err();
+        assert!(err.to_string().contains("window_sec"), "{err}");
+    }
+
+    #[test]
+    fn secrets_are_read_during_validation_so_check_config_and_run_agree() {
+        let yaml = "auth:\n  bearer_token_env: SW_TOKEN\n";
+        let unset = |_: &str| None;
+        let err = Config::from_yaml_with_env(yaml, "f.yaml", &unset)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("f.yaml: auth.bearer_token_env") && err.contains("SW_TOKEN"),
+            "{err}"
+        );
+        let set = |n: &str| (n == "SW_TOKEN").then(|| "s3cret\n".to_string());
+        let c = Config::from_yaml_with_env(yaml, "f.yaml", &set).unwrap();
+        assert!(c.token.unwrap().matches(b"s3cret"));
+        let missing = "auth:\n  bearer_token_file: /nonexistent/skewwatch-token\n";
+        let err = Config::from_yaml(missing, "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("auth.bearer_token_file"), "{err}");
+        let both = "auth:\n  bearer_token_file: /t\n  bearer_token_env: T\n";
+        let err = Config::from_yaml(both, "f.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("f.yaml: auth: set bearer_token_file or bearer_token_env"),
+            "{err}"
+        );
+    }
+}

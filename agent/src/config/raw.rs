@@ -1,0 +1,143 @@
+//! The configuration as written: serde structs that mirror the YAML, every field optional and
+//! unknown fields refused. [`super::validate`] turns a [`RawConfig`] into a validated
+//! [`super::Config`].
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use skewwatch_detectors::detect::DetectorsConfig;
+
+/// `listen:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawListen {
+    /// HTTP listener address.
+    pub http: Option<String>,
+    /// StatsD UDP listener address; `"disabled"` turns it off.
+    pub statsd: Option<String>,
+}
+
+/// `window:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWindow {
+    /// Window length in seconds.
+    pub window_secs: Option<f64>,
+    /// Windows an idle shard stays known.
+    pub shard_idle_windows: Option<u32>,
+}
+
+/// `limits:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLimits {
+    /// Groups tracked.
+    pub max_groups: Option<usize>,
+    /// Shards tracked per group.
+    pub max_shards_per_group: Option<usize>,
+    /// Key summary slots per group.
+    pub group_key_slots: Option<usize>,
+    /// Key summary slots per shard.
+    pub shard_key_slots: Option<usize>,
+    /// Top keys exported per group.
+    pub exported_keys_per_group: Option<usize>,
+    /// HDR significant figures.
+    pub latency_sigfig: Option<u8>,
+    /// Largest HTTP body.
+    pub http_body_limit_bytes: Option<usize>,
+    /// Ingest queue length in batches.
+    pub ingest_queue_batches: Option<usize>,
+}
+
+/// `statsd:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStatsd {
+    /// SO_RCVBUF size.
+    pub receive_buffer_bytes: Option<usize>,
+}
+
+/// `auth:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAuth {
+    /// File holding the bearer token.
+    pub bearer_token_file: Option<PathBuf>,
+    /// Environment variable holding the bearer token.
+    pub bearer_token_env: Option<String>,
+}
+
+/// One Alertmanager in `alerting.alertmanagers`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAlertmanager {
+    /// The `receiver` label value in the delivery metrics; default `alertmanager-<index>`.
+    pub name: Option<String>,
+    /// Base URL (`http://alertmanager:9093`, optionally with a path prefix); alerts go to
+    /// `<url>/api/v2/alerts`.
+    pub url: Option<String>,
+    /// Timeout of one POST.
+    pub timeout_secs: Option<f64>,
+}
+
+/// One generic webhook in `alerting.webhooks`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWebhook {
+    /// The `receiver` field of the payload and label of the delivery metrics.
+    pub name: Option<String>,
+    /// Where the Alertmanager v4 webhook payload is POSTed.
+    pub url: Option<String>,
+    /// File holding the HMAC-SHA256 signing secret.
+    pub hmac_secret_file: Option<PathBuf>,
+    /// Environment variable holding the HMAC-SHA256 signing secret.
+    pub hmac_secret_env: Option<String>,
+    /// Timeout of one POST.
+    pub timeout_secs: Option<f64>,
+}
+
+/// `alerting:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAlerting {
+    /// Alertmanagers (API v2); every alert goes to each of them.
+    pub alertmanagers: Option<Vec<RawAlertmanager>>,
+    /// Generic webhooks (Alertmanager's v4 webhook payload).
+    pub webhooks: Option<Vec<RawWebhook>>,
+    /// How often firing (and recently resolved) alerts are re-sent to Alertmanagers.
+    pub resend_interval_secs: Option<f64>,
+    /// How long resolved alerts keep being re-sent to Alertmanagers.
+    pub resolved_retention_secs: Option<f64>,
+    /// Updates queued per receiver, and webhook notifications waiting per webhook.
+    pub queue_capacity: Option<usize>,
+    /// Retries of one notification after its first failed attempt.
+    pub max_retries: Option<u32>,
+    /// Delay before the first retry.
+    pub backoff_initial_secs: Option<f64>,
+    /// Longest delay between retries.
+    pub backoff_max_secs: Option<f64>,
+    /// A webhook notification older than this is dropped rather than retried.
+    pub max_notification_age_secs: Option<f64>,
+    /// `generatorURL` of every alert and `externalURL` of webhook payloads.
+    pub external_url: Option<String>,
+}
+
+/// The configuration as written, before validation.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    /// Listeners.
+    pub listen: Option<RawListen>,
+    /// Windowing.
+    pub window: Option<RawWindow>,
+    /// Caps and sizes.
+    pub limits: Option<RawLimits>,
+    /// StatsD socket options.
+    pub statsd: Option<RawStatsd>,
+    /// Ingest authentication.
+    pub auth: Option<RawAuth>,
+    /// Detector thresholds and alert timing.
+    pub detectors: Option<DetectorsConfig>,
+    /// Alert delivery.
+    pub alerting: Option<RawAlerting>,
+}

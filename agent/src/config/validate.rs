@@ -1,0 +1,562 @@
+//! Validation: [`RawConfig`] into [`Config`], one function per section, every problem
+//! collected with its field so a user fixes them all in one pass.
+//!
+//! Secrets are read here too (through the [`EnvLookup`] passed in), so `check-config` refuses
+//! exactly what `run` would refuse.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use skewwatch_detectors::engine::EngineConfig;
+use skewwatch_detectors::window::WindowConfig;
+
+use super::raw::{
+    RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawLimits, RawListen, RawStatsd, RawWebhook,
+    RawWindow,
+};
+use super::secret::{EnvLookup, Secret, SecretSource};
+use super::{AlertingConfig, AlertmanagerTarget, Config, Problem, WebhookTarget};
+
+/// Largest timeout of one delivery POST, and largest retry delay.
+const MAX_DELIVERY_SECS: f64 = 300.0;
+
+/// Default timeout of one delivery POST.
+const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default largest HTTP request body.
+const DEFAULT_BODY_LIMIT_BYTES: usize = 1 << 20;
+
+/// Default ingest queue length, in batches: with the body limit it bounds queued memory
+/// (docs/performance.md has the measurement behind it).
+const DEFAULT_QUEUE_BATCHES: usize = 64;
+
+/// Default StatsD socket receive buffer.
+const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
+
+impl RawConfig {
+    /// Validates every field and reads every secret through `env`, reporting all problems at
+    /// once.
+    pub fn validate(self, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> {
+        let mut c = Check {
+            problems: Vec::new(),
+            env,
+        };
+        let (http_listen, statsd_listen) = c.listen(self.listen.unwrap_or_default());
+        let window = c.window(
+            self.window.unwrap_or_default(),
+            &self.limits.clone().unwrap_or_default(),
+        );
+        let limits = c.limits(self.limits.unwrap_or_default());
+        let statsd_receive_buffer_bytes = c.statsd(self.statsd.unwrap_or_default());
+        let token = c.auth(self.auth.unwrap_or_default());
+        let detectors = self.detectors.unwrap_or_default();
+        for p in detectors.problems("detectors") {
+            c.fail(&p.field, p.why);
+        }
+        let alerting = c.alerting(self.alerting.unwrap_or_default());
+
+        if !c.problems.is_empty() {
+            return Err(c.problems);
+        }
+        Ok(Config {
+            http_listen: http_listen.expect("checked"),
+            statsd_listen,
+            exported_keys_per_group: window.top_keys,
+            engine: EngineConfig { window, detectors },
+            http_body_limit_bytes: limits.http_body_limit_bytes,
+            ingest_queue_batches: limits.ingest_queue_batches,
+            statsd_receive_buffer_bytes,
+            token,
+            alerting,
+        })
+    }
+}
+
+/// The `limits:` fields that are not window sizes.
+struct Limits {
+    http_body_limit_bytes: usize,
+    ingest_queue_batches: usize,
+}
+
+/// Collects problems while validating.
+struct Check<'a> {
+    problems: Vec<Problem>,
+    env: EnvLookup<'a>,
+}
+
+impl Check<'_> {
+    fn fail(&mut self, field: &str, why: impl fmt::Display) {
+        self.problems.push(Problem {
+            field: field.to_owned(),
+            why: why.to_string(),
+        });
+    }
+
+    fn addr(&mut self, field: &str, v: Option<&str>, default: &str) -> Option<SocketAddr> {
+        let s = v.unwrap_or(default);
+        match s.parse() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.fail(
+                    field,
+                    format!("`{s}` is not an IP:port address (write e.g. 127.0.0.1:9477)"),
+                );
+                None
+            }
+        }
+    }
+
+    fn range<T: PartialOrd + fmt::Display + Copy>(
+        &mut self,
+        field: &str,
+        v: Option<T>,
+        default: T,
+        lo: T,
+        hi: T,
+    ) -> T {
+        let x = v.unwrap_or(default);
+        if !(lo..=hi).contains(&x) {
+            self.fail(field, format!("{x} is out of range: use {lo}..={hi}"));
+        }
+        x
+    }
+
+    fn secs(
+        &mut self,
+        field: &str,
+        v: Option<f64>,
+        default: Duration,
+        lo: f64,
+        hi: f64,
+    ) -> Duration {
+        let x = v.unwrap_or(default.as_secs_f64());
+        if !(x.is_finite() && (lo..=hi).contains(&x)) {
+            self.fail(
+                field,
+                format!("{x} is out of range: use {lo}..={hi} seconds"),
+            );
+            return default;
+        }
+        Duration::from_secs_f64(x)
+    }
+
+    /// The secret `{parent}.{name}_file` or `{parent}.{name}_env` (not both), read now.
+    fn secret(
+        &mut self,
+        parent: &str,
+        name: &str,
+        file: Option<std::path::PathBuf>,
+        env_name: Option<String>,
+    ) -> Option<Secret> {
+        let (source, field) = match (file, env_name) {
+            (Some(_), Some(_)) => {
+                self.fail(parent, format!("set {name}_file or {name}_env, not both"));
+                return None;
+            }
+            (Some(p), None) => (SecretSource::File(p), format!("{parent}.{name}_file")),
+            (None, Some(e)) if e.is_empty() => {
+                self.fail(
+                    &format!("{parent}.{name}_env"),
+                    "the variable name is empty",
+                );
+                return None;
+            }
+            (None, Some(e)) => (SecretSource::Env(e), format!("{parent}.{name}_env")),
+            (None, None) => return None,
+        };
+        match source.read(self.env) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.fail(&field, e);
+                None
+            }
+        }
+    }
+
+    fn listen(&mut self, listen: RawListen) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        let http = self.addr("listen.http", listen.http.as_deref(), "127.0.0.1:9477");
+        // Absent means the default address; "disabled" (or "") turns the listener off.
+        let statsd = match listen.statsd.as_deref() {
+            Some("disabled" | "") => None,
+            other => self.addr("listen.statsd", other, "127.0.0.1:8125"),
+        };
+        (http, statsd)
+    }
+
+    /// The window sizes and caps (`window:` and the sizing half of `limits:`).
+    fn window(&mut self, window: RawWindow, limits: &RawLimits) -> WindowConfig {
+        let d = WindowConfig::default();
+        let window_secs = window.window_secs.unwrap_or(d.window_secs);
+        if !(window_secs.is_finite() && (0.1..=3600.0).contains(&window_secs)) {
+            self.fail(
+                "window.window_secs",
+                format!("{window_secs} is out of range: use 0.1..=3600 seconds"),
+            );
+        }
+        let shard_idle_windows = self.range(
+            "window.shard_idle_windows",
+            window.shard_idle_windows,
+            d.shard_idle_windows,
+            0,
+            10_000,
+        );
+        let max_groups = self.range(
+            "limits.max_groups",
+            limits.max_groups,
+            d.max_groups,
+            1,
+            10_000,
+        );
+        let max_shards_per_group = self.range(
+            "limits.max_shards_per_group",
+            limits.max_shards_per_group,
+            d.max_shards_per_group,
+            1,
+            100_000,
+        );
+        let (group_key_slots, shard_key_slots, top_keys) = self.key_slots(limits, &d);
+        let latency_sigfig = self.range(
+            "limits.latency_sigfig",
+            limits.latency_sigfig,
+            d.latency_sigfig,
+            1,
+            3,
+        );
+        WindowConfig {
+            window_secs,
+            shard_idle_windows,
+            max_groups,
+            max_shards_per_group,
+            group_key_slots,
+            shard_key_slots,
+            top_keys,
+            latency_sigfig,
+            ..d
+        }
+    }
+
+    /// Key summary slots per group and per shard, and the top keys exported per group.
+    fn key_slots(&mut self, limits: &RawLimits, d: &WindowConfig) -> (usize, usize, usize) {
+        let group_key_slots = self.range(
+            "limits.group_key_slots",
+            limits.group_key_slots,
+            d.group_key_slots,
+            1,
+            1 << 20,
+        );
+        let shard_key_slots = self.range(
+            "limits.shard_key_slots",
+            limits.shard_key_slots,
+            d.shard_key_slots,
+            1,
+            1 << 16,
+        );
+        let exported = self.range(
+            "limits.exported_keys_per_group",
+            limits.exported_keys_per_group,
+            d.top_keys,
+            0,
+            1000,
+        );
+        if exported > group_key_slots {
+            self.fail(
+                "limits.exported_keys_per_group",
+                format!(
+                    "{exported} exceeds limits.group_key_slots ({group_key_slots}): \
+                     a summary cannot report more keys than it tracks"
+                ),
+            );
+        }
+        (group_key_slots, shard_key_slots, exported)
+    }
+
+    fn limits(&mut self, limits: RawLimits) -> Limits {
+        Limits {
+            http_body_limit_bytes: self.range(
+                "limits.http_body_limit_bytes",
+                limits.http_body_limit_bytes,
+                DEFAULT_BODY_LIMIT_BYTES,
+                1024,
+                1 << 30,
+            ),
+            ingest_queue_batches: self.range(
+                "limits.ingest_queue_batches",
+                limits.ingest_queue_batches,
+                DEFAULT_QUEUE_BATCHES,
+                1,
+                1 << 20,
+            ),
+        }
+    }
+
+    fn statsd(&mut self, statsd: RawStatsd) -> usize {
+        self.range(
+            "statsd.receive_buffer_bytes",
+            statsd.receive_buffer_bytes,
+            DEFAULT_RECEIVE_BUFFER_BYTES,
+            4096,
+            1 << 30,
+        )
+    }
+
+    fn auth(&mut self, auth: RawAuth) -> Option<Secret> {
+        self.secret(
+            "auth",
+            "bearer_token",
+            auth.bearer_token_file,
+            auth.bearer_token_env,
+        )
+    }
+
+    fn alerting(&mut self, raw: RawAlerting) -> AlertingConfig {
+        let d = AlertingConfig::default();
+        let backoff = (raw.backoff_initial_secs, raw.backoff_max_secs);
+        let (alertmanagers, webhooks) = self.receivers(
+            raw.alertmanagers.unwrap_or_default(),
+            raw.webhooks.unwrap_or_default(),
+        );
+        let resend_interval = self.secs(
+            "alerting.resend_interval_secs",
+            raw.resend_interval_secs,
+            d.resend_interval,
+            0.1,
+            86_400.0,
+        );
+        let resolved_retention = self.secs(
+            "alerting.resolved_retention_secs",
+            raw.resolved_retention_secs,
+            d.resolved_retention,
+            0.0,
+            86_400.0,
+        );
+        let queue_capacity = self.range(
+            "alerting.queue_capacity",
+            raw.queue_capacity,
+            d.queue_capacity,
+            1,
+            1 << 20,
+        );
+        let max_retries = self.range(
+            "alerting.max_retries",
+            raw.max_retries,
+            d.max_retries,
+            0,
+            1000,
+        );
+        let (backoff_initial, backoff_max) = self.backoff(backoff.0, backoff.1, &d);
+        let max_notification_age = self.secs(
+            "alerting.max_notification_age_secs",
+            raw.max_notification_age_secs,
+            d.max_notification_age,
+            1.0,
+            7.0 * 86_400.0,
+        );
+        let external_url = self.external_url(raw.external_url);
+        AlertingConfig {
+            alertmanagers,
+            webhooks,
+            resend_interval,
+            resolved_retention,
+            queue_capacity,
+            max_retries,
+            backoff_initial,
+            backoff_max,
+            max_notification_age,
+            external_url,
+        }
+    }
+
+    /// Every receiver, with names unique across both kinds.
+    fn receivers(
+        &mut self,
+        alertmanagers: Vec<RawAlertmanager>,
+        webhooks: Vec<RawWebhook>,
+    ) -> (Vec<AlertmanagerTarget>, Vec<WebhookTarget>) {
+        let mut names = Vec::new();
+        let alertmanagers = alertmanagers
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, am)| self.alertmanager(i, am, &mut names))
+            .collect();
+        let webhooks = webhooks
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, w)| self.webhook(i, w, &mut names))
+            .collect();
+        (alertmanagers, webhooks)
+    }
+
+    fn alertmanager(
+        &mut self,
+        i: usize,
+        am: RawAlertmanager,
+        names: &mut Vec<String>,
+    ) -> Option<AlertmanagerTarget> {
+        let f = format!("alerting.alertmanagers[{i}]");
+        let name = am.name.unwrap_or_else(|| format!("alertmanager-{i}"));
+        self.receiver_name(&format!("{f}.name"), &name, names);
+        let url = self.receiver_url(&format!("{f}.url"), am.url.as_deref());
+        let timeout = self.secs(
+            &format!("{f}.timeout_secs"),
+            am.timeout_secs,
+            DEFAULT_DELIVERY_TIMEOUT,
+            0.1,
+            MAX_DELIVERY_SECS,
+        );
+        Some(AlertmanagerTarget {
+            name,
+            url: alertmanager_api_url(url?),
+            timeout,
+        })
+    }
+
+    fn webhook(
+        &mut self,
+        i: usize,
+        w: RawWebhook,
+        names: &mut Vec<String>,
+    ) -> Option<WebhookTarget> {
+        let f = format!("alerting.webhooks[{i}]");
+        match w.name.as_deref() {
+            Some(n) => self.receiver_name(&format!("{f}.name"), n, names),
+            None => self.fail(&format!("{f}.name"), "required: names the receiver"),
+        }
+        let url = self.receiver_url(&format!("{f}.url"), w.url.as_deref());
+        let timeout = self.secs(
+            &format!("{f}.timeout_secs"),
+            w.timeout_secs,
+            DEFAULT_DELIVERY_TIMEOUT,
+            0.1,
+            MAX_DELIVERY_SECS,
+        );
+        let hmac_secret = self.secret(&f, "hmac_secret", w.hmac_secret_file, w.hmac_secret_env);
+        Some(WebhookTarget {
+            name: w.name?,
+            url: url?,
+            hmac_secret,
+            timeout,
+        })
+    }
+
+    fn backoff(
+        &mut self,
+        initial: Option<f64>,
+        max: Option<f64>,
+        d: &AlertingConfig,
+    ) -> (Duration, Duration) {
+        let initial = self.secs(
+            "alerting.backoff_initial_secs",
+            initial,
+            d.backoff_initial,
+            0.01,
+            MAX_DELIVERY_SECS,
+        );
+        let max = self.secs(
+            "alerting.backoff_max_secs",
+            max,
+            d.backoff_max,
+            0.01,
+            MAX_DELIVERY_SECS,
+        );
+        if initial > max {
+            self.fail(
+                "alerting.backoff_initial_secs",
+                format!(
+                    "{} exceeds alerting.backoff_max_secs ({})",
+                    initial.as_secs_f64(),
+                    max.as_secs_f64()
+                ),
+            );
+        }
+        (initial, max)
+    }
+
+    fn external_url(&mut self, url: Option<String>) -> Option<String> {
+        let s = url?;
+        match reqwest::Url::parse(&s) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => Some(s),
+            _ => {
+                self.fail(
+                    "alerting.external_url",
+                    format!(
+                        "`{s}` is not an http(s) URL; write e.g. http://skewwatch:9477/api/v1/alerts"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A plain-HTTP receiver URL. TLS is not built in (reqwest without a TLS backend).
+    fn receiver_url(&mut self, field: &str, v: Option<&str>) -> Option<reqwest::Url> {
+        let Some(s) = v else {
+            self.fail(field, "required: the receiver's http:// URL");
+            return None;
+        };
+        match reqwest::Url::parse(s) {
+            Ok(u) if u.scheme() == "http" && u.host().is_some() => Some(u),
+            Ok(u) if u.scheme() == "https" => {
+                self.fail(
+                    field,
+                    format!(
+                        "`{}`: https is not supported, this build has no TLS; reach the receiver \
+                         over plain http on a trusted network or through a TLS-terminating proxy",
+                        redact(&u)
+                    ),
+                );
+                None
+            }
+            Ok(u) => {
+                self.fail(field, format!("`{}` is not an http://host URL", redact(&u)));
+                None
+            }
+            Err(e) => {
+                self.fail(
+                    field,
+                    format!("not a URL ({e}); write e.g. http://127.0.0.1:9093"),
+                );
+                None
+            }
+        }
+    }
+
+    fn receiver_name(&mut self, field: &str, name: &str, seen: &mut Vec<String>) {
+        let ok = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !ok {
+            self.fail(
+                field,
+                format!("`{name}`: use 1 to 64 characters from A-Z a-z 0-9 _ . -"),
+            );
+        } else if seen.iter().any(|n| n == name) {
+            self.fail(
+                field,
+                format!("`{name}` is used by another receiver; names must be unique"),
+            );
+        }
+        seen.push(name.to_owned());
+    }
+}
+
+/// `url` with any password replaced, for messages.
+fn redact(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    if u.password().is_some() {
+        let _ = u.set_password(Some("xxxxx"));
+    }
+    u.to_string()
+}
+
+/// The API v2 endpoint under an Alertmanager base URL (which may carry a path prefix); a URL
+/// that already names the endpoint is kept.
+fn alertmanager_api_url(mut url: reqwest::Url) -> reqwest::Url {
+    const ENDPOINT: &str = "/api/v2/alerts";
+    let path = url.path().trim_end_matches('/').to_owned();
+    if !path.ends_with(ENDPOINT) {
+        url.set_path(&format!("{path}{ENDPOINT}"));
+    }
+    url
+}
