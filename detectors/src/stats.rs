@@ -490,29 +490,8 @@ pub fn hot_shard_z_threshold(n: usize, alpha: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prng::{SplitMix64, mix};
     use proptest::prelude::*;
-
-    /// Splitmix64: a tiny seeded generator, so the statistical tests are reproducible.
-    struct SplitMix64(u64);
-
-    impl SplitMix64 {
-        fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            mix64(self.0)
-        }
-
-        /// Uniform in [0, 1).
-        fn next_f64(&mut self) -> f64 {
-            (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-        }
-    }
-
-    /// The splitmix64 finaliser, also used as the "shard hash" of a key id.
-    fn mix64(mut z: u64) -> u64 {
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
 
     /// Poisson(λ) by inversion over a precomputed CDF table: one uniform per sample.
     struct Poisson {
@@ -885,7 +864,7 @@ mod tests {
     fn poisson_noise_gives_the_documented_gini_and_cv_floors() {
         let (shards, lambda, windows) = (64, 100.0, 2000);
         let poisson = Poisson::new(lambda);
-        let mut rng = SplitMix64(0x5EED_0001);
+        let mut rng = SplitMix64::new(0x5EED_0001);
         let mut counts = vec![0.0; shards];
         let (mut gini_sum, mut cv_sum) = (0.0, 0.0);
         for _ in 0..windows {
@@ -914,7 +893,7 @@ mod tests {
     fn dispersion_gate_false_positive_rate_is_alpha_on_poisson_noise() {
         let (shards, lambda, windows) = (64, 100.0, 10_000u32);
         let poisson = Poisson::new(lambda);
-        let mut rng = SplitMix64(0x5EED_0002);
+        let mut rng = SplitMix64::new(0x5EED_0002);
         let mut counts = vec![0.0; shards];
         let mut fired = 0u32;
         for _ in 0..windows {
@@ -940,10 +919,10 @@ mod tests {
         let norm: f64 = weights.iter().sum();
         let mut zipf_only = vec![0.0; shards];
         for (k, w) in (1..=keys).zip(&weights) {
-            zipf_only[(mix64(k) % shards as u64) as usize] += w / norm;
+            zipf_only[(mix(k) % shards as u64) as usize] += w / norm;
         }
         let mut loads: Vec<f64> = zipf_only.iter().map(|x| x * (1.0 - hot) * events).collect();
-        loads[(mix64(0) % shards as u64) as usize] += hot * events;
+        loads[(mix(0) % shards as u64) as usize] += hot * events;
         zipf_only.iter_mut().for_each(|x| *x *= events);
 
         let fixture = SkewStats::from_counts(&loads, 1e-3).unwrap();

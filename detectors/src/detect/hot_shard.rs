@@ -519,6 +519,7 @@ mod tests {
     use super::*;
     use crate::alert::AlertBook;
     use crate::observation::ObservationRef;
+    use crate::prng::SplitMix64;
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
@@ -528,7 +529,7 @@ mod tests {
         book: AlertBook,
         windows: Windows,
         t: f64,
-        rng: u64,
+        rng: SplitMix64,
     }
 
     impl Rig {
@@ -540,20 +541,14 @@ mod tests {
                 book: AlertBook::new(rules),
                 windows: Windows::new(WindowConfig::default(), 0.0),
                 t: 0.0,
-                rng: 12345,
+                rng: SplitMix64::new(12345),
             }
         }
 
-        /// Roughly Poisson noise (normal approximation) from a tiny LCG, deterministic.
+        /// Roughly Poisson noise (normal approximation: a sum of 12 uniforms has mean 6 and
+        /// variance 1), seeded so every run sees the same windows.
         fn noisy(&mut self, mean: f64) -> u64 {
-            let mut u = 0.0;
-            for _ in 0..12 {
-                self.rng = self
-                    .rng
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                u += (self.rng >> 11) as f64 / (1u64 << 53) as f64;
-            }
+            let u: f64 = (0..12).map(|_| self.rng.next_f64()).sum();
             (mean + (u - 6.0) * mean.sqrt()).round().max(0.0) as u64
         }
 
