@@ -465,7 +465,7 @@ fn snapshot_group(
     // would read as one giant shard.
     let counts: Vec<f64> = shards
         .iter()
-        .filter(|s| s.shard != OTHER_LABEL)
+        .filter(|s| s.is_tracked())
         .map(|s| s.requests as f64)
         .collect();
     let skew = SkewStats::from_counts(&counts, cfg.dispersion_alpha);

@@ -70,9 +70,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::error_surge::{check_windows, dominant_class};
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, Outcome, key_label};
+use crate::observation::{Outcome, key_label};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 use crate::stats::normal_quantile;
 
@@ -177,22 +176,22 @@ impl CacheHitCollapseConfig {
         p.range("p99_tail_sigma", self.p99_tail_sigma, 0.0, 3.0);
         p.range("error_ratio_floor", self.error_ratio_floor, 0.0, 1.0);
         p.range("error_ratio_factor", self.error_ratio_factor, 1.0, 1000.0);
-        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
             30.0 * 86_400.0,
         );
-        check_windows(p, "warmup_windows", self.warmup_windows);
-        check_windows(p, "freeze_limit_windows", self.freeze_limit_windows);
+        p.windows("warmup_windows", self.warmup_windows);
+        p.windows("freeze_limit_windows", self.freeze_limit_windows);
         p.range(
             "metastable_load_factor",
             self.metastable_load_factor,
             1.0,
             100.0,
         );
-        check_windows(p, "metastable_windows", self.metastable_windows);
+        p.windows("metastable_windows", self.metastable_windows);
         p.range("dominant_key_share", self.dominant_key_share, 0.0, 1.0);
     }
 }
@@ -345,9 +344,8 @@ impl Detector for CacheHitCollapse {
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
         let snap = ctx.snapshot;
         self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            if g.group == OTHER_LABEL
-                || g.requests < self.cfg.min_requests
+        for g in snap.tracked_groups() {
+            if g.requests < self.cfg.min_requests
                 || g.cache_hits + g.cache_misses < self.cfg.min_cache_results
             {
                 continue;
@@ -468,8 +466,7 @@ impl CacheHitCollapse {
             );
             hot_target = Some(format!("shard {}", h.shard));
             // The key summary over-counts by at most `error`: judge dominance on the lower bound.
-            let lower =
-                |k: &KeyShare| k.requests.saturating_sub(k.error) as f64 / h.requests.max(1) as f64;
+            let lower = |k: &KeyShare| k.lower_bound() as f64 / h.requests.max(1) as f64;
             if let Some(k) = h.top_keys.first()
                 && lower(k) >= self.cfg.dominant_key_share
             {
@@ -544,7 +541,7 @@ impl CacheHitCollapse {
             "coalesce concurrent fills of one key (singleflight)".to_owned(),
             "lengthen and jitter the TTL (or refresh early, XFetch)".to_owned(),
         ];
-        let timeouts = dominant_class(&g.by_outcome) == Some(Outcome::Timeout);
+        let timeouts = Outcome::dominant_error(&g.by_outcome) == Some(Outcome::Timeout);
         if timeouts || cond.latency {
             m.push(
                 "shorten deadlines and drop work whose caller has given up, so the backend stops \
@@ -586,9 +583,8 @@ fn quantile_shift(now: f64, base: f64, sigma: f64) -> f64 {
 /// The shard with the most backend calls (requests that were not cache hits); ties go to the
 /// first name. `__other__` is an aggregate, not a shard to name.
 fn hottest(g: &GroupSnapshot) -> Option<&ShardSnapshot> {
-    g.shards
-        .iter()
-        .filter(|s| s.shard != OTHER_LABEL && s.requests > 0)
+    g.tracked_shards()
+        .filter(|s| s.requests > 0)
         .rev()
         .max_by_key(|s| s.requests.saturating_sub(s.cache_hits))
 }

@@ -38,7 +38,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::OTHER_LABEL;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -142,21 +141,9 @@ impl CapacityHeadroomConfig {
                 ),
             );
         }
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
-        if !(3..=1000).contains(&self.projection_windows) {
-            p.fail(
-                "projection_windows",
-                format!(
-                    "{} is out of range: use 3..=1000 (a trend needs at least three points)",
-                    self.projection_windows
-                ),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
+        // A line through two points has no residual to speak of: a trend needs three.
+        p.windows_from("projection_windows", self.projection_windows, 3);
         p.range(
             "projection_horizon_secs",
             self.projection_horizon_secs,
@@ -218,7 +205,7 @@ impl CapacityHeadroom {
         }
         let states = self.state.entry(g.group.clone()).or_default();
         states.retain(|name, _| g.shard(name).is_some());
-        for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+        for s in g.tracked_shards() {
             let Some(cap) = cfg.capacity_of(&g.group, &s.shard) else {
                 continue;
             };

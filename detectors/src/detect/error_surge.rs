@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, Outcome};
+use crate::observation::Outcome;
 use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
@@ -87,14 +87,14 @@ impl ErrorSurgeConfig {
         p.range("min_error_ratio", self.min_error_ratio, 0.0, 1.0);
         p.range("ratio_over_baseline", self.ratio_over_baseline, 1.0, 1000.0);
         p.range("points_over_baseline", self.points_over_baseline, 0.0, 1.0);
-        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
             30.0 * 86_400.0,
         );
-        check_windows(p, "warmup_windows", self.warmup_windows);
+        p.windows("warmup_windows", self.warmup_windows);
     }
 
     /// True when ratio `e` is a surge over baseline `b`.
@@ -102,35 +102,6 @@ impl ErrorSurgeConfig {
         e >= self.min_error_ratio
             && (e >= self.ratio_over_baseline * b || e >= b + self.points_over_baseline)
     }
-}
-
-/// Checks a window count: 1..=10 000.
-pub(crate) fn check_windows(p: &mut Problems<'_>, field: &str, v: u32) {
-    if !(1..=10_000).contains(&v) {
-        p.fail(field, format!("{v} is out of range: use 1..=10000"));
-    }
-}
-
-/// The error classes (every outcome but `ok`).
-pub(crate) const ERROR_CLASSES: [Outcome; 5] = [
-    Outcome::Error,
-    Outcome::Timeout,
-    Outcome::NotFound,
-    Outcome::Throttled,
-    Outcome::Unavailable,
-];
-
-/// The error class with the most requests in `by_outcome`, if any request failed.
-pub(crate) fn dominant_class(by_outcome: &[u64; Outcome::COUNT]) -> Option<Outcome> {
-    ERROR_CLASSES
-        .iter()
-        .copied()
-        .filter(|c| by_outcome[c.index()] > 0)
-        // Ties go to the earlier class, so the answer is deterministic.
-        .fold(None, |best: Option<Outcome>, c| match best {
-            Some(b) if by_outcome[b.index()] >= by_outcome[c.index()] => Some(b),
-            _ => Some(c),
-        })
 }
 
 /// Baselines and streak of one group.
@@ -164,7 +135,7 @@ impl ErrorSurge {
         let warm = self.cfg.warmup_windows;
         let base_of = |c: Outcome| st.by_class[c.index()].value(warm).unwrap_or(0.0);
         // The class whose ratio grew most, in points.
-        let grown = ERROR_CLASSES
+        let grown = Outcome::ERRORS
             .iter()
             .copied()
             .map(|c| (c, g.outcome(c) as f64 / requests - base_of(c)))
@@ -179,7 +150,7 @@ impl ErrorSurge {
             .annotate("requests", g.requests.to_string())
             .annotate("dominant_class", grown.as_str());
         let mut classes = Vec::new();
-        for c in ERROR_CLASSES {
+        for c in Outcome::ERRORS {
             let now = g.outcome(c) as f64 / requests;
             let base = base_of(c);
             if now > 0.0 || base >= 0.0005 {
@@ -193,9 +164,8 @@ impl ErrorSurge {
         let mut where_ = String::new();
         // The shard with the most errors; `rev` makes ties go to the first name.
         if let Some(s) = g
-            .shards
-            .iter()
-            .filter(|s| s.errors > 0 && s.shard != OTHER_LABEL)
+            .tracked_shards()
+            .filter(|s| s.errors > 0)
             .rev()
             .max_by_key(|s| s.errors)
         {
@@ -255,9 +225,9 @@ impl Detector for ErrorSurge {
         // the groups the windows track.
         let snap = ctx.snapshot;
         self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            // `__other__` mixes unrelated systems; its ratio is nobody's.
-            if g.group == OTHER_LABEL || g.requests < self.cfg.min_requests {
+        // `__other__` mixes unrelated systems; its ratio is nobody's.
+        for g in snap.tracked_groups() {
+            if g.requests < self.cfg.min_requests {
                 continue;
             }
             let mut st = self.groups.remove(&g.group).unwrap_or_default();
@@ -277,7 +247,7 @@ impl Detector for ErrorSurge {
             // Learn only from windows that are neither suspect nor part of an incident.
             if !holds && !active {
                 st.ratio.update(e, self.alpha);
-                for c in ERROR_CLASSES {
+                for c in Outcome::ERRORS {
                     let r = g.outcome(c) as f64 / g.requests as f64;
                     st.by_class[c.index()].update(r, self.alpha);
                 }
@@ -464,16 +434,5 @@ mod tests {
         let mut out = Vec::new();
         ErrorSurgeConfig::default().check(&mut Problems::new("x", &mut out));
         assert!(out.is_empty(), "{out:?}");
-    }
-
-    #[test]
-    fn dominant_class_breaks_ties_by_order() {
-        let mut by = [0u64; Outcome::COUNT];
-        assert_eq!(dominant_class(&by), None);
-        by[Outcome::Timeout.index()] = 5;
-        by[Outcome::NotFound.index()] = 5;
-        assert_eq!(dominant_class(&by), Some(Outcome::Timeout));
-        by[Outcome::NotFound.index()] = 6;
-        assert_eq!(dominant_class(&by), Some(Outcome::NotFound));
     }
 }

@@ -41,9 +41,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
-use crate::detect::error_surge::{check_windows, dominant_class};
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, Outcome};
+use crate::observation::Outcome;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.fast_failure_sink` settings.
@@ -127,14 +126,14 @@ impl FastFailureSinkConfig {
             1.0,
             1000.0,
         );
-        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
             30.0 * 86_400.0,
         );
-        check_windows(p, "warmup_windows", self.warmup_windows);
+        p.windows("warmup_windows", self.warmup_windows);
     }
 }
 
@@ -185,9 +184,8 @@ impl FastFailureSink {
     ) -> BTreeMap<String, Verdict> {
         let mut out = BTreeMap::new();
         let judged: Vec<&ShardSnapshot> = g
-            .shards
-            .iter()
-            .filter(|s| s.shard != OTHER_LABEL && s.requests >= self.cfg.min_requests)
+            .tracked_shards()
+            .filter(|s| s.requests >= self.cfg.min_requests)
             .collect();
         if judged.len() < self.cfg.min_shards {
             return out;
@@ -262,7 +260,7 @@ impl FastFailureSink {
     }
 
     fn finding(&self, g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> Finding {
-        let class = dominant_class(&s.by_outcome).unwrap_or(Outcome::Error);
+        let class = Outcome::dominant_error(&s.by_outcome).unwrap_or(Outcome::Error);
         let class_ratio = s.outcome(class) as f64 / s.requests.max(1) as f64;
         let group_failed = g.error_ratio.unwrap_or(0.0);
         let ok_p50 = s
@@ -352,15 +350,12 @@ impl Detector for FastFailureSink {
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
         let snap = ctx.snapshot;
         self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            if g.group == OTHER_LABEL {
-                continue;
-            }
+        for g in snap.tracked_groups() {
             let mut states = self.groups.remove(&g.group).unwrap_or_default();
             // Shards the windows forgot take their state with them.
             states.retain(|name, _| g.shard(name).is_some());
             let verdicts = self.judge(g, &states);
-            for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+            for s in g.tracked_shards() {
                 let st = states.entry(s.shard.clone()).or_default();
                 let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
                 let Some(v) = verdicts.get(&s.shard) else {
@@ -379,7 +374,7 @@ impl Detector for FastFailureSink {
             let frozen =
                 !verdicts.is_empty() || ctx.alerts.group_has_active("FastFailureSink", &g.group);
             if !frozen && g.requests > 0 {
-                for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+                for s in g.tracked_shards() {
                     if let Some(st) = states.get_mut(&s.shard) {
                         st.share.update(s.share, self.alpha);
                     }

@@ -62,7 +62,7 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, key_label};
+use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -125,15 +125,7 @@ impl HotKeyConfig {
             1.0,
             30.0 * 86_400.0,
         );
-        if !(1..=100_000).contains(&self.warmup_windows) {
-            p.fail(
-                "warmup_windows",
-                format!(
-                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
-                    self.warmup_windows
-                ),
-            );
-        }
+        p.windows("warmup_windows", self.warmup_windows);
         for (field, v) in [
             ("min_group_share", self.min_group_share),
             ("min_shard_share", self.min_shard_share),
@@ -158,12 +150,7 @@ impl HotKeyConfig {
                 );
             }
         }
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
         if !(self.single_shard_share > 0.5 && self.single_shard_share <= 1.0) {
             p.fail(
                 "single_shard_share",
@@ -297,17 +284,10 @@ fn key_labels<'a>(
     l
 }
 
-/// The lower bound of a reported key's count.
-fn lower(k: &KeyShare) -> u64 {
-    k.requests.saturating_sub(k.error)
-}
-
 /// The shard a key lives on: the shard whose summary holds at least `frac` of the key's
 /// group-wide lower bound `lb`.
 fn home_shard<'a>(g: &'a GroupSnapshot, key: &str, lb: u64, frac: f64) -> Option<&'a str> {
-    g.shards
-        .iter()
-        .filter(|s| s.shard != OTHER_LABEL)
+    g.tracked_shards()
         .filter_map(|s| {
             s.top_keys
                 .iter()
@@ -345,7 +325,7 @@ impl HotKey {
                 base: ShareBaseline::after(prior),
                 ..KeyState::default()
             });
-            let lb = lower(k);
+            let lb = k.lower_bound();
             let fig = KeyFigures {
                 lower: lb,
                 share: lb as f64 / total,
@@ -393,7 +373,7 @@ impl HotKey {
         let alpha = self.alpha;
         let gs = self.state.entry(g.group.clone()).or_default();
         gs.shards.retain(|name, _| g.shard(name).is_some());
-        for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+        for s in g.tracked_shards() {
             if s.requests == 0 || s.top_keys.is_empty() {
                 continue;
             }
@@ -409,7 +389,7 @@ impl HotKey {
                     base: ShareBaseline::after(prior),
                     ..KeyState::default()
                 });
-                let lb = lower(k);
+                let lb = k.lower_bound();
                 let fig = KeyFigures {
                     lower: lb,
                     share: lb as f64 / total,
@@ -526,7 +506,7 @@ fn group_finding(
                 .top_keys
                 .iter()
                 .find(|x| x.key == k.key)
-                .map_or(0.0, |x| lower(x) as f64 / s.requests.max(1) as f64);
+                .map_or(0.0, |x| x.lower_bound() as f64 / s.requests.max(1) as f64);
             format!(
                 "; it lives on shard {}, where it is {} of the traffic",
                 s.shard,

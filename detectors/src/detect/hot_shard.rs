@@ -96,7 +96,7 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, key_label};
+use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 
@@ -166,15 +166,7 @@ impl HotShardConfig {
             1.0,
             30.0 * 86_400.0,
         );
-        if !(1..=100_000).contains(&self.warmup_windows) {
-            p.fail(
-                "warmup_windows",
-                format!(
-                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
-                    self.warmup_windows
-                ),
-            );
-        }
+        p.windows("warmup_windows", self.warmup_windows);
         if !(self.family_alpha > 0.0 && self.family_alpha < 1.0) {
             p.fail(
                 "family_alpha",
@@ -187,12 +179,7 @@ impl HotShardConfig {
         p.range("min_ratio", self.min_ratio, 1.0, 1000.0);
         p.range("fair_share_multiple", self.fair_share_multiple, 0.0, 1000.0);
         p.range("min_mean_requests", self.min_mean_requests, 0.0, 1e9);
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range("cusum_slack", self.cusum_slack, 0.0, 100.0);
         p.range("cusum_threshold", self.cusum_threshold, 0.1, 10_000.0);
         p.range("clear_ratio", self.clear_ratio, 1.0, 1000.0);
@@ -206,15 +193,8 @@ impl HotShardConfig {
             );
         }
         p.range("clear_z_fraction", self.clear_z_fraction, 0.0, 1.0);
-        if self.max_suspect_windows > 1_000_000 {
-            p.fail(
-                "max_suspect_windows",
-                format!(
-                    "{} is out of range: use 0..=1000000",
-                    self.max_suspect_windows
-                ),
-            );
-        }
+        // 0 is valid: a suspect shard then keeps learning at once.
+        p.windows_from("max_suspect_windows", self.max_suspect_windows as usize, 0);
         p.range("hot_key_share", self.hot_key_share, 0.0, 1.0);
     }
 }
@@ -278,11 +258,7 @@ impl HotShard {
         // shard with no request at all is left out of N and of the totals: shards being drained
         // or removed show as zero-load shards for a few windows, and counting them would raise
         // every other shard's load ratio (a scale-in is not a hot shard).
-        let loaded: Vec<&ShardSnapshot> = g
-            .shards
-            .iter()
-            .filter(|s| s.shard != OTHER_LABEL && s.requests > 0)
-            .collect();
+        let loaded: Vec<&ShardSnapshot> = g.tracked_shards().filter(|s| s.requests > 0).collect();
         let states = self.state.entry(g.group.clone()).or_default();
         // Departed shards (expired by the window stage) lose their state: memory stays bounded.
         states.retain(|name, _| g.shard(name).is_some());
@@ -420,7 +396,7 @@ fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &
         if s.requests == 0 {
             0.0
         } else {
-            k.requests.saturating_sub(k.error) as f64 / s.requests as f64
+            k.lower_bound() as f64 / s.requests as f64
         }
     });
     let attribution = if top.is_some() && top_lb_share >= cfg.hot_key_share {

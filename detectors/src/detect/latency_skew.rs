@@ -45,7 +45,6 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::OTHER_LABEL;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -99,15 +98,7 @@ impl LatencySkewConfig {
             1.0,
             30.0 * 86_400.0,
         );
-        if !(1..=100_000).contains(&self.warmup_windows) {
-            p.fail(
-                "warmup_windows",
-                format!(
-                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
-                    self.warmup_windows
-                ),
-            );
-        }
+        p.windows("warmup_windows", self.warmup_windows);
         if self.min_samples < 10 {
             p.fail(
                 "min_samples",
@@ -129,12 +120,7 @@ impl LatencySkewConfig {
         p.range("peer_ratio", self.peer_ratio, 1.0, 1000.0);
         p.range("min_excess_ms", self.min_excess_ms, 0.0, 3_600_000.0);
         p.range("baseline_ratio", self.baseline_ratio, 1.0, 1000.0);
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
     }
 }
 
@@ -168,9 +154,7 @@ impl LatencySkew {
         let states = self.state.entry(g.group.clone()).or_default();
         states.retain(|name, _| g.shard(name).is_some());
         let eligible: Vec<(&ShardSnapshot, f64)> = g
-            .shards
-            .iter()
-            .filter(|s| s.shard != OTHER_LABEL)
+            .tracked_shards()
             .filter_map(|s| {
                 s.latency
                     .filter(|l| l.count >= cfg.min_samples)

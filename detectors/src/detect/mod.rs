@@ -90,7 +90,33 @@ impl<'a> Problems<'a> {
             self.fail(field, format!("{v} is out of range: use {lo}..={hi}"));
         }
     }
+
+    /// Checks a count of windows: `1..=`[`MAX_WINDOWS`].
+    pub fn windows(&mut self, field: &str, v: u32) {
+        self.windows_from(field, v as usize, 1);
+    }
+
+    /// Checks a count of windows whose smallest sensible value is `lo` (0 where none means
+    /// "never", 3 for a fitted trend): `lo..=`[`MAX_WINDOWS`].
+    pub fn windows_from(&mut self, field: &str, v: usize, lo: usize) {
+        if !(lo..=MAX_WINDOWS as usize).contains(&v) {
+            self.fail(
+                field,
+                format!("{v} is out of range: use {lo}..={MAX_WINDOWS}"),
+            );
+        }
+    }
 }
+
+/// Largest count of windows any detector setting accepts: warm-ups, streaks, freeze limits
+/// and fit lengths alike.
+///
+/// At the default 10 s windows this is a little over a day. No detector should wait longer
+/// than that to learn a baseline or to call a condition persistent, so a larger value is
+/// almost surely a unit mistake (seconds typed where windows are meant). The bound also caps
+/// memory: `capacity_headroom.projection_windows` keeps one sample per window for every shard
+/// with a capacity, 16 bytes each. The shipped `rules/skewwatch.yaml` stays far below it.
+pub const MAX_WINDOWS: u32 = 10_000;
 
 /// Settings every detector has: whether it runs and how its alert is timed.
 ///
