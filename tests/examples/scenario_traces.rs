@@ -12,13 +12,16 @@ use skewwatch_e2e::scenarios::{benign, hot, incidents};
 /// The seeds the scenario tests use: the fixed test seed and three more.
 const SEEDS: [u64; 4] = [20_251_107, 1, 2, 3];
 
+/// A scenario family: its file-name stem and its trace for a seed.
+type Family = (&'static str, fn(u64) -> Trace);
+
 fn main() -> std::io::Result<()> {
     let dir: PathBuf = std::env::args_os()
         .nth(1)
         .map(Into::into)
         .unwrap_or_else(|| "scenario-traces".into());
     std::fs::create_dir_all(&dir)?;
-    let families: [(&str, fn(u64) -> Trace); 11] = [
+    let families: [Family; 11] = [
         ("many_small_shards", benign::many_small_shards),
         ("diurnal", benign::diurnal),
         ("stable_zipf_skew", benign::stable_zipf_skew),
