@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::observation::{Outcome, key_label};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 use crate::stats::normal_quantile;
@@ -143,9 +143,13 @@ impl Default for CacheHitCollapseConfig {
     }
 }
 
-impl CacheHitCollapseConfig {
+impl DetectorSettings for CacheHitCollapseConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         if self.min_requests == 0 {
             p.fail(
@@ -309,15 +313,6 @@ pub struct CacheHitCollapse {
 }
 
 impl CacheHitCollapse {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: CacheHitCollapseConfig, window_secs: f64) -> Self {
-        CacheHitCollapse {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            groups: BTreeMap::new(),
-        }
-    }
-
     fn conditions(&self, s: &Signals, b: &Base) -> Conditions {
         let c = &self.cfg;
         Conditions {
@@ -336,9 +331,23 @@ impl CacheHitCollapse {
     }
 }
 
+impl DetectorKind for CacheHitCollapse {
+    const ALERTNAME: &'static str = "CacheHitCollapse";
+    const KEY: &'static str = "cache_hit_collapse";
+    type Config = CacheHitCollapseConfig;
+
+    fn new(cfg: CacheHitCollapseConfig, window_secs: f64) -> Self {
+        CacheHitCollapse {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for CacheHitCollapse {
     fn alertname(&self) -> &'static str {
-        "CacheHitCollapse"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -356,7 +365,7 @@ impl Detector for CacheHitCollapse {
             let cond = base.map(|b| self.conditions(&s, &b)).unwrap_or_default();
             let active = ctx
                 .alerts
-                .is_active("CacheHitCollapse", &[("group", &g.group)]);
+                .is_active(CacheHitCollapse::ALERTNAME, &[("group", &g.group)]);
             st.streak = if cond.all() { st.streak + 1 } else { 0 };
             match base {
                 Some(b) if cond.all() && (st.streak >= self.cfg.consecutive_windows || active) => {
@@ -408,7 +417,7 @@ impl CacheHitCollapse {
         let p99 = s.p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)));
         let base_p99 = b.p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)));
         let mut f = Finding::new(
-            "CacheHitCollapse",
+            CacheHitCollapse::ALERTNAME,
             self.cfg.rule.severity,
             &[("group", &g.group)],
         )

@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -90,9 +90,13 @@ impl Default for CapacityHeadroomConfig {
     }
 }
 
-impl CapacityHeadroomConfig {
+impl DetectorSettings for CapacityHeadroomConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         let mut seen = std::collections::BTreeSet::new();
         for (i, c) in self.capacities.iter().enumerate() {
@@ -157,7 +161,9 @@ impl CapacityHeadroomConfig {
             10.0,
         );
     }
+}
 
+impl CapacityHeadroomConfig {
     /// The capacity of `shard` of `group`: its own entry, else the group's `*` entry.
     fn capacity_of(&self, group: &str, shard: &str) -> Option<f64> {
         let exact = self
@@ -190,14 +196,6 @@ pub struct CapacityHeadroom {
 }
 
 impl CapacityHeadroom {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: CapacityHeadroomConfig, _window_secs: f64) -> Self {
-        CapacityHeadroom {
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     fn evaluate_group(&mut self, now: f64, g: &GroupSnapshot, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
         if !cfg.capacities.iter().any(|c| c.group == g.group) {
@@ -280,7 +278,7 @@ fn finding(
         None => String::new(),
     };
     let mut f = Finding::new(
-        "CapacityHeadroom",
+        CapacityHeadroom::ALERTNAME,
         severity,
         &[("group", &g.group), ("shard", &s.shard)],
     )
@@ -328,9 +326,27 @@ fn duration(secs: f64) -> String {
     }
 }
 
+impl DetectorKind for CapacityHeadroom {
+    const ALERTNAME: &'static str = "CapacityHeadroom";
+    const KEY: &'static str = "capacity_headroom";
+    type Config = CapacityHeadroomConfig;
+
+    /// Without capacities there is nothing to compare a shard's load with.
+    fn runs(cfg: &CapacityHeadroomConfig) -> bool {
+        cfg.rule.enabled && !cfg.capacities.is_empty()
+    }
+
+    fn new(cfg: CapacityHeadroomConfig, _window_secs: f64) -> Self {
+        CapacityHeadroom {
+            cfg,
+            state: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for CapacityHeadroom {
     fn alertname(&self) -> &'static str {
-        "CapacityHeadroom"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -372,7 +388,7 @@ mod tests {
                 ..CapacityHeadroomConfig::default()
             };
             let mut rules = BTreeMap::new();
-            rules.insert("CapacityHeadroom".to_owned(), cfg.rule.rule());
+            rules.insert(CapacityHeadroom::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: CapacityHeadroom::new(cfg, 10.0),
                 book: AlertBook::new(rules),

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::observation::Outcome;
 use crate::snapshot::GroupSnapshot;
 
@@ -74,9 +74,13 @@ impl Default for ErrorSurgeConfig {
     }
 }
 
-impl ErrorSurgeConfig {
+impl DetectorSettings for ErrorSurgeConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         if self.min_requests == 0 {
             p.fail(
@@ -96,7 +100,9 @@ impl ErrorSurgeConfig {
         );
         p.windows("warmup_windows", self.warmup_windows);
     }
+}
 
+impl ErrorSurgeConfig {
     /// True when ratio `e` is a surge over baseline `b`.
     fn surges(&self, e: f64, b: f64) -> bool {
         e >= self.min_error_ratio
@@ -121,15 +127,6 @@ pub struct ErrorSurge {
 }
 
 impl ErrorSurge {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
-        ErrorSurge {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            groups: BTreeMap::new(),
-        }
-    }
-
     fn finding(&self, g: &GroupSnapshot, st: &GroupState, e: f64, b: f64) -> Finding {
         let requests = g.requests as f64;
         let warm = self.cfg.warmup_windows;
@@ -144,7 +141,7 @@ impl ErrorSurge {
                 _ => Some((c, d)),
             })
             .map_or(Outcome::Error, |(c, _)| c);
-        let mut f = Finding::new("ErrorSurge", self.cfg.rule.severity, &[("group", &g.group)])
+        let mut f = Finding::new(ErrorSurge::ALERTNAME, self.cfg.rule.severity, &[("group", &g.group)])
             .annotate("error_ratio", pct(e))
             .annotate("baseline_error_ratio", pct(b))
             .annotate("requests", g.requests.to_string())
@@ -215,9 +212,23 @@ impl ErrorSurge {
     }
 }
 
+impl DetectorKind for ErrorSurge {
+    const ALERTNAME: &'static str = "ErrorSurge";
+    const KEY: &'static str = "error_surge";
+    type Config = ErrorSurgeConfig;
+
+    fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
+        ErrorSurge {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for ErrorSurge {
     fn alertname(&self) -> &'static str {
-        "ErrorSurge"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -238,7 +249,7 @@ impl Detector for ErrorSurge {
                 .map(|b| (b, self.cfg.surges(e, b)));
             let holds = verdict.is_some_and(|(_, h)| h);
             st.streak = if holds { st.streak + 1 } else { 0 };
-            let active = ctx.alerts.is_active("ErrorSurge", &[("group", &g.group)]);
+            let active = ctx.alerts.is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
             if let Some((b, true)) = verdict
                 && (st.streak >= self.cfg.consecutive_windows || active)
             {

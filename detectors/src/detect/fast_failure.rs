@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::observation::Outcome;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -92,9 +92,13 @@ impl Default for FastFailureSinkConfig {
     }
 }
 
-impl FastFailureSinkConfig {
+impl DetectorSettings for FastFailureSinkConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         if self.min_requests == 0 {
             p.fail(
@@ -166,15 +170,6 @@ pub struct FastFailureSink {
 }
 
 impl FastFailureSink {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: FastFailureSinkConfig, window_secs: f64) -> Self {
-        FastFailureSink {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            groups: BTreeMap::new(),
-        }
-    }
-
     /// Judges every eligible shard of `g`; returns, per shard name, the verdict when all four
     /// conditions hold now.
     fn judge(
@@ -267,7 +262,7 @@ impl FastFailureSink {
             .ok_latency
             .map_or("n/a".to_owned(), |l| format!("{} ms", num(l.p50_ms)));
         Finding::new(
-            "FastFailureSink",
+            FastFailureSink::ALERTNAME,
             self.cfg.rule.severity,
             &[("group", &g.group), ("shard", &s.shard)],
         )
@@ -342,9 +337,23 @@ impl FastFailureSink {
     }
 }
 
+impl DetectorKind for FastFailureSink {
+    const ALERTNAME: &'static str = "FastFailureSink";
+    const KEY: &'static str = "fast_failure_sink";
+    type Config = FastFailureSinkConfig;
+
+    fn new(cfg: FastFailureSinkConfig, window_secs: f64) -> Self {
+        FastFailureSink {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for FastFailureSink {
     fn alertname(&self) -> &'static str {
-        "FastFailureSink"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -364,7 +373,7 @@ impl Detector for FastFailureSink {
                 };
                 st.streak += 1;
                 if st.streak >= self.cfg.consecutive_windows
-                    || ctx.alerts.is_active("FastFailureSink", &labels)
+                    || ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels)
                 {
                     out.push(self.finding(g, s, v, st.streak));
                 }
@@ -372,7 +381,7 @@ impl Detector for FastFailureSink {
             // Shares learn only while no shard is suspect and no alert is active, so the
             // incident's redistribution does not become the new normal.
             let frozen =
-                !verdicts.is_empty() || ctx.alerts.group_has_active("FastFailureSink", &g.group);
+                !verdicts.is_empty() || ctx.alerts.group_has_active(FastFailureSink::ALERTNAME, &g.group);
             if !frozen && g.requests > 0 {
                 for s in g.tracked_shards() {
                     if let Some(st) = states.get_mut(&s.shard) {

@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
@@ -115,9 +115,13 @@ impl Default for HotKeyConfig {
     }
 }
 
-impl HotKeyConfig {
+impl DetectorSettings for HotKeyConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range(
             "baseline_tau_secs",
@@ -252,15 +256,6 @@ pub struct HotKey {
 }
 
 impl HotKey {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
-        HotKey {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     /// Keys with state in every scope, for tests of eviction.
     #[cfg(test)]
     fn tracked(&self) -> usize {
@@ -333,7 +328,7 @@ impl HotKey {
                 baseline: st.base.value,
             };
             let labels = key_labels(&g.group, key_label(&k.key), st.shard.as_deref());
-            let active = ctx.alerts.is_active("HotKey", &labels);
+            let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
             let over = warm
                 && lb >= cfg.min_requests
                 && fig.share >= floor
@@ -355,7 +350,7 @@ impl HotKey {
         }
         forget_unreported(scope, &reported, cfg.forget_share, alpha, |key, st| {
             ctx.alerts.is_active(
-                "HotKey",
+                HotKey::ALERTNAME,
                 &key_labels(&g.group, key_label(key), st.shard.as_deref()),
             )
         });
@@ -401,7 +396,7 @@ impl HotKey {
                     ("key", key_label(&k.key)),
                     ("shard", s.shard.as_str()),
                 ];
-                let active = ctx.alerts.is_active("HotKey", &labels);
+                let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
                 let over = warm
                     && lb >= cfg.min_shard_requests
                     && fig.share >= cfg.min_shard_share
@@ -421,7 +416,7 @@ impl HotKey {
             let forget_below = cfg.forget_share * s.requests as f64 / group_total;
             forget_unreported(scope, &reported, forget_below, alpha, |key, _| {
                 ctx.alerts.is_active(
-                    "HotKey",
+                    HotKey::ALERTNAME,
                     &[
                         ("group", &g.group),
                         ("key", key_label(key)),
@@ -515,7 +510,7 @@ fn group_finding(
         }
         None => "; it is spread over several shards".to_owned(),
     };
-    let f = Finding::new("HotKey", cfg.rule.severity, &labels)
+    let f = Finding::new(HotKey::ALERTNAME, cfg.rule.severity, &labels)
         .annotate(
             "summary",
             format!("Key {key} takes {} of {}'s load", pct(fig.share), g.group),
@@ -542,7 +537,7 @@ fn shard_finding(
 ) -> Finding {
     let key = key_label(&k.key);
     let f = Finding::new(
-        "HotKey",
+        HotKey::ALERTNAME,
         cfg.rule.severity,
         &[("group", &g.group), ("key", key), ("shard", &s.shard)],
     )
@@ -564,9 +559,23 @@ fn shard_finding(
     common(f, ctx, fig, k, "shard")
 }
 
+impl DetectorKind for HotKey {
+    const ALERTNAME: &'static str = "HotKey";
+    const KEY: &'static str = "hot_key";
+    type Config = HotKeyConfig;
+
+    fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
+        HotKey {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for HotKey {
     fn alertname(&self) -> &'static str {
-        "HotKey"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -601,7 +610,7 @@ mod tests {
     impl Rig {
         fn new(cfg: HotKeyConfig) -> Rig {
             let mut rules = BTreeMap::new();
-            rules.insert("HotKey".to_owned(), cfg.rule.rule());
+            rules.insert(HotKey::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: HotKey::new(cfg, 10.0),
                 book: AlertBook::new(rules),

@@ -95,7 +95,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
@@ -156,9 +156,13 @@ impl Default for HotShardConfig {
     }
 }
 
-impl HotShardConfig {
+impl DetectorSettings for HotShardConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range(
             "baseline_tau_secs",
@@ -237,15 +241,6 @@ pub struct HotShard {
 }
 
 impl HotShard {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: HotShardConfig, window_secs: f64) -> Self {
-        HotShard {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     /// Shards with state, for tests of eviction.
     #[cfg(test)]
     fn tracked(&self) -> usize {
@@ -280,7 +275,7 @@ impl HotShard {
         for s in loaded {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
-            let alerting = ctx.alerts.is_active("HotShard", &labels);
+            let alerting = ctx.alerts.is_active(HotShard::ALERTNAME, &labels);
             if let Some(score) = judge(cfg, self.alpha, st, &gw, s.requests as f64, alerting) {
                 out.push(hot_finding(cfg, g, s, &score));
             }
@@ -422,7 +417,7 @@ fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &
         None => "; no keys reported".to_owned(),
     };
     let mut f = Finding::new(
-        "HotShard",
+        HotShard::ALERTNAME,
         cfg.rule.severity,
         &[("group", &g.group), ("shard", &s.shard)],
     )
@@ -476,9 +471,23 @@ fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &
     f
 }
 
+impl DetectorKind for HotShard {
+    const ALERTNAME: &'static str = "HotShard";
+    const KEY: &'static str = "hot_shard";
+    type Config = HotShardConfig;
+
+    fn new(cfg: HotShardConfig, window_secs: f64) -> Self {
+        HotShard {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for HotShard {
     fn alertname(&self) -> &'static str {
-        "HotShard"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -511,7 +520,7 @@ mod tests {
     impl Rig {
         fn new(cfg: HotShardConfig) -> Rig {
             let mut rules = BTreeMap::new();
-            rules.insert("HotShard".to_owned(), cfg.rule.rule());
+            rules.insert(HotShard::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: HotShard::new(cfg, 10.0),
                 book: AlertBook::new(rules),

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
+use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -88,9 +88,13 @@ impl Default for LatencySkewConfig {
     }
 }
 
-impl LatencySkewConfig {
+impl DetectorSettings for LatencySkewConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range(
             "baseline_tau_secs",
@@ -140,15 +144,6 @@ pub struct LatencySkew {
 }
 
 impl LatencySkew {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
-        LatencySkew {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     fn evaluate_group(&mut self, ctx: &Context<'_>, g: &GroupSnapshot, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
         let states = self.state.entry(g.group.clone()).or_default();
@@ -180,7 +175,7 @@ impl LatencySkew {
             let peers = median_without(&sorted, p99);
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
-            let active = ctx.alerts.is_active("LatencySkew", &labels);
+            let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
             let Some(base) = st.p99.value(cfg.warmup_windows) else {
                 st.p99.update(p99, self.alpha);
                 continue;
@@ -221,7 +216,7 @@ fn finding(
 ) -> Finding {
     let ratio = p99 / peers.max(f64::MIN_POSITIVE);
     let mut f = Finding::new(
-        "LatencySkew",
+        LatencySkew::ALERTNAME,
         cfg.rule.severity,
         &[("group", &g.group), ("shard", &s.shard)],
     )
@@ -264,9 +259,23 @@ fn finding(
     f
 }
 
+impl DetectorKind for LatencySkew {
+    const ALERTNAME: &'static str = "LatencySkew";
+    const KEY: &'static str = "latency_skew";
+    type Config = LatencySkewConfig;
+
+    fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
+        LatencySkew {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for LatencySkew {
     fn alertname(&self) -> &'static str {
-        "LatencySkew"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -297,7 +306,7 @@ mod tests {
         fn new() -> Rig {
             let cfg = LatencySkewConfig::default();
             let mut rules = BTreeMap::new();
-            rules.insert("LatencySkew".to_owned(), cfg.rule.rule());
+            rules.insert(LatencySkew::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: LatencySkew::new(cfg, 10.0),
                 book: AlertBook::new(rules),
