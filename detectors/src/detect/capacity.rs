@@ -98,37 +98,7 @@ impl DetectorSettings for CapacityHeadroomConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, c) in self.capacities.iter().enumerate() {
-            if c.group.is_empty() {
-                p.fail(
-                    &format!("capacities[{i}].group"),
-                    "is empty: name the group",
-                );
-            }
-            if c.shard.is_empty() {
-                p.fail(
-                    &format!("capacities[{i}].shard"),
-                    "is empty: name the shard, or `*` for every shard of the group",
-                );
-            }
-            let cap = c.max_requests_per_second;
-            if !(cap.is_finite() && cap > 0.0) {
-                p.fail(
-                    &format!("capacities[{i}].max_requests_per_second"),
-                    format!("{cap} is not a positive number of requests per second"),
-                );
-            }
-            if !seen.insert((c.group.as_str(), c.shard.as_str())) {
-                p.fail(
-                    &format!("capacities[{i}]"),
-                    format!(
-                        "group `{}` shard `{}` is listed twice: keep one entry",
-                        c.group, c.shard
-                    ),
-                );
-            }
-        }
+        check_capacities(&self.capacities, p);
         p.range("warn_utilisation", self.warn_utilisation, 0.01, 10.0);
         p.range(
             "critical_utilisation",
@@ -160,6 +130,41 @@ impl DetectorSettings for CapacityHeadroomConfig {
             0.0,
             10.0,
         );
+    }
+}
+
+/// Checks each capacity entry, and that no group and shard is listed twice.
+fn check_capacities(capacities: &[Capacity], p: &mut Problems<'_>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, c) in capacities.iter().enumerate() {
+        if c.group.is_empty() {
+            p.fail(
+                &format!("capacities[{i}].group"),
+                "is empty: name the group",
+            );
+        }
+        if c.shard.is_empty() {
+            p.fail(
+                &format!("capacities[{i}].shard"),
+                "is empty: name the shard, or `*` for every shard of the group",
+            );
+        }
+        let cap = c.max_requests_per_second;
+        if !(cap.is_finite() && cap > 0.0) {
+            p.fail(
+                &format!("capacities[{i}].max_requests_per_second"),
+                format!("{cap} is not a positive number of requests per second"),
+            );
+        }
+        if !seen.insert((c.group.as_str(), c.shard.as_str())) {
+            p.fail(
+                &format!("capacities[{i}]"),
+                format!(
+                    "group `{}` shard `{}` is listed twice: keep one entry",
+                    c.group, c.shard
+                ),
+            );
+        }
     }
 }
 
@@ -222,7 +227,7 @@ impl CapacityHeadroom {
             let over = u >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
             if st.streak >= cfg.consecutive_windows {
-                out.push(finding(cfg, g, s, cap, u, eta));
+                out.push(render(&g.group, &s.shard, &Figures::of(cfg, s, cap, u, eta)));
             }
         }
     }
@@ -257,20 +262,44 @@ fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64) -> Option<f64> {
     (slope > 0.0).then(|| (1.0 - at_now) / slope)
 }
 
-fn finding(
-    cfg: &CapacityHeadroomConfig,
-    g: &GroupSnapshot,
-    s: &ShardSnapshot,
-    cap: f64,
-    u: f64,
-    eta: Option<f64>,
-) -> Finding {
-    let severity = if u >= cfg.critical_utilisation {
-        Severity::Critical
-    } else {
-        cfg.rule.severity
-    };
-    let projection = match eta {
+/// Everything a `CapacityHeadroom` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    /// `critical` at or over `critical_utilisation`, else the configured severity.
+    severity: Severity,
+    /// Requests per second over capacity.
+    utilisation: f64,
+    /// The configured capacity, requests per second.
+    capacity: f64,
+    requests_per_second: f64,
+    /// Seconds until the fitted trend reaches the capacity, when it rises.
+    saturation_in: Option<f64>,
+}
+
+impl Figures {
+    fn of(cfg: &CapacityHeadroomConfig, s: &ShardSnapshot, cap: f64, u: f64, eta: Option<f64>) -> Self {
+        Figures {
+            severity: if u >= cfg.critical_utilisation {
+                Severity::Critical
+            } else {
+                cfg.rule.severity
+            },
+            utilisation: u,
+            capacity: cap,
+            requests_per_second: s.requests_per_second,
+            saturation_in: eta,
+        }
+    }
+
+    /// Requests per second the shard can still take.
+    fn headroom(&self) -> f64 {
+        (self.capacity - self.requests_per_second).max(0.0)
+    }
+}
+
+/// The finding for `shard` of `group`: summary, description and the figures as annotations.
+fn render(group: &str, shard: &str, fig: &Figures) -> Finding {
+    let projection = match fig.saturation_in {
         Some(t) => format!(
             "; at the current trend it saturates in about {}",
             duration(t)
@@ -279,38 +308,38 @@ fn finding(
     };
     let mut f = Finding::new(
         CapacityHeadroom::ALERTNAME,
-        severity,
-        &[("group", &g.group), ("shard", &s.shard)],
+        fig.severity,
+        &[("group", group), ("shard", shard)],
     )
     .annotate(
         "summary",
         format!(
-            "Shard {} of {} runs at {} of its capacity",
-            s.shard,
-            g.group,
-            pct(u)
+            "Shard {shard} of {group} runs at {} of its capacity",
+            pct(fig.utilisation)
         ),
     )
     .annotate(
         "description",
         format!(
-            "shard {} of {} serves {} req/s of its {} req/s capacity ({} utilisation, {} req/s headroom){projection}",
-            s.shard,
-            g.group,
-            num(s.requests_per_second),
-            num(cap),
-            pct(u),
-            num((cap - s.requests_per_second).max(0.0))
+            "shard {shard} of {group} serves {} req/s of its {} req/s capacity ({} utilisation, \
+             {} req/s headroom){projection}",
+            num(fig.requests_per_second),
+            num(fig.capacity),
+            pct(fig.utilisation),
+            num(fig.headroom())
         ),
     )
-    .annotate("utilisation", format!("{u:.3}"))
-    .annotate("capacity_requests_per_second", format!("{cap}"))
-    .annotate("requests_per_second", format!("{:.1}", s.requests_per_second))
+    .annotate("utilisation", format!("{:.3}", fig.utilisation))
+    .annotate("capacity_requests_per_second", format!("{}", fig.capacity))
+    .annotate(
+        "requests_per_second",
+        format!("{:.1}", fig.requests_per_second),
+    )
     .annotate(
         "headroom_requests_per_second",
-        format!("{:.1}", (cap - s.requests_per_second).max(0.0)),
+        format!("{:.1}", fig.headroom()),
     );
-    if let Some(t) = eta {
+    if let Some(t) = fig.saturation_in {
         f = f.annotate("projected_saturation_secs", format!("{t:.0}"));
     }
     f
@@ -430,6 +459,25 @@ mod tests {
         let f = rig.window(&[95.0, 40.0]);
         assert_eq!(f[0].severity, Severity::Critical);
         assert!(rig.window(&[50.0, 40.0]).is_empty());
+    }
+
+    #[test]
+    fn figures_carry_headroom_and_turn_critical_at_the_critical_utilisation() {
+        let cfg = CapacityHeadroomConfig::default();
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "s0");
+        o.count = 850;
+        w.record(&o);
+        let snap = w.close(10.0);
+        let s = &snap.groups[0].shards[0];
+        let fig = Figures::of(&cfg, s, 100.0, 0.85, Some(120.0));
+        assert_eq!(fig.severity, cfg.rule.severity);
+        assert_eq!((fig.requests_per_second, fig.headroom()), (85.0, 15.0));
+        assert_eq!(fig.saturation_in, Some(120.0));
+        let over = Figures::of(&cfg, s, 80.0, cfg.critical_utilisation, None);
+        assert_eq!(over.severity, Severity::Critical);
+        // Past capacity there is no headroom left, not a negative one.
+        assert_eq!(over.headroom(), 0.0);
     }
 
     #[test]

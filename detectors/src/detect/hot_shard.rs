@@ -219,7 +219,7 @@ struct ShardState {
 }
 
 /// One shard's figures in one window, against its baseline.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Score {
     share: f64,
     fair: f64,
@@ -277,7 +277,7 @@ impl HotShard {
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let alerting = ctx.alerts.is_active(HotShard::ALERTNAME, &labels);
             if let Some(score) = judge(cfg, self.alpha, st, &gw, s.requests as f64, alerting) {
-                out.push(hot_finding(cfg, g, s, &score));
+                out.push(render(cfg, &g.group, &s.shard, &figures(cfg, s, &score)));
             }
         }
     }
@@ -312,36 +312,19 @@ fn judge(
         learn(st, r, c, total, n, cfg, alpha);
         return None;
     };
-    let expected = b / n * total;
-    let g_hat = st.dispersion.raw().unwrap_or(0.0);
-    let var = (expected + g_hat * expected * expected)
-        .max(expected / 2.0)
-        .max(1.0);
-    let z = (c - expected) / var.sqrt();
-    let ratio = if expected > 0.0 {
-        c / expected
-    } else {
-        f64::INFINITY
-    };
+    let mut sc = score(st, b, gw, c);
     let share_ok = share >= cfg.fair_share_multiple / n;
-    let practical = ratio >= cfg.min_ratio && share_ok;
-    let over = practical && z >= z_star;
+    let practical = sc.ratio >= cfg.min_ratio && share_ok;
+    let over = practical && sc.z >= z_star;
     st.streak = if over { st.streak + 1 } else { 0 };
-    // Only practically significant windows build the sum: a drift of a few percent at high
-    // volume (z > κ, ratio < 1.25) must not charge it for a later burst.
-    let step = if ratio >= cfg.min_ratio {
-        (z.min(z_star) - cfg.cusum_slack)
-            .min(cfg.cusum_threshold / f64::from(cfg.consecutive_windows))
-    } else {
-        z.min(0.0) - cfg.cusum_slack
-    };
-    st.cusum = (st.cusum + step).clamp(0.0, cfg.cusum_threshold);
+    st.cusum = (st.cusum + cusum_step(cfg, &sc)).clamp(0.0, cfg.cusum_threshold);
+    sc.cusum = st.cusum;
     let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
     // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
-    let holds_on =
-        alerting && share_ok && ratio >= cfg.clear_ratio && z >= cfg.clear_z_fraction * z_star;
+    let elevated = sc.z >= cfg.clear_z_fraction * z_star;
+    let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
     let holds = st.streak >= cfg.consecutive_windows || cusum_holds || holds_on;
-    let suspicious = ratio >= cfg.min_ratio && z >= cfg.clear_z_fraction * z_star;
+    let suspicious = sc.ratio >= cfg.min_ratio && elevated;
     st.suspect = if suspicious && !alerting {
         st.suspect + 1
     } else {
@@ -351,16 +334,45 @@ fn judge(
     if !frozen {
         learn(st, r, c, total, n, cfg, alpha);
     }
-    holds.then_some(Score {
-        share,
+    holds.then_some(sc)
+}
+
+/// A shard's figures for count `c` against baseline load ratio `b`: expected count, NB2
+/// z-score and ratio. The CUSUM is left at 0 for the caller to fill in.
+fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
+    let (n, total) = (gw.n, gw.total);
+    let expected = b / n * total;
+    let g_hat = st.dispersion.raw().unwrap_or(0.0);
+    let var = (expected + g_hat * expected * expected)
+        .max(expected / 2.0)
+        .max(1.0);
+    Score {
+        share: c / total,
         fair: 1.0 / n,
         expected,
         baseline_share: b / n,
-        ratio,
-        z,
-        z_star,
-        cusum: st.cusum,
-    })
+        ratio: if expected > 0.0 {
+            c / expected
+        } else {
+            f64::INFINITY
+        },
+        z: (c - expected) / var.sqrt(),
+        z_star: gw.z_star,
+        cusum: 0.0,
+    }
+}
+
+/// This window's CUSUM increment. Only practically significant windows build the sum: a drift
+/// of a few percent at high volume (z > κ, ratio under `min_ratio`) must not charge it for a
+/// later burst. Each step is capped at h/k, so the CUSUM never fires sooner than the
+/// threshold rule.
+fn cusum_step(cfg: &HotShardConfig, sc: &Score) -> f64 {
+    if sc.ratio >= cfg.min_ratio {
+        (sc.z.min(sc.z_star) - cfg.cusum_slack)
+            .min(cfg.cusum_threshold / f64::from(cfg.consecutive_windows))
+    } else {
+        sc.z.min(0.0) - cfg.cusum_slack
+    }
 }
 
 /// Folds one window into a shard's baselines: the load ratio, and the dispersion against the
@@ -383,69 +395,75 @@ fn learn(
     st.load.update(r, alpha);
 }
 
-/// The finding for a hot shard, with its figures and attribution.
-fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &Score) -> Finding {
-    let fair = sc.fair;
+/// What a hot shard calls for: a hot key (cache, replicate, split or rate-limit the key), or a
+/// hot range (reshard or re-spread the index values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attribution {
+    HotKey,
+    HotRange,
+}
+
+impl Attribution {
+    fn as_str(self) -> &'static str {
+        match self {
+            Attribution::HotKey => "hot_key",
+            Attribution::HotRange => "hot_range",
+        }
+    }
+}
+
+/// Everything a `HotShard` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    score: Score,
+    /// The shard's top key and its (upper-bound) share of the shard.
+    top_key: Option<(String, f64)>,
+    attribution: Attribution,
+    requests_per_second: f64,
+}
+
+/// The figures of hot shard `s`: its score, and its top key and attribution.
+fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
     let top = s.top_keys.first();
-    let top_lb_share = top.map_or(0.0, |k| {
+    // The summary over-counts by at most `error`: attribute on the lower bound.
+    let top_lower_share = top.map_or(0.0, |k| {
         if s.requests == 0 {
             0.0
         } else {
             k.lower_bound() as f64 / s.requests as f64
         }
     });
-    let attribution = if top.is_some() && top_lb_share >= cfg.hot_key_share {
-        "hot_key"
-    } else {
-        "hot_range"
-    };
-    let ratio_text = if sc.ratio.is_finite() {
-        format!(
-            "{}x its usual share ({})",
-            num(sc.ratio),
-            pct(sc.baseline_share)
-        )
-    } else {
-        "a shard that usually takes no load".to_owned()
-    };
-    let key_text = match top {
-        Some(k) => format!(
-            "; key {} is {} of its traffic",
-            key_label(&k.key),
-            pct(k.share)
-        ),
-        None => "; no keys reported".to_owned(),
-    };
+    Figures {
+        score: *sc,
+        top_key: top.map(|k| (k.key.clone(), k.share)),
+        attribution: if top.is_some() && top_lower_share >= cfg.hot_key_share {
+            Attribution::HotKey
+        } else {
+            Attribution::HotRange
+        },
+        requests_per_second: s.requests_per_second,
+    }
+}
+
+/// The finding for `shard` of `group`: summary, description and the figures as annotations.
+fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
+    let sc = &fig.score;
     let mut f = Finding::new(
         HotShard::ALERTNAME,
         cfg.rule.severity,
-        &[("group", &g.group), ("shard", &s.shard)],
+        &[("group", group), ("shard", shard)],
     )
     .annotate(
         "summary",
         format!(
-            "Shard {} of {} is hot: {} of the load",
-            s.shard,
-            g.group,
+            "Shard {shard} of {group} is hot: {} of the load",
             pct(sc.share)
         ),
     )
-    .annotate(
-        "description",
-        format!(
-            "shard {} takes {} of {}'s load, {} and {}x its fair share ({}){}",
-            s.shard,
-            pct(sc.share),
-            g.group,
-            ratio_text,
-            num(sc.share / fair),
-            pct(fair),
-            key_text
-        ),
-    )
+    .annotate("description", description(group, shard, fig))
     .annotate("share", format!("{:.4}", sc.share))
     .annotate("baseline_share", format!("{:.4}", sc.baseline_share))
-    .annotate("fair_share", format!("{fair:.4}"))
+    .annotate("fair_share", format!("{:.4}", sc.fair))
     .annotate("expected_requests", format!("{:.0}", sc.expected))
     .annotate(
         "ratio",
@@ -460,15 +478,42 @@ fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &
     .annotate("cusum", format!("{:.2}", sc.cusum))
     .annotate(
         "requests_per_second",
-        format!("{:.1}", s.requests_per_second),
+        format!("{:.1}", fig.requests_per_second),
     )
-    .annotate("attribution", attribution);
-    if let Some(k) = top {
+    .annotate("attribution", fig.attribution.as_str());
+    if let Some((key, share)) = &fig.top_key {
         f = f
-            .annotate("top_key", key_label(&k.key))
-            .annotate("top_key_share", format!("{:.4}", k.share));
+            .annotate("top_key", key_label(key))
+            .annotate("top_key_share", format!("{share:.4}"));
     }
     f
+}
+
+fn description(group: &str, shard: &str, fig: &Figures) -> String {
+    let sc = &fig.score;
+    let ratio_text = if sc.ratio.is_finite() {
+        format!(
+            "{}x its usual share ({})",
+            num(sc.ratio),
+            pct(sc.baseline_share)
+        )
+    } else {
+        "a shard that usually takes no load".to_owned()
+    };
+    let key_text = match &fig.top_key {
+        Some((key, share)) => format!(
+            "; key {} is {} of its traffic",
+            key_label(key),
+            pct(*share)
+        ),
+        None => "; no keys reported".to_owned(),
+    };
+    format!(
+        "shard {shard} takes {} of {group}'s load, {ratio_text} and {}x its fair share ({}){key_text}",
+        pct(sc.share),
+        num(sc.share / sc.fair),
+        pct(sc.fair)
+    )
 }
 
 impl DetectorKind for HotShard {
@@ -596,6 +641,62 @@ mod tests {
         let z: f64 = f.annotations["z"].parse().unwrap();
         let zt: f64 = f.annotations["z_threshold"].parse().unwrap();
         assert!(z > zt);
+    }
+
+    #[test]
+    fn score_and_cusum_step_follow_the_formulas() {
+        let cfg = HotShardConfig::default();
+        let gw = GroupWindow {
+            n: 16.0,
+            total: 3400.0,
+            z_star: hot_shard_z_threshold(16, cfg.family_alpha),
+        };
+        // Baseline load ratio 1 (a fair shard), no over-dispersion learned: Poisson variance.
+        let sc = score(&ShardState::default(), 1.0, &gw, 400.0);
+        assert_eq!(sc.expected, 212.5);
+        assert_eq!((sc.share, sc.fair, sc.baseline_share), (400.0 / 3400.0, 1.0 / 16.0, 1.0 / 16.0));
+        assert!((sc.ratio - 400.0 / 212.5).abs() < 1e-12);
+        assert!((sc.z - 187.5 / 212.5f64.sqrt()).abs() < 1e-12);
+        // Far over z*: the step is capped at h/k.
+        let cap = cfg.cusum_threshold / f64::from(cfg.consecutive_windows);
+        assert_eq!(cusum_step(&cfg, &sc), cap);
+        // Under min_ratio the sum only drains.
+        let calm = Score { ratio: 1.1, z: 3.0, ..sc };
+        assert_eq!(cusum_step(&cfg, &calm), -cfg.cusum_slack);
+        // A shard that usually takes nothing has an infinite ratio.
+        assert_eq!(score(&ShardState::default(), 0.0, &gw, 5.0).ratio, f64::INFINITY);
+    }
+
+    #[test]
+    fn figures_attribute_to_the_top_key_only_when_it_dominates_the_shard() {
+        let cfg = HotShardConfig::default();
+        let sc = Score {
+            share: 0.5,
+            fair: 0.25,
+            expected: 100.0,
+            baseline_share: 0.25,
+            ratio: 2.0,
+            z: 10.0,
+            z_star: 4.0,
+            cusum: 0.0,
+        };
+        for (hot, attribution) in [(60, Attribution::HotKey), (40, Attribution::HotRange)] {
+            let mut w = Windows::new(WindowConfig::default(), 0.0);
+            let mut o = ObservationRef::new("db", "s0");
+            o.key = Some("k");
+            o.count = hot;
+            w.record(&o);
+            o.key = None;
+            o.count = 100 - hot;
+            w.record(&o);
+            let snap = w.close(10.0);
+            let fig = figures(&cfg, &snap.groups[0].shards[0], &sc);
+            assert_eq!(fig.attribution, attribution);
+            let (key, share) = fig.top_key.unwrap();
+            assert_eq!((key.as_str(), share), ("k", hot as f64 / 100.0));
+            assert_eq!(fig.requests_per_second, 10.0);
+            assert_eq!(fig.score, sc);
+        }
     }
 
     #[test]

@@ -188,7 +188,7 @@ impl LatencySkew {
                 st.p99.update(p99, self.alpha);
             }
             if st.streak >= cfg.consecutive_windows {
-                out.push(finding(cfg, g, s, p99, peers, base));
+                out.push(render(cfg, &g.group, &s.shard, &Figures::of(s, p99, peers, base)));
             }
         }
     }
@@ -206,55 +206,91 @@ fn median_without(sorted: &[f64], x: f64) -> f64 {
     }
 }
 
-fn finding(
-    cfg: &LatencySkewConfig,
-    g: &GroupSnapshot,
-    s: &ShardSnapshot,
+/// Everything a `LatencySkew` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    /// The shard's p99 latency, ms.
     p99: f64,
+    /// The median p99 of its eligible peers, ms.
     peers: f64,
-    base: f64,
-) -> Finding {
-    let ratio = p99 / peers.max(f64::MIN_POSITIVE);
+    /// Its own baseline p99, ms.
+    baseline: f64,
+    /// Its p50 latency of all responses and p99 of successful ones, ms.
+    p50: Option<f64>,
+    ok_p99: Option<f64>,
+    error_ratio: f64,
+    /// Its share of the group's load.
+    load_share: f64,
+    /// Requests that carried a latency.
+    samples: u64,
+}
+
+impl Figures {
+    fn of(s: &ShardSnapshot, p99: f64, peers: f64, baseline: f64) -> Figures {
+        Figures {
+            p99,
+            peers,
+            baseline,
+            p50: s.latency.map(|l| l.p50_ms),
+            ok_p99: s.ok_latency.map(|l| l.p99_ms),
+            error_ratio: s.error_ratio.unwrap_or(0.0),
+            load_share: s.share,
+            samples: s.latency_samples,
+        }
+    }
+
+    /// The p99 over the peers' median p99.
+    fn peer_ratio(&self) -> f64 {
+        self.p99 / self.peers.max(f64::MIN_POSITIVE)
+    }
+
+    /// The p99 over the shard's own baseline p99.
+    fn baseline_ratio(&self) -> f64 {
+        self.p99 / self.baseline.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// The finding for `shard` of `group`: summary, description and the figures as annotations.
+fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
+    let ratio = fig.peer_ratio();
     let mut f = Finding::new(
         LatencySkew::ALERTNAME,
         cfg.rule.severity,
-        &[("group", &g.group), ("shard", &s.shard)],
+        &[("group", group), ("shard", shard)],
     )
     .annotate(
         "summary",
         format!(
-            "Shard {} of {} is slow: p99 {} ms, {}x its peers'",
-            s.shard,
-            g.group,
-            num(p99),
+            "Shard {shard} of {group} is slow: p99 {} ms, {}x its peers'",
+            num(fig.p99),
             num(ratio)
         ),
     )
     .annotate(
         "description",
         format!(
-            "shard {} of {} has a p99 latency of {} ms, {}x the median p99 of its peers ({} ms) and {}x its own usual p99 ({} ms); error ratio {}, {} of the group's load",
-            s.shard,
-            g.group,
-            num(p99),
+            "shard {shard} of {group} has a p99 latency of {} ms, {}x the median p99 of its \
+             peers ({} ms) and {}x its own usual p99 ({} ms); error ratio {}, {} of the group's \
+             load",
+            num(fig.p99),
             num(ratio),
-            num(peers),
-            num(p99 / base.max(f64::MIN_POSITIVE)),
-            num(base),
-            pct(s.error_ratio.unwrap_or(0.0)),
-            pct(s.share)
+            num(fig.peers),
+            num(fig.baseline_ratio()),
+            num(fig.baseline),
+            pct(fig.error_ratio),
+            pct(fig.load_share)
         ),
     )
-    .annotate("p99_ms", format!("{p99:.1}"))
-    .annotate("peer_median_p99_ms", format!("{peers:.1}"))
-    .annotate("baseline_p99_ms", format!("{base:.1}"))
+    .annotate("p99_ms", format!("{:.1}", fig.p99))
+    .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
+    .annotate("baseline_p99_ms", format!("{:.1}", fig.baseline))
     .annotate("ratio", format!("{ratio:.2}"))
-    .annotate("samples", s.latency_samples.to_string());
-    if let Some(l) = &s.latency {
-        f = f.annotate("p50_ms", format!("{:.1}", l.p50_ms));
+    .annotate("samples", fig.samples.to_string());
+    if let Some(p50) = fig.p50 {
+        f = f.annotate("p50_ms", format!("{p50:.1}"));
     }
-    if let Some(l) = &s.ok_latency {
-        f = f.annotate("ok_p99_ms", format!("{:.1}", l.p99_ms));
+    if let Some(ok_p99) = fig.ok_p99 {
+        f = f.annotate("ok_p99_ms", format!("{ok_p99:.1}"));
     }
     f
 }
@@ -408,6 +444,32 @@ mod tests {
         for _ in 0..5 {
             assert!(rig.window(&[10.0; 8], 100).is_empty());
         }
+    }
+
+    #[test]
+    fn figures_compare_the_shard_with_its_peers_and_its_own_baseline() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "a");
+        o.count = 90;
+        o.latency_ms = Some(20.0);
+        w.record(&o);
+        o.count = 10;
+        o.latency_ms = Some(400.0);
+        o.outcome = crate::observation::Outcome::Timeout;
+        w.record(&o);
+        let mut peer = ObservationRef::new("db", "b");
+        peer.count = 300;
+        w.record(&peer);
+        let snap = w.close(10.0);
+        let a = snap.groups[0].shard("a").unwrap();
+        let fig = Figures::of(a, 400.0, 40.0, 100.0);
+        assert_eq!((fig.peer_ratio(), fig.baseline_ratio()), (10.0, 4.0));
+        assert_eq!((fig.error_ratio, fig.load_share), (0.1, 0.25));
+        assert_eq!(fig.samples, 100);
+        assert!(fig.p50.is_some_and(|p| (p - 20.0).abs() < 0.5), "{fig:?}");
+        assert!(fig.ok_p99.is_some_and(|p| (p - 20.0).abs() < 0.5), "{fig:?}");
+        // A zero median of peers gives an infinite ratio, never NaN.
+        assert_eq!(Figures::of(a, 400.0, 0.0, 100.0).peer_ratio(), f64::INFINITY);
     }
 
     #[test]
