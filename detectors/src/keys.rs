@@ -5,7 +5,7 @@
 //! (`Observation -> Window -> SkewStats -> Detectors`): a window feeds every observation's key
 //! into a [`KeySummary`] (one global, and one per hot shard), and the detectors read its
 //! [`KeySummary::top`] keys to tell a *hot key* (one key carries most of a hot shard) from a hot
-//! range (science notes §1, recommendation 4).
+//! range (see docs/detectors.md, HotShard).
 //!
 //! # Algorithm
 //!

@@ -857,7 +857,7 @@ mod tests {
         assert!(chi_square_quantile(5.0, 2.0).is_nan());
     }
 
-    /// science.md §1: N = 64 shards, Poisson(100) counts, 2000 windows. The mean corrected Gini
+    /// Seeded simulation: N = 64 shards, Poisson(100) counts, 2000 windows. The mean corrected Gini
     /// is 0.056 ± 0.002 and matches [`gini_noise_floor`]; the CV matches [`cv_noise_floor`];
     /// noise alone never reaches the hot-shard thresholds.
     #[test]
@@ -886,9 +886,9 @@ mod tests {
         assert_close(mean_cv, cv_noise_floor(lambda).unwrap(), 0.02);
     }
 
-    /// science.md §1: the dispersion gate's false-positive rate on pure Poisson noise is at
-    /// most 0.2% at α = 1e-3. 10,000 windows (5× the brief) so the expected 10 false positives
-    /// make the bound a real test; the lower bound catches a gate that never fires.
+    /// The dispersion gate's false-positive rate on pure Poisson noise is at most 0.2% at
+    /// α = 1e-3. 10,000 windows, so the expected 10 false positives make the bound a real test;
+    /// the lower bound catches a gate that never fires.
     #[test]
     fn dispersion_gate_false_positive_rate_is_alpha_on_poisson_noise() {
         let (shards, lambda, windows) = (64, 100.0, 10_000u32);
@@ -909,7 +909,7 @@ mod tests {
         assert!(rate >= 0.0002, "gate suspiciously quiet: {rate}");
     }
 
-    /// science.md §1 hot-value fixture: one empty-value key with 20% of traffic, the rest Zipf 0.8
+    /// Hot-value fixture: one empty-value key with 20% of traffic, the rest Zipf 0.8
     /// over 10⁶ keys hashed onto 64 shards. Loads are the exact expected counts of a window of
     /// 640,000 requests (λ = 10⁴ per shard), not samples.
     #[test]
@@ -927,13 +927,14 @@ mod tests {
 
         let fixture = SkewStats::from_counts(&loads, 1e-3).unwrap();
         let background = SkewStats::from_counts(&zipf_only, 1e-3).unwrap();
-        // Measured: PAR 13.58, G_c 0.259 (science.md: 13.6 and 0.255).
+        // Measured: PAR 13.58, G_c 0.259. The hot key alone puts N·p = 12.8 times the mean on
+        // its shard; its share of the rest adds about 1 − p.
         assert!(fixture.peak_to_mean >= 13.0, "{fixture:?}");
         assert!(fixture.dispersion.unwrap().beyond_noise && !fixture.insufficient_data);
         // Gini reads like broad Zipf-1.0 skew (0.25), so it cannot name one hot shard...
         assert!((0.22..0.30).contains(&fixture.gini), "{fixture:?}");
         // ...while the same keys without the hot value stay near-flat (measured: PAR 2.06,
-        // G_c 0.075; science.md 1.74 and 0.070 with another hash).
+        // G_c 0.075).
         assert!(background.peak_to_mean < 3.0, "{background:?}");
         assert!(background.gini < 0.12, "{background:?}");
     }

@@ -4,7 +4,8 @@
 //! Backend latency or errors turn into cache misses, because failed fills are not cached and
 //! slow fills leave entries empty for longer. Each miss is another backend call, and more
 //! backend calls mean more latency and errors. A hit ratio that falls from h0 to h1 multiplies
-//! backend load by `(1 - h1) / (1 - h0)`: 95% -> 50% is 10x (science §5, detector C).
+//! backend load by `(1 - h1) / (1 - h0)`: 95% -> 50% is 10x (see docs/detectors.md,
+//! CacheHitCollapse).
 //!
 //! **Signals**, per group and window (a *request* is any observation; hits and misses are the
 //! ones with a `cache` result):

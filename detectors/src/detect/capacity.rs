@@ -16,17 +16,18 @@
 //! such windows in a row. The finding's severity is `critical` while u ≥
 //! `critical_utilisation` (0.9), else the configured severity.
 //!
-//! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is the service time
-//! divided by (1 − ρ), and its p99 is ln(100)/(μ(1 − ρ)): 5× the unloaded value at ρ = 0.8 and
-//! 10× at 0.9 (science §3, §5E). Past 0.8 every further percent of load costs latency steeply,
-//! so 0.8 is the last comfortable point to act and 0.9 is when users feel it.
+//! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is exponential with
+//! mean 1/(μ(1 − ρ)), so its p99 is ln(100)/(μ(1 − ρ)): 1/(1 − ρ) times the unloaded p99, 5× at
+//! ρ = 0.8 and 10× at 0.9 (see docs/detectors.md, CapacityHeadroom). Past 0.8 every further
+//! percent of load costs latency steeply, so 0.8 is the last comfortable point to act and 0.9
+//! is when users feel it.
 //!
 //! # Why it does not false-alarm
 //!
 //! - Absolute utilisation has no noise floor to speak of at realistic rates, and three windows
 //!   in a row are needed, so a burst of up to 10 s (at most two windows) does not fire. Unlike
-//!   the relative detectors this one keeps science's three windows: running at 80% of a hard
-//!   limit across three windows is worth a warning even when it is a 20 s excursion.
+//!   the relative detectors this one needs only three windows: running at 80% of a hard limit
+//!   across three windows is worth a warning even when it is a 20 s excursion.
 //! - The projection needs a full history of `projection_windows`, a positive trend that reaches saturation
 //!   within the horizon, *and* utilisation already at 0.5: a diurnal ramp at 30% utilisation is
 //!   not a capacity problem.

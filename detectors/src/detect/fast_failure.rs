@@ -1,5 +1,5 @@
 //! `FastFailureSink`: a shard that answers fast with errors and, because it answers fast, draws
-//! a growing share of the traffic (science §5, detector D).
+//! a growing share of the traffic (see docs/detectors.md, FastFailureSink).
 //!
 //! Least-loaded and latency-aware balancers send work where answers come back soonest. A backend
 //! that fails fast (a `NOT_FOUND` from a broken control plane, a `503` from an empty pool) looks

@@ -8,10 +8,11 @@
 //!   key's count as an upper bound with an over-count bound `error`. Decisions use the *lower
 //!   bound* `requests − error`, so a key whose count is uncertain cannot fire. The key's share
 //!   of the group's requests is compared with an absolute floor (`min_group_share`, 20%), with
-//!   a whole shard's fair share (`fair_share_multiple`·1/N: a key heavier than one shard's fair
-//!   share overloads its shard whatever the sharding, science §1: PAR ≥ N·p₁ + (1 − p₁)), and
-//!   with the key's own baseline share (`min_ratio`, 2×). A minimum lower-bound volume
-//!   (`min_requests` per window) keeps a quiet group from firing on a handful of requests.
+//!   a whole shard's fair share (`fair_share_multiple`·1/N; a key with share p₁ alone puts
+//!   N·p₁ times the mean load on its shard, so a key heavier than one shard's fair share
+//!   overloads its shard whatever the sharding), and with the key's own baseline share
+//!   (`min_ratio`, 2×). A minimum lower-bound volume (`min_requests` per window) keeps a quiet
+//!   group from firing on a handful of requests.
 //! - **Shard rule** (a hot key inside an otherwise normal shard). Each shard's key summary
 //!   ([`ShardSnapshot::top_keys`], shares of the shard's requests) is checked too: the key's
 //!   lower-bound share of the shard must reach `min_shard_share` (50%), its share of the

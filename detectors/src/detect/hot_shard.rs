@@ -9,9 +9,10 @@
 //! s_i = c_i/C. Shares in the annotations are of this C.
 //!
 //! - **Baseline.** Each shard keeps an EWMA of its *load ratio* r_i = s_i·N (share over fair
-//!   share; science §1 rec. 1), time constant `baseline_tau_secs`. Baselining r rather than s
-//!   keeps a scale-in or scale-out (N changes, every share moves) from looking like a hot shard.
-//!   The expected count is e_i = b_i·C/N, so diurnal swings in C cancel (science §4, point 1).
+//!   share: which shard saturates first), time constant `baseline_tau_secs`. Baselining r rather
+//!   than s keeps a scale-in or scale-out (N changes, every share moves) from looking like a hot
+//!   shard. The expected count is e_i = b_i·C/N, so diurnal swings in C cancel: no seasonal
+//!   model is needed (see docs/detectors.md, "Baselines").
 //! - **Over-dispersion.** Real counts are burstier than Poisson. Each shard estimates the NB2
 //!   dispersion g_i as the EWMA of ((c − e)² − e)/e², *unclipped* (clipping biases g upward),
 //!   from windows with e ≥ `min_mean_requests` (below it the estimator's own noise, about √2/e,
@@ -31,7 +32,7 @@
 //! The alert condition holds when the shard has been over for `consecutive_windows` (k = 4)
 //! windows in a row, **or** when its CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
 //! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
-//! smaller persistent shifts that rarely cross z* in one window (science §4: κ = 1, h = 10).
+//! smaller persistent shifts that rarely cross z* in one window.
 //! Only windows that pass gate 2 add to S (others subtract κ, or more for negative z), so a
 //! drift of a few percent at high volume cannot charge S for a later one-window burst to cash
 //! in. Each window adds at most h/k, so the CUSUM never fires sooner than the threshold rule
@@ -40,16 +41,18 @@
 //!
 //! Once the alert is active it keeps holding while z ≥ `clear_z_fraction`·z* **and**
 //! c/e ≥ `clear_ratio` **and** gate 3 holds (hysteresis); `keep_firing_for_secs` then adds the
-//! "keep firing for at least 60 s". Science §4 clears only when *both* z < z*/2 and ratio < 1.1;
-//! holding on *either* would keep an alert (and its frozen baseline) alive for ever on a +5%
-//! remainder at high volume, or on noise at low volume, so both must still be elevated.
+//! minimum time an alert keeps firing. The alert clears as soon as *either* z or the ratio falls
+//! back: holding on either one alone would keep an alert (and its frozen baseline) alive for
+//! ever on a +5% remainder at high volume, or on noise at low volume, so both must still be
+//! elevated.
 //!
-//! **Why k = 4 and not science's 2.** A burst of d seconds touches up to ⌈d/w⌉ + 1 windows of
+//! **Why k = 4 and not 2.** A burst of d seconds touches up to ⌈d/w⌉ + 1 windows of
 //! w seconds, and its partial windows are over too (a 5× burst for 1 s of a 10 s window is
 //! already 1.4× the expected count). With k = 4 a burst of up to 20 s never fires, whatever its
 //! alignment; with k = 3 a 20 s burst would fire at most alignments (the `short_bursts` benign
 //! scenario does fire with k = 3). The price is detection 40 s after a step instead of 20 s;
-//! set `consecutive_windows: 2` for science's latency. A slow burn is caught sooner than k
+//! set `consecutive_windows: 2` to trade burst alerts for the faster verdict (see
+//! docs/adr/002-four-windows-before-a-hot-verdict.md). A slow burn is caught sooner than k
 //! windows after it crosses the gates, because the CUSUM has been charging since it passed
 //! 1.25× its usual load.
 //!
@@ -70,9 +73,9 @@
 //!
 //! # Why it does not false-alarm
 //!
-//! - Pure noise: z* is Bonferroni-corrected over N shards (family-wise 10⁻³ per window), *and*
-//!   four windows in a row are needed, so the threshold rule's false-alarm rate under the null
-//!   is far below 10⁻⁶ per shard-window (science §4 measured 0–0.64 per 10⁶ with k = 2).
+//! - Pure noise: z* is Bonferroni-corrected over N shards (family-wise `family_alpha` per
+//!   window), *and* four windows in a row are needed, so noise alone fires the threshold rule
+//!   with a probability of the order of (α/N)⁴ per shard-window.
 //! - Over-dispersed (bursty) traffic widens the variance through g.
 //! - Diurnal load: shares, and so r and e/C, do not move when the whole group scales.
 //! - A stable skew (Zipf keys hashed onto shards): the baseline *is* the skew, so c/e ≈ 1.
@@ -87,7 +90,8 @@
 //! The annotations name the shard's top key (from the shard's key summary). When the key's
 //! lower-bound share of the shard is at least `hot_key_share` (50%) the attribution is
 //! `hot_key` (cache, replicate, split or rate-limit that key), otherwise `hot_range` (reshard
-//! or re-spread the index values), after science §1 rec. 4.
+//! or re-spread the index values): a single heavy key keeps its shard hot under any sharding
+//! (see docs/detectors.md, HotShard).
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,8 @@
 //! # Signals
 //!
 //! Per shard and window, the p99 of all responses from the shard's merged HDR histograms
-//! ([`ShardSnapshot::latency`]; percentiles are never averaged, science §3). A shard is
+//! ([`ShardSnapshot::latency`]; percentiles are never averaged: an average of per-shard p99s
+//! dilutes one slow shard among its healthy peers). A shard is
 //! *eligible* when it has at least `min_samples` latency samples in the window (50: below
 //! that the p99 is one or two requests). A group is judged only with at least `min_shards`
 //! eligible shards (3), so that "its peers" means at least two other shards.

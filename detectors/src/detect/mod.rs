@@ -6,7 +6,12 @@
 //! Time is the window's end, passed in; nothing here reads a clock.
 //!
 //! Every detector documents its signals, its defaults and why it does not false-alarm on
-//! ordinary traffic. The defaults are in `rules/skewwatch.yaml`.
+//! ordinary traffic; `docs/detectors.md` explains all of them and the machinery they share.
+//! The defaults are in `rules/skewwatch.yaml`.
+//!
+//! A detector is a [`DetectorKind`]: it names itself and its YAML section and builds itself
+//! from its [`DetectorSettings`]. The `detectors!` list below names every kind once and
+//! derives [`DetectorsConfig`] from it; adding a detector is one module and one line there.
 
 pub mod baseline;
 
