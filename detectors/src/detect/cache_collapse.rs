@@ -71,7 +71,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, ms, num,
+    pct, times,
+};
 use crate::observation::{Outcome, key_label};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::normal_quantile;
@@ -376,7 +379,11 @@ impl Detector for CacheHitCollapse {
                     if b.miss > 0.0 {
                         st.peak = st.peak.max(s.miss / b.miss);
                     }
-                    out.push(render(&self.cfg, &g.group, &self.figures(g, &st, &s, &b, cond)));
+                    out.push(render(
+                        &self.cfg,
+                        &g.group,
+                        &self.figures(g, &st, &s, &b, cond),
+                    ));
                 }
                 _ if !active => {
                     st.reported = 0;
@@ -454,11 +461,6 @@ impl Figures {
     fn measured_amplification(&self) -> Option<f64> {
         factor(self.now.amp, self.base.amp)
     }
-}
-
-/// `now / base`, or `None` when the baseline is zero.
-fn factor(now: f64, base: f64) -> Option<f64> {
-    (base > 0.0).then(|| now / base)
 }
 
 impl CacheHitCollapse {
@@ -553,7 +555,10 @@ fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
             .annotate("hot_shard_backend_share", pct(h.backend_share))
             .annotate("hot_shard_request_share", pct(h.request_share))
             .annotate("hot_shard_error_ratio", pct(h.error_ratio))
-            .annotate("hot_shard_hit_ratio", h.hit_ratio.map_or("n/a".to_owned(), pct));
+            .annotate(
+                "hot_shard_hit_ratio",
+                h.hit_ratio.map_or("n/a".to_owned(), pct),
+            );
         if let Some((key, share)) = &h.key {
             f = f
                 .annotate("hot_key", key_label(key))
@@ -668,16 +673,6 @@ fn mitigations(fig: &Figures) -> String {
         );
     }
     m.join("; ")
-}
-
-/// A factor as `10.0x`, or `from zero` when the baseline was zero.
-fn times(factor: Option<f64>) -> String {
-    factor.map_or("from zero".to_owned(), |x| format!("{}x", num(x)))
-}
-
-/// A latency as `12.5 ms`, or `n/a`.
-fn ms(p99: Option<f64>) -> String {
-    p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)))
 }
 
 /// How much the merged p99 rises from the backend share moving from `base` to `now` alone, for

@@ -38,7 +38,9 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -228,7 +230,11 @@ impl CapacityHeadroom {
             let over = u >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
             if st.streak >= cfg.consecutive_windows {
-                out.push(render(&g.group, &s.shard, &Figures::of(cfg, s, cap, u, eta)));
+                out.push(render(
+                    &g.group,
+                    &s.shard,
+                    &Figures::of(cfg, s, cap, u, eta),
+                ));
             }
         }
     }
@@ -278,7 +284,13 @@ struct Figures {
 }
 
 impl Figures {
-    fn of(cfg: &CapacityHeadroomConfig, s: &ShardSnapshot, cap: f64, u: f64, eta: Option<f64>) -> Self {
+    fn of(
+        cfg: &CapacityHeadroomConfig,
+        s: &ShardSnapshot,
+        cap: f64,
+        u: f64,
+        eta: Option<f64>,
+    ) -> Self {
         Figures {
             severity: if u >= cfg.critical_utilisation {
                 Severity::Critical

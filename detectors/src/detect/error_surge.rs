@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, pct, times,
+};
 use crate::observation::Outcome;
 use crate::snapshot::GroupSnapshot;
 
@@ -212,11 +214,15 @@ impl ErrorSurge {
 
 /// The finding for `group`: the figures as annotations, and the summary and description.
 fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
-    let mut f = Finding::new(ErrorSurge::ALERTNAME, cfg.rule.severity, &[("group", group)])
-        .annotate("error_ratio", pct(fig.ratio))
-        .annotate("baseline_error_ratio", pct(fig.baseline))
-        .annotate("requests", fig.requests.to_string())
-        .annotate("dominant_class", fig.grown.as_str());
+    let mut f = Finding::new(
+        ErrorSurge::ALERTNAME,
+        cfg.rule.severity,
+        &[("group", group)],
+    )
+    .annotate("error_ratio", pct(fig.ratio))
+    .annotate("baseline_error_ratio", pct(fig.baseline))
+    .annotate("requests", fig.requests.to_string())
+    .annotate("dominant_class", fig.grown.as_str());
     for c in &fig.classes {
         f = f.annotate(
             &format!("error_ratio_{}", c.class.as_str()),
@@ -240,11 +246,7 @@ fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
 }
 
 fn description(group: &str, fig: &Figures) -> String {
-    let factor = if fig.baseline > 0.0 {
-        format!("{}x", num(fig.ratio / fig.baseline))
-    } else {
-        "from zero".to_owned()
-    };
+    let factor = times(factor(fig.ratio, fig.baseline));
     let classes: Vec<String> = fig
         .classes
         .iter()
@@ -306,7 +308,9 @@ impl Detector for ErrorSurge {
                 .map(|b| (b, self.cfg.surges(e, b)));
             let holds = verdict.is_some_and(|(_, h)| h);
             st.streak = if holds { st.streak + 1 } else { 0 };
-            let active = ctx.alerts.is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
+            let active = ctx
+                .alerts
+                .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
             if let Some((b, true)) = verdict
                 && (st.streak >= self.cfg.consecutive_windows || active)
             {

@@ -41,7 +41,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, ms, num, pct,
+};
 use crate::observation::Outcome;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -329,11 +331,7 @@ fn render(cfg: &FastFailureSinkConfig, group: &str, shard: &str, fig: &Figures) 
         "p50_latency",
         format!("{} ms (peers' median {} ms)", num(v.p50), num(v.peer_p50)),
     )
-    .annotate(
-        "ok_p50_latency",
-        fig.ok_p50
-            .map_or("n/a".to_owned(), |p| format!("{} ms", num(p))),
-    )
+    .annotate("ok_p50_latency", ms(fig.ok_p50))
     .annotate("error_attraction_ratio", num(v.ear))
     .annotate("group_error_ratio", pct(fig.group_error_ratio))
     .annotate("windows", fig.windows.to_string())
@@ -431,8 +429,10 @@ impl Detector for FastFailureSink {
             }
             // Shares learn only while no shard is suspect and no alert is active, so the
             // incident's redistribution does not become the new normal.
-            let frozen =
-                !verdicts.is_empty() || ctx.alerts.group_has_active(FastFailureSink::ALERTNAME, &g.group);
+            let frozen = !verdicts.is_empty()
+                || ctx
+                    .alerts
+                    .group_has_active(FastFailureSink::ALERTNAME, &g.group);
             if !frozen && g.requests > 0 {
                 for s in g.tracked_shards() {
                     if let Some(st) = states.get_mut(&s.shard) {

@@ -62,7 +62,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct, ratio_2dp,
+};
 use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
@@ -336,7 +338,9 @@ impl HotKey {
         }
         let warm = scope.windows >= cfg.warmup_windows;
         let total = g.requests as f64;
-        let floor = cfg.min_group_share.max(cfg.fair_share_multiple * g.fair_share);
+        let floor = cfg
+            .min_group_share
+            .max(cfg.fair_share_multiple * g.fair_share);
         let mut reported = BTreeSet::new();
         for k in &g.top_keys {
             reported.insert(k.key.as_str());
@@ -541,7 +545,9 @@ fn summary(group: &str, fig: &Figures) -> String {
     let (key, share) = (key_label(&fig.key), pct(fig.shares.share));
     match &fig.place {
         Place::Group { .. } => format!("Key {key} takes {share} of {group}'s load"),
-        Place::Shard { shard, .. } => format!("Key {key} takes {share} of shard {shard} of {group}"),
+        Place::Shard { shard, .. } => {
+            format!("Key {key} takes {share} of shard {shard} of {group}")
+        }
     }
 }
 
@@ -549,7 +555,9 @@ fn description(group: &str, fig: &Figures) -> String {
     let (key, share) = (key_label(&fig.key), pct(fig.shares.share));
     let ratio = ratio_text(&fig.shares);
     match &fig.place {
-        Place::Group { home: Some((shard, of_shard)) } => format!(
+        Place::Group {
+            home: Some((shard, of_shard)),
+        } => format!(
             "key {key} takes at least {share} of {group}'s load, {ratio}; it lives on shard \
              {shard}, where it is {} of the traffic",
             pct(*of_shard)
@@ -581,18 +589,10 @@ fn ratio_text(fig: &KeyFigures) -> String {
 /// The annotations both rules carry.
 fn annotate_figures(f: Finding, fig: &Figures) -> Finding {
     let shares = &fig.shares;
-    let ratio = shares.ratio();
     f.annotate("share", format!("{:.4}", shares.share))
         .annotate("group_share", format!("{:.4}", shares.load))
         .annotate("baseline_share", format!("{:.4}", shares.baseline))
-        .annotate(
-            "ratio",
-            if ratio.is_finite() {
-                format!("{ratio:.2}")
-            } else {
-                "+Inf".to_owned()
-            },
-        )
+        .annotate("ratio", ratio_2dp(shares.ratio()))
         .annotate("requests", shares.lower.to_string())
         .annotate("error_bound", fig.error_bound.to_string())
         .annotate(
@@ -751,7 +751,12 @@ mod tests {
         assert!((shares.ratio() - 30.0 / 11.0).abs() < 1e-12);
         let home = home_shard(g, "", 3000, 0.9).and_then(|s| g.shard(s));
         let fig = group_figures(&ctx, k, home, shares);
-        assert_eq!(fig.place, Place::Group { home: Some(("s3".to_owned(), 0.75)) });
+        assert_eq!(
+            fig.place,
+            Place::Group {
+                home: Some(("s3".to_owned(), 0.75))
+            }
+        );
         assert_eq!((fig.error_bound, fig.requests_per_second), (0, 300.0));
         let s3 = g.shard("s3").unwrap();
         let fig = shard_figures(&ctx, s3, &s3.top_keys[0], shares);

@@ -99,7 +99,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct, ratio_2dp,
+};
 use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
@@ -469,14 +471,7 @@ fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Find
     .annotate("baseline_share", format!("{:.4}", sc.baseline_share))
     .annotate("fair_share", format!("{:.4}", sc.fair))
     .annotate("expected_requests", format!("{:.0}", sc.expected))
-    .annotate(
-        "ratio",
-        if sc.ratio.is_finite() {
-            format!("{:.2}", sc.ratio)
-        } else {
-            "+Inf".to_owned()
-        },
-    )
+    .annotate("ratio", ratio_2dp(sc.ratio))
     .annotate("z", format!("{:.2}", sc.z))
     .annotate("z_threshold", format!("{:.2}", sc.z_star))
     .annotate("cusum", format!("{:.2}", sc.cusum))
@@ -505,11 +500,7 @@ fn description(group: &str, shard: &str, fig: &Figures) -> String {
         "a shard that usually takes no load".to_owned()
     };
     let key_text = match &fig.top_key {
-        Some((key, share)) => format!(
-            "; key {} is {} of its traffic",
-            key_label(key),
-            pct(*share)
-        ),
+        Some((key, share)) => format!("; key {} is {} of its traffic", key_label(key), pct(*share)),
         None => "; no keys reported".to_owned(),
     };
     format!(
@@ -658,17 +649,27 @@ mod tests {
         // Baseline load ratio 1 (a fair shard), no over-dispersion learned: Poisson variance.
         let sc = score(&ShardState::default(), 1.0, &gw, 400.0);
         assert_eq!(sc.expected, 212.5);
-        assert_eq!((sc.share, sc.fair, sc.baseline_share), (400.0 / 3400.0, 1.0 / 16.0, 1.0 / 16.0));
+        assert_eq!(
+            (sc.share, sc.fair, sc.baseline_share),
+            (400.0 / 3400.0, 1.0 / 16.0, 1.0 / 16.0)
+        );
         assert!((sc.ratio - 400.0 / 212.5).abs() < 1e-12);
         assert!((sc.z - 187.5 / 212.5f64.sqrt()).abs() < 1e-12);
         // Far over z*: the step is capped at h/k.
         let cap = cfg.cusum_threshold / f64::from(cfg.consecutive_windows);
         assert_eq!(cusum_step(&cfg, &sc), cap);
         // Under min_ratio the sum only drains.
-        let calm = Score { ratio: 1.1, z: 3.0, ..sc };
+        let calm = Score {
+            ratio: 1.1,
+            z: 3.0,
+            ..sc
+        };
         assert_eq!(cusum_step(&cfg, &calm), -cfg.cusum_slack);
         // A shard that usually takes nothing has an infinite ratio.
-        assert_eq!(score(&ShardState::default(), 0.0, &gw, 5.0).ratio, f64::INFINITY);
+        assert_eq!(
+            score(&ShardState::default(), 0.0, &gw, 5.0).ratio,
+            f64::INFINITY
+        );
     }
 
     #[test]

@@ -45,7 +45,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -189,7 +191,12 @@ impl LatencySkew {
                 st.p99.update(p99, self.alpha);
             }
             if st.streak >= cfg.consecutive_windows {
-                out.push(render(cfg, &g.group, &s.shard, &Figures::of(s, p99, peers, base)));
+                out.push(render(
+                    cfg,
+                    &g.group,
+                    &s.shard,
+                    &Figures::of(s, p99, peers, base),
+                ));
             }
         }
     }
@@ -468,9 +475,15 @@ mod tests {
         assert_eq!((fig.error_ratio, fig.load_share), (0.1, 0.25));
         assert_eq!(fig.samples, 100);
         assert!(fig.p50.is_some_and(|p| (p - 20.0).abs() < 0.5), "{fig:?}");
-        assert!(fig.ok_p99.is_some_and(|p| (p - 20.0).abs() < 0.5), "{fig:?}");
+        assert!(
+            fig.ok_p99.is_some_and(|p| (p - 20.0).abs() < 0.5),
+            "{fig:?}"
+        );
         // A zero median of peers gives an infinite ratio, never NaN.
-        assert_eq!(Figures::of(a, 400.0, 0.0, 100.0).peer_ratio(), f64::INFINITY);
+        assert_eq!(
+            Figures::of(a, 400.0, 0.0, 100.0).peer_ratio(),
+            f64::INFINITY
+        );
     }
 
     #[test]

@@ -11,9 +11,20 @@
 //!
 //! A detector is a [`DetectorKind`]: it names itself and its YAML section and builds itself
 //! from its [`DetectorSettings`]. The `detectors!` list below names every kind once and
-//! derives [`DetectorsConfig`] from it; adding a detector is one module and one line there.
+//! derives [`DetectorsConfig`] from it; adding a detector is a new module and one line in that
+//! list.
 
 pub mod baseline;
+
+// One module per detector; each is also listed in `detectors!` below. The module lines stay
+// outside the macro because rustfmt only formats modules it sees declared outside macros.
+pub mod cache_collapse;
+pub mod capacity;
+pub mod error_surge;
+pub mod fast_failure;
+pub mod hot_key;
+pub mod hot_shard;
+pub mod latency_skew;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -214,14 +225,12 @@ impl RuleSettings {
 
 /// Declares every detector kind from one list of `field: module::Kind` lines.
 ///
-/// Each line declares the detector's module, adds its settings to [`DetectorsConfig`] as a
-/// field named after its YAML key, and gives it its place in the evaluation order, which is
-/// also the order of findings and so of output. `DetectorsConfig::problems`, `rules` and
-/// `build` are generated from the same list, so they cannot disagree with it.
+/// Each line adds the detector's settings to [`DetectorsConfig`] as a field named after its
+/// YAML key and gives it its place in the evaluation order, which is also the order of
+/// findings and so of output. `DetectorsConfig::problems`, `rules` and `build` are generated
+/// from the same list, so they cannot disagree with it.
 macro_rules! detectors {
     ($($(#[$doc:meta])* $field:ident: $module:ident::$kind:ident,)+) => {
-        $(pub mod $module;)+
-
         // A field is named after its detector's YAML key; a mismatch does not compile.
         $(const _: () = assert!(
             same_str(<$module::$kind as DetectorKind>::KEY, stringify!($field)),
@@ -276,7 +285,8 @@ macro_rules! detectors {
     };
 }
 
-// The detectors, in evaluation order. Adding one: a new module file and one line here.
+// The detectors, in evaluation order. Adding one: a new module (file and `pub mod` line above)
+// and one line here.
 detectors! {
     /// `HotShard`.
     hot_shard: hot_shard::HotShard,
@@ -313,6 +323,30 @@ const fn same_str(a: &str, b: &str) -> bool {
 /// Formats a ratio as a percentage with one decimal, for annotations.
 pub fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
+}
+
+/// `now / base`, or `None` when the baseline is not positive (nothing to compare with).
+pub fn factor(now: f64, base: f64) -> Option<f64> {
+    (base > 0.0).then(|| now / base)
+}
+
+/// Formats a [`factor`] as `10.0x`, or `from zero` when the baseline was zero.
+pub fn times(factor: Option<f64>) -> String {
+    factor.map_or("from zero".to_owned(), |x| format!("{}x", num(x)))
+}
+
+/// Formats a latency in milliseconds as `12.5 ms`, or `n/a` without one.
+pub fn ms(latency: Option<f64>) -> String {
+    latency.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)))
+}
+
+/// Formats a ratio with two decimals, or `+Inf` when it is not finite (nothing was expected).
+pub fn ratio_2dp(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.2}")
+    } else {
+        "+Inf".to_owned()
+    }
 }
 
 /// Formats a number with up to three significant decimals, for annotations.
@@ -395,6 +429,20 @@ mod tests {
         assert_eq!(built.first(), Some(&"HotShard"));
         assert_eq!(built.last(), Some(&"CapacityHeadroom"));
         assert!(!built.contains(&"HotKey"));
+    }
+
+    #[test]
+    fn annotation_formats() {
+        assert_eq!(times(factor(0.5, 0.05)), "10.0x");
+        assert_eq!(times(factor(0.5, 0.0)), "from zero");
+        assert_eq!(ms(Some(12.345)), "12.3 ms");
+        assert_eq!(ms(None), "n/a");
+        assert_eq!(ratio_2dp(2.854), "2.85");
+        assert_eq!(ratio_2dp(f64::INFINITY), "+Inf");
+        assert_eq!(
+            (pct(0.0725), num(123.4), num(0.1234)),
+            ("7.2%".into(), "123".into(), "0.12".into())
+        );
     }
 
     #[test]
