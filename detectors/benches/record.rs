@@ -15,15 +15,8 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use skewwatch_detectors::observation::{Batch, ObservationRef, Outcome};
+use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_detectors::window::{WindowConfig, Windows};
-
-/// Deterministic xorshift so the shard and key mix is the same on every run.
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
 
 fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
     let names: Vec<String> = (0..shards).map(|i| format!("shard-{i}")).collect();
@@ -31,9 +24,10 @@ fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
         .map(|i| format!("user:{i}"))
         .collect();
     let mut b = Batch::with_capacity(n);
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    // Seeded, so the shard and key mix is the same on every run.
+    let mut rng = SplitMix64::new(0x5EED);
     for _ in 0..n {
-        let r = next(&mut s);
+        let r = rng.next_u64();
         let mut o = ObservationRef::new("metadata-db", &names[(r % shards as u64) as usize]);
         o.latency_ms = Some((r >> 20) as f64 % 50.0 + 0.5);
         if r.is_multiple_of(50) {

@@ -5,7 +5,7 @@
 //! (`Observation -> Window -> SkewStats -> Detectors`): a window feeds every observation's key
 //! into a [`KeySummary`] (one global, and one per hot shard), and the detectors read its
 //! [`KeySummary::top`] keys to tell a *hot key* (one key carries most of a hot shard) from a hot
-//! range (science notes §1, recommendation 4).
+//! range (see docs/detectors.md, HotShard).
 //!
 //! # Algorithm
 //!
@@ -519,27 +519,10 @@ impl KeySummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prng::SplitMix64;
     use proptest::prelude::*;
     use proptest::test_runner::RngAlgorithm;
     use std::collections::BTreeMap;
-
-    /// Splitmix64: a tiny seeded generator, so the streams are reproducible.
-    struct SplitMix64(u64);
-
-    impl SplitMix64 {
-        fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-
-        /// Uniform in [0, 1).
-        fn next_f64(&mut self) -> f64 {
-            (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-        }
-    }
 
     /// Zipf(s) over ranks 1..=n by inversion over a cumulative table, with a guide table
     /// (Chen & Asau's indexed search) so a sample costs O(1) expected comparisons.
@@ -839,7 +822,7 @@ mod tests {
         events: usize,
         capacity: usize,
     ) -> (KeySummary, Vec<u32>) {
-        let mut rng = SplitMix64(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut s = KeySummary::new(capacity);
         let mut counts = vec![0u32; zipf.cdf.len() + 1];
         let mut buf = String::new();

@@ -15,6 +15,7 @@
 //! - [`detect`]: the detectors, each reading a closed window and its own baselines.
 //! - [`alert`]: the alert state machine (inactive, pending, firing, resolved).
 //! - [`engine`]: owns the windows and detectors and is driven by time passed in.
+//! - [`prng`]: the seeded generator and the small hashes every crate of the workspace shares.
 //!
 //! This crate does no I/O, reads no clock and has no global state: every function that depends
 //! on time takes `now`. The live agent, `skewwatch replay` and the tests share it, so a scenario
@@ -25,6 +26,7 @@ pub mod detect;
 pub mod engine;
 pub mod keys;
 pub mod observation;
+pub mod prng;
 pub mod snapshot;
 pub mod stats;
 pub mod window;

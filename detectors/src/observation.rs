@@ -53,6 +53,14 @@ impl Outcome {
     ];
     /// Number of outcome classes.
     pub const COUNT: usize = 6;
+    /// The error classes: every outcome but `ok`, in index order.
+    pub const ERRORS: [Outcome; 5] = [
+        Outcome::Error,
+        Outcome::Timeout,
+        Outcome::NotFound,
+        Outcome::Throttled,
+        Outcome::Unavailable,
+    ];
 
     /// Parses the wire name (`ok`, `error`, `timeout`, `not_found`, `throttled`, `unavailable`).
     pub fn parse(s: &str) -> Option<Self> {
@@ -87,6 +95,20 @@ impl Outcome {
     /// True for every class but `ok`.
     pub fn is_error(self) -> bool {
         self != Outcome::Ok
+    }
+
+    /// The error class with the most requests in `by_outcome` (counts indexed by
+    /// [`Outcome::index`]); `None` when no request failed. Ties go to the class that comes
+    /// first in [`Outcome::ERRORS`], so the answer is deterministic.
+    pub fn dominant_error(by_outcome: &[u64; Outcome::COUNT]) -> Option<Outcome> {
+        Outcome::ERRORS
+            .iter()
+            .copied()
+            .filter(|c| by_outcome[c.index()] > 0)
+            .fold(None, |best: Option<Outcome>, c| match best {
+                Some(b) if by_outcome[b.index()] >= by_outcome[c.index()] => Some(b),
+                _ => Some(c),
+            })
     }
 }
 
@@ -467,6 +489,23 @@ mod tests {
         let mut o = ok;
         o.key = Some(&key);
         assert_eq!(o.validate(), Err(RejectReason::FieldLength));
+    }
+
+    #[test]
+    fn dominant_error_breaks_ties_by_order() {
+        let mut by = [0u64; Outcome::COUNT];
+        assert_eq!(Outcome::dominant_error(&by), None);
+        by[Outcome::Timeout.index()] = 5;
+        by[Outcome::NotFound.index()] = 5;
+        assert_eq!(Outcome::dominant_error(&by), Some(Outcome::Timeout));
+        by[Outcome::NotFound.index()] = 6;
+        assert_eq!(Outcome::dominant_error(&by), Some(Outcome::NotFound));
+    }
+
+    #[test]
+    fn the_error_classes_are_every_outcome_but_ok() {
+        let errors: Vec<Outcome> = Outcome::ALL.into_iter().filter(|o| o.is_error()).collect();
+        assert_eq!(errors, Outcome::ERRORS);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::observation::Outcome;
+use crate::observation::{OTHER_LABEL, Outcome};
 use crate::stats::SkewStats;
 
 /// Percentiles of one latency histogram, in milliseconds.
@@ -30,6 +30,14 @@ pub struct KeyShare {
     pub error: u64,
     /// `requests` over the denominator's load (the group's or the shard's), capped at 1.
     pub share: f64,
+}
+
+impl KeyShare {
+    /// The guaranteed lower bound of the key's requests, `requests - error`: the figure to
+    /// judge a key on, so a key whose count is only possibly high cannot fire.
+    pub fn lower_bound(&self) -> u64 {
+        self.requests.saturating_sub(self.error)
+    }
 }
 
 /// One shard in one window.
@@ -71,6 +79,12 @@ impl ShardSnapshot {
     /// Requests with outcome `o`.
     pub fn outcome(&self, o: Outcome) -> u64 {
         self.by_outcome[o.index()]
+    }
+
+    /// False for `__other__`, the aggregate of the shards over the cap: it is no shard to
+    /// judge, compare or name.
+    pub fn is_tracked(&self) -> bool {
+        self.shard != OTHER_LABEL
     }
 }
 
@@ -121,6 +135,17 @@ impl GroupSnapshot {
         self.by_outcome[o.index()]
     }
 
+    /// False for `__other__`, the aggregate of the groups over the cap: it mixes unrelated
+    /// systems, so its ratios and shares are nobody's.
+    pub fn is_tracked(&self) -> bool {
+        self.group != OTHER_LABEL
+    }
+
+    /// The shards that are shards, not the `__other__` aggregate, sorted by name.
+    pub fn tracked_shards(&self) -> impl DoubleEndedIterator<Item = &ShardSnapshot> + Clone {
+        self.shards.iter().filter(|s| s.is_tracked())
+    }
+
     /// The shard named `name`.
     pub fn shard(&self, name: &str) -> Option<&ShardSnapshot> {
         self.shards
@@ -156,11 +181,57 @@ impl WindowSnapshot {
         self.end - self.start
     }
 
+    /// The groups that are groups, not the `__other__` aggregate, sorted by name.
+    pub fn tracked_groups(&self) -> impl DoubleEndedIterator<Item = &GroupSnapshot> + Clone {
+        self.groups.iter().filter(|g| g.is_tracked())
+    }
+
     /// The group named `name`.
     pub fn group(&self, name: &str) -> Option<&GroupSnapshot> {
         self.groups
             .binary_search_by(|g| g.group.as_str().cmp(name))
             .ok()
             .map(|i| &self.groups[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observation::ObservationRef;
+    use crate::window::{WindowConfig, Windows};
+
+    #[test]
+    fn a_key_lower_bound_subtracts_the_over_count_and_never_underflows() {
+        let mut k = KeyShare {
+            key: "k".to_owned(),
+            requests: 100,
+            error: 30,
+            share: 0.5,
+        };
+        assert_eq!(k.lower_bound(), 70);
+        k.error = 130;
+        assert_eq!(k.lower_bound(), 0);
+    }
+
+    #[test]
+    fn tracked_shards_and_groups_leave_out_the_other_aggregate() {
+        let cfg = WindowConfig {
+            max_shards_per_group: 2,
+            max_groups: 1,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        for (g, s) in [("db", "a"), ("db", "b"), ("db", "c"), ("cache", "x")] {
+            w.record(&ObservationRef::new(g, s));
+        }
+        let snap = w.close(10.0);
+        let groups: Vec<&str> = snap.tracked_groups().map(|g| g.group.as_str()).collect();
+        assert_eq!(groups, ["db"]);
+        assert!(snap.groups.iter().any(|g| !g.is_tracked()));
+        let db = snap.group("db").unwrap();
+        let shards: Vec<&str> = db.tracked_shards().map(|s| s.shard.as_str()).collect();
+        assert_eq!(shards, ["a", "b"]);
+        assert_eq!(db.shards.len(), 3);
     }
 }

@@ -490,29 +490,8 @@ pub fn hot_shard_z_threshold(n: usize, alpha: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prng::{SplitMix64, mix};
     use proptest::prelude::*;
-
-    /// Splitmix64: a tiny seeded generator, so the statistical tests are reproducible.
-    struct SplitMix64(u64);
-
-    impl SplitMix64 {
-        fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            mix64(self.0)
-        }
-
-        /// Uniform in [0, 1).
-        fn next_f64(&mut self) -> f64 {
-            (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-        }
-    }
-
-    /// The splitmix64 finaliser, also used as the "shard hash" of a key id.
-    fn mix64(mut z: u64) -> u64 {
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
 
     /// Poisson(λ) by inversion over a precomputed CDF table: one uniform per sample.
     struct Poisson {
@@ -878,14 +857,14 @@ mod tests {
         assert!(chi_square_quantile(5.0, 2.0).is_nan());
     }
 
-    /// science.md §1: N = 64 shards, Poisson(100) counts, 2000 windows. The mean corrected Gini
+    /// Seeded simulation: N = 64 shards, Poisson(100) counts, 2000 windows. The mean corrected Gini
     /// is 0.056 ± 0.002 and matches [`gini_noise_floor`]; the CV matches [`cv_noise_floor`];
     /// noise alone never reaches the hot-shard thresholds.
     #[test]
     fn poisson_noise_gives_the_documented_gini_and_cv_floors() {
         let (shards, lambda, windows) = (64, 100.0, 2000);
         let poisson = Poisson::new(lambda);
-        let mut rng = SplitMix64(0x5EED_0001);
+        let mut rng = SplitMix64::new(0x5EED_0001);
         let mut counts = vec![0.0; shards];
         let (mut gini_sum, mut cv_sum) = (0.0, 0.0);
         for _ in 0..windows {
@@ -907,14 +886,14 @@ mod tests {
         assert_close(mean_cv, cv_noise_floor(lambda).unwrap(), 0.02);
     }
 
-    /// science.md §1: the dispersion gate's false-positive rate on pure Poisson noise is at
-    /// most 0.2% at α = 1e-3. 10,000 windows (5× the brief) so the expected 10 false positives
-    /// make the bound a real test; the lower bound catches a gate that never fires.
+    /// The dispersion gate's false-positive rate on pure Poisson noise is at most 0.2% at
+    /// α = 1e-3. 10,000 windows, so the expected 10 false positives make the bound a real test;
+    /// the lower bound catches a gate that never fires.
     #[test]
     fn dispersion_gate_false_positive_rate_is_alpha_on_poisson_noise() {
         let (shards, lambda, windows) = (64, 100.0, 10_000u32);
         let poisson = Poisson::new(lambda);
-        let mut rng = SplitMix64(0x5EED_0002);
+        let mut rng = SplitMix64::new(0x5EED_0002);
         let mut counts = vec![0.0; shards];
         let mut fired = 0u32;
         for _ in 0..windows {
@@ -930,7 +909,7 @@ mod tests {
         assert!(rate >= 0.0002, "gate suspiciously quiet: {rate}");
     }
 
-    /// science.md §1 hot-value fixture: one empty-value key with 20% of traffic, the rest Zipf 0.8
+    /// Hot-value fixture: one empty-value key with 20% of traffic, the rest Zipf 0.8
     /// over 10⁶ keys hashed onto 64 shards. Loads are the exact expected counts of a window of
     /// 640,000 requests (λ = 10⁴ per shard), not samples.
     #[test]
@@ -940,21 +919,22 @@ mod tests {
         let norm: f64 = weights.iter().sum();
         let mut zipf_only = vec![0.0; shards];
         for (k, w) in (1..=keys).zip(&weights) {
-            zipf_only[(mix64(k) % shards as u64) as usize] += w / norm;
+            zipf_only[(mix(k) % shards as u64) as usize] += w / norm;
         }
         let mut loads: Vec<f64> = zipf_only.iter().map(|x| x * (1.0 - hot) * events).collect();
-        loads[(mix64(0) % shards as u64) as usize] += hot * events;
+        loads[(mix(0) % shards as u64) as usize] += hot * events;
         zipf_only.iter_mut().for_each(|x| *x *= events);
 
         let fixture = SkewStats::from_counts(&loads, 1e-3).unwrap();
         let background = SkewStats::from_counts(&zipf_only, 1e-3).unwrap();
-        // Measured: PAR 13.58, G_c 0.259 (science.md: 13.6 and 0.255).
+        // Measured: PAR 13.58, G_c 0.259. The hot key alone puts N·p = 12.8 times the mean on
+        // its shard; its share of the rest adds about 1 − p.
         assert!(fixture.peak_to_mean >= 13.0, "{fixture:?}");
         assert!(fixture.dispersion.unwrap().beyond_noise && !fixture.insufficient_data);
         // Gini reads like broad Zipf-1.0 skew (0.25), so it cannot name one hot shard...
         assert!((0.22..0.30).contains(&fixture.gini), "{fixture:?}");
         // ...while the same keys without the hot value stay near-flat (measured: PAR 2.06,
-        // G_c 0.075; science.md 1.74 and 0.070 with another hash).
+        // G_c 0.075).
         assert!(background.peak_to_mean < 3.0, "{background:?}");
         assert!(background.gini < 0.12, "{background:?}");
     }

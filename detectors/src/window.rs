@@ -422,6 +422,56 @@ fn key_shares(keys: &KeySummary, k: usize, denominator: u64) -> Vec<KeyShare> {
         .collect()
 }
 
+/// One shard's snapshot; `total` is its group's requests, the denominator of its share.
+fn snapshot_shard(
+    name: &str,
+    s: &ShardWindow,
+    total: u64,
+    cfg: &WindowConfig,
+    duration: f64,
+    scratch: &mut Histogram<u32>,
+) -> ShardSnapshot {
+    let requests = s.requests();
+    let errors = requests - s.by_outcome[Outcome::Ok.index()];
+    ShardSnapshot {
+        shard: name.to_string(),
+        requests,
+        share: ratio(requests, total).unwrap_or(0.0),
+        requests_per_second: requests as f64 / duration,
+        by_outcome: s.by_outcome,
+        errors,
+        error_ratio: ratio(errors, requests),
+        cache_hits: s.cache_hits,
+        cache_misses: s.cache_misses,
+        cache_hit_ratio: ratio(s.cache_hits, s.cache_hits + s.cache_misses),
+        latency: merged_summary(scratch, &[&s.ok_latency, &s.err_latency]),
+        ok_latency: s.ok_latency.hist.as_ref().and_then(latency_summary),
+        error_latency: s.err_latency.hist.as_ref().and_then(latency_summary),
+        latency_samples: s.ok_latency.count() + s.err_latency.count(),
+        top_keys: s
+            .keys
+            .as_ref()
+            .map(|k| key_shares(k, cfg.shard_top_keys, requests))
+            .unwrap_or_default(),
+    }
+}
+
+impl GroupWindow {
+    /// Requests by outcome, cache hits and cache misses, summed over the shards.
+    fn counts(&self) -> ([u64; Outcome::COUNT], u64, u64) {
+        let mut by_outcome = [0u64; Outcome::COUNT];
+        let (mut hits, mut misses) = (0, 0);
+        for s in &self.shards {
+            for (a, b) in by_outcome.iter_mut().zip(s.by_outcome) {
+                *a += b;
+            }
+            hits += s.cache_hits;
+            misses += s.cache_misses;
+        }
+        (by_outcome, hits, misses)
+    }
+}
+
 fn snapshot_group(
     g: &GroupWindow,
     cfg: &WindowConfig,
@@ -433,31 +483,7 @@ fn snapshot_group(
         .names
         .iter()
         .zip(&g.shards)
-        .map(|(name, s)| {
-            let requests = s.requests();
-            let errors = requests - s.by_outcome[Outcome::Ok.index()];
-            ShardSnapshot {
-                shard: name.to_string(),
-                requests,
-                share: ratio(requests, total).unwrap_or(0.0),
-                requests_per_second: requests as f64 / duration,
-                by_outcome: s.by_outcome,
-                errors,
-                error_ratio: ratio(errors, requests),
-                cache_hits: s.cache_hits,
-                cache_misses: s.cache_misses,
-                cache_hit_ratio: ratio(s.cache_hits, s.cache_hits + s.cache_misses),
-                latency: merged_summary(scratch, &[&s.ok_latency, &s.err_latency]),
-                ok_latency: s.ok_latency.hist.as_ref().and_then(latency_summary),
-                error_latency: s.err_latency.hist.as_ref().and_then(latency_summary),
-                latency_samples: s.ok_latency.count() + s.err_latency.count(),
-                top_keys: s
-                    .keys
-                    .as_ref()
-                    .map(|k| key_shares(k, cfg.shard_top_keys, requests))
-                    .unwrap_or_default(),
-            }
-        })
+        .map(|(name, s)| snapshot_shard(name, s, total, cfg, duration, scratch))
         .collect();
     shards.sort_by(|a, b| a.shard.cmp(&b.shard));
 
@@ -465,20 +491,12 @@ fn snapshot_group(
     // would read as one giant shard.
     let counts: Vec<f64> = shards
         .iter()
-        .filter(|s| s.shard != OTHER_LABEL)
+        .filter(|s| s.is_tracked())
         .map(|s| s.requests as f64)
         .collect();
     let skew = SkewStats::from_counts(&counts, cfg.dispersion_alpha);
 
-    let mut by_outcome = [0u64; Outcome::COUNT];
-    let (mut hits, mut misses) = (0, 0);
-    for s in &g.shards {
-        for (a, b) in by_outcome.iter_mut().zip(s.by_outcome) {
-            *a += b;
-        }
-        hits += s.cache_hits;
-        misses += s.cache_misses;
-    }
+    let (by_outcome, hits, misses) = g.counts();
     let errors = total - by_outcome[Outcome::Ok.index()];
     let all: Vec<&Latency> = g
         .shards

@@ -9,11 +9,11 @@ use std::path::PathBuf;
 use skewwatch_e2e::scenario::Trace;
 use skewwatch_e2e::scenarios::{benign, hot, incidents};
 
-/// A scenario family: a seed in, a trace out.
-type Family = fn(u64) -> Trace;
-
 /// The seeds the scenario tests use: the fixed test seed and three more.
 const SEEDS: [u64; 4] = [20_251_107, 1, 2, 3];
+
+/// A scenario family: its file-name stem and its trace for a seed.
+type Family = (&'static str, fn(u64) -> Trace);
 
 fn main() -> std::io::Result<()> {
     let dir: PathBuf = std::env::args_os()
@@ -21,7 +21,7 @@ fn main() -> std::io::Result<()> {
         .map(Into::into)
         .unwrap_or_else(|| "scenario-traces".into());
     std::fs::create_dir_all(&dir)?;
-    let families: [(&str, Family); 11] = [
+    let families: [Family; 11] = [
         ("many_small_shards", benign::many_small_shards),
         ("diurnal", benign::diurnal),
         ("stable_zipf_skew", benign::stable_zipf_skew),

@@ -8,28 +8,28 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// splitmix64: small, fast, and the same on every platform.
+use skewwatch_detectors::prng::{GOLDEN_GAMMA, SplitMix64};
+
+/// The scenario generator: the workspace's [`SplitMix64`] plus the distributions scenarios
+/// draw from.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
-    /// A generator from a seed.
+    /// A generator from a seed. The seed is mixed with [`GOLDEN_GAMMA`] first, so small
+    /// neighbouring seeds do not start from neighbouring states.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+        Rng(SplitMix64::new(seed ^ GOLDEN_GAMMA))
     }
 
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.next_f64()
     }
 
     /// Standard normal (Box–Muller).

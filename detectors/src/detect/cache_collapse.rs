@@ -4,7 +4,8 @@
 //! Backend latency or errors turn into cache misses, because failed fills are not cached and
 //! slow fills leave entries empty for longer. Each miss is another backend call, and more
 //! backend calls mean more latency and errors. A hit ratio that falls from h0 to h1 multiplies
-//! backend load by `(1 - h1) / (1 - h0)`: 95% -> 50% is 10x (science §5, detector C).
+//! backend load by `(1 - h1) / (1 - h0)`: 95% -> 50% is 10x (see docs/detectors.md,
+//! CacheHitCollapse).
 //!
 //! **Signals**, per group and window (a *request* is any observation; hits and misses are the
 //! ones with a `cache` result):
@@ -70,10 +71,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::error_surge::{check_windows, dominant_class};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, Outcome, key_label};
-use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, ms, num,
+    pct, times,
+};
+use crate::observation::{Outcome, key_label};
+use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::normal_quantile;
 
 /// `detectors.cache_hit_collapse` settings.
@@ -144,9 +147,13 @@ impl Default for CacheHitCollapseConfig {
     }
 }
 
-impl CacheHitCollapseConfig {
+impl DetectorSettings for CacheHitCollapseConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         if self.min_requests == 0 {
             p.fail(
@@ -177,22 +184,22 @@ impl CacheHitCollapseConfig {
         p.range("p99_tail_sigma", self.p99_tail_sigma, 0.0, 3.0);
         p.range("error_ratio_floor", self.error_ratio_floor, 0.0, 1.0);
         p.range("error_ratio_factor", self.error_ratio_factor, 1.0, 1000.0);
-        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
             30.0 * 86_400.0,
         );
-        check_windows(p, "warmup_windows", self.warmup_windows);
-        check_windows(p, "freeze_limit_windows", self.freeze_limit_windows);
+        p.windows("warmup_windows", self.warmup_windows);
+        p.windows("freeze_limit_windows", self.freeze_limit_windows);
         p.range(
             "metastable_load_factor",
             self.metastable_load_factor,
             1.0,
             100.0,
         );
-        check_windows(p, "metastable_windows", self.metastable_windows);
+        p.windows("metastable_windows", self.metastable_windows);
         p.range("dominant_key_share", self.dominant_key_share, 0.0, 1.0);
     }
 }
@@ -310,15 +317,6 @@ pub struct CacheHitCollapse {
 }
 
 impl CacheHitCollapse {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: CacheHitCollapseConfig, window_secs: f64) -> Self {
-        CacheHitCollapse {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            groups: BTreeMap::new(),
-        }
-    }
-
     fn conditions(&self, s: &Signals, b: &Base) -> Conditions {
         let c = &self.cfg;
         Conditions {
@@ -337,17 +335,30 @@ impl CacheHitCollapse {
     }
 }
 
+impl DetectorKind for CacheHitCollapse {
+    const ALERTNAME: &'static str = "CacheHitCollapse";
+    const KEY: &'static str = "cache_hit_collapse";
+    type Config = CacheHitCollapseConfig;
+
+    fn new(cfg: CacheHitCollapseConfig, window_secs: f64) -> Self {
+        CacheHitCollapse {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for CacheHitCollapse {
     fn alertname(&self) -> &'static str {
-        "CacheHitCollapse"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
         let snap = ctx.snapshot;
         self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            if g.group == OTHER_LABEL
-                || g.requests < self.cfg.min_requests
+        for g in snap.tracked_groups() {
+            if g.requests < self.cfg.min_requests
                 || g.cache_hits + g.cache_misses < self.cfg.min_cache_results
             {
                 continue;
@@ -358,7 +369,7 @@ impl Detector for CacheHitCollapse {
             let cond = base.map(|b| self.conditions(&s, &b)).unwrap_or_default();
             let active = ctx
                 .alerts
-                .is_active("CacheHitCollapse", &[("group", &g.group)]);
+                .is_active(CacheHitCollapse::ALERTNAME, &[("group", &g.group)]);
             st.streak = if cond.all() { st.streak + 1 } else { 0 };
             match base {
                 Some(b) if cond.all() && (st.streak >= self.cfg.consecutive_windows || active) => {
@@ -368,7 +379,11 @@ impl Detector for CacheHitCollapse {
                     if b.miss > 0.0 {
                         st.peak = st.peak.max(s.miss / b.miss);
                     }
-                    out.push(self.finding(g, &st, &s, &b, cond));
+                    out.push(render(
+                        &self.cfg,
+                        &g.group,
+                        &self.figures(g, &st, &s, &b, cond),
+                    ));
                 }
                 _ if !active => {
                     st.reported = 0;
@@ -393,186 +408,271 @@ impl Detector for CacheHitCollapse {
     }
 }
 
+/// Everything a `CacheHitCollapse` finding reports, as numbers and decisions; [`render`] turns
+/// it into the alert's text.
+#[derive(Debug, Clone)]
+struct Figures {
+    /// This window's signals.
+    now: Signals,
+    /// Their baselines.
+    base: Base,
+    /// Which conditions hold (the distress named in the text follows them).
+    cond: Conditions,
+    /// The loop has held `metastable_windows` with front-end load back at baseline.
+    metastable: bool,
+    /// Windows reported in a row with front-end load back at baseline.
+    calm_windows: u32,
+    /// Windows reported since the alert became active.
+    windows: u32,
+    /// Largest `(1-h1)/(1-h0)` since the alert became active.
+    peak_amplification: f64,
+    /// The shard with the most backend calls, when there is one.
+    hot: Option<HotSpot>,
+    /// Timeouts dominate the errors or the latency test holds: deadlines are too long.
+    shorten_deadlines: bool,
+    /// Metastable, or half the backend calls fail: only shedding load lets the cache refill.
+    shed_load: bool,
+}
+
+/// The shard with the most backend calls, and its dominant key when one key dominates it.
+#[derive(Debug, Clone, PartialEq)]
+struct HotSpot {
+    shard: String,
+    /// Its share of the group's requests.
+    request_share: f64,
+    /// `request_share` over the fair share 1/N (1 when the group has no tracked shard).
+    fair_multiple: f64,
+    /// Its share of the group's backend calls.
+    backend_share: f64,
+    error_ratio: f64,
+    hit_ratio: Option<f64>,
+    /// The key and its lower-bound share of the shard, when it reaches `dominant_key_share`.
+    key: Option<(String, f64)>,
+}
+
+impl Figures {
+    /// `(1 - h1) / (1 - h0)`: how much the hit-ratio drop alone multiplies backend load;
+    /// `None` when the baseline miss ratio is zero.
+    fn amplification(&self) -> Option<f64> {
+        factor(self.now.miss, self.base.miss)
+    }
+
+    /// Measured backend calls per request over their baseline.
+    fn measured_amplification(&self) -> Option<f64> {
+        factor(self.now.amp, self.base.amp)
+    }
+}
+
 impl CacheHitCollapse {
-    fn finding(
+    fn figures(
         &self,
         g: &GroupSnapshot,
         st: &GroupState,
         s: &Signals,
         b: &Base,
         cond: Conditions,
-    ) -> Finding {
-        let metastable = st.calm >= self.cfg.metastable_windows;
-        let phase = if metastable { "metastable" } else { "loop" };
-        // (1 - h1) / (1 - h0): how much the hit-ratio drop alone multiplies backend load.
-        let amplification = times(s.miss, b.miss);
-        let measured = times(s.amp, b.amp);
-        let p99 = s.p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)));
-        let base_p99 = b.p99.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)));
-        let mut f = Finding::new(
-            "CacheHitCollapse",
-            self.cfg.rule.severity,
-            &[("group", &g.group)],
-        )
-        .annotate("hit_ratio", pct(1.0 - s.miss))
-        .annotate("baseline_hit_ratio", pct(1.0 - b.miss))
-        .annotate("amplification", amplification.clone())
-        .annotate(
-            "backend_calls_per_request",
-            format!("{} (baseline {}, {})", num(s.amp), num(b.amp), measured),
-        )
-        .annotate("backend_error_ratio", pct(s.err))
-        .annotate("baseline_backend_error_ratio", pct(b.err))
-        .annotate("p99_latency", p99.clone())
-        .annotate("baseline_p99_latency", base_p99.clone())
-        .annotate(
-            "frontend_load",
-            format!("{} req/s (baseline {})", num(s.load), num(b.load)),
-        )
-        .annotate("phase", phase)
-        .annotate("peak_amplification", format!("{}x", num(st.peak)))
-        .annotate("windows", st.reported.to_string());
-
-        let distress = match (cond.errors, cond.latency) {
-            (true, true) => format!("backend errors ({}) and latency (p99 {p99})", pct(s.err)),
-            (true, false) => format!("backend errors ({})", pct(s.err)),
-            _ => format!("backend latency (p99 {p99}, baseline {base_p99})"),
-        };
-        let mut hot = String::new();
-        let mut hot_target = None;
-        if let Some(h) = hottest(g) {
-            let backend = g.requests.saturating_sub(g.cache_hits).max(1) as f64;
-            let calls = h.requests.saturating_sub(h.cache_hits) as f64;
-            let fair = if g.fair_share > 0.0 {
-                h.share / g.fair_share
-            } else {
-                1.0
-            };
-            f = f
-                .annotate("hot_shard", h.shard.as_str())
-                .annotate("hot_shard_backend_share", pct(calls / backend))
-                .annotate("hot_shard_request_share", pct(h.share))
-                .annotate("hot_shard_error_ratio", pct(h.error_ratio.unwrap_or(0.0)))
-                .annotate(
-                    "hot_shard_hit_ratio",
-                    h.cache_hit_ratio.map_or("n/a".to_owned(), pct),
-                );
-            hot = format!(
-                " The hottest shard is {}: {} of the requests ({}x its fair share), {} of the \
-                 backend calls, {} of its requests failing",
-                h.shard,
-                pct(h.share),
-                num(fair),
-                pct(calls / backend),
-                pct(h.error_ratio.unwrap_or(0.0))
-            );
-            hot_target = Some(format!("shard {}", h.shard));
-            // The key summary over-counts by at most `error`: judge dominance on the lower bound.
-            let lower =
-                |k: &KeyShare| k.requests.saturating_sub(k.error) as f64 / h.requests.max(1) as f64;
-            if let Some(k) = h.top_keys.first()
-                && lower(k) >= self.cfg.dominant_key_share
-            {
-                let label = key_label(&k.key);
-                let share = lower(k);
-                f = f
-                    .annotate("hot_key", label)
-                    .annotate("hot_key_share", pct(share));
-                hot.push_str(&format!(
-                    ", and one key dominates it: {label} (at least {} of its requests)",
-                    pct(share)
-                ));
-                hot_target = Some(format!("shard {} (key {label})", h.shard));
-            }
-            hot.push('.');
+    ) -> Figures {
+        Figures {
+            now: *s,
+            base: *b,
+            cond,
+            metastable: st.calm >= self.cfg.metastable_windows,
+            calm_windows: st.calm,
+            windows: st.reported,
+            peak_amplification: st.peak,
+            hot: hot_spot(g, self.cfg.dominant_key_share),
+            shorten_deadlines: Outcome::dominant_error(&g.by_outcome) == Some(Outcome::Timeout)
+                || cond.latency,
+            shed_load: st.calm >= self.cfg.metastable_windows || s.err >= 0.5,
         }
-        let phase_text = if metastable {
-            format!(
-                " Phase: metastable. Front-end load is back at its baseline ({} req/s), yet the \
-                 loop has held for {} windows: the amplification sustains itself, so removing \
-                 the trigger alone will not end it.",
-                num(s.load),
-                st.calm
-            )
-        } else {
-            " Phase: loop.".to_owned()
-        };
-        let mitigations = self.mitigations(g, s, cond, metastable, hot_target.as_deref());
-        f.annotate(
-            "summary",
-            format!(
-                "{}: cache hit ratio {} (baseline {}), backend calls per request {} baseline: \
-                 the cache is feeding the fire",
-                g.group,
-                pct(1.0 - s.miss),
-                pct(1.0 - b.miss),
-                measured
-            ),
-        )
-        .annotate(
-            "description",
-            format!(
-                "The look-aside cache in front of {} is collapsing: {distress} turn into cache \
-                 misses, because failed or slow fills leave entries empty, and every miss is \
-                 another backend call. The hit ratio fell from {} to {}, which alone multiplies \
-                 backend load by (1-h1)/(1-h0) = {}; measured backend calls per request are {} \
-                 against a baseline of {} ({}).{hot}{phase_text}",
-                g.group,
-                pct(1.0 - b.miss),
-                pct(1.0 - s.miss),
-                amplification,
-                num(s.amp),
-                num(b.amp),
-                measured
-            ),
-        )
-        .annotate("mitigations", mitigations)
-    }
-
-    fn mitigations(
-        &self,
-        g: &GroupSnapshot,
-        s: &Signals,
-        cond: Conditions,
-        metastable: bool,
-        hot: Option<&str>,
-    ) -> String {
-        let mut m = vec![
-            "serve stale values on backend errors (stale-if-error / stale-while-revalidate, \
-             RFC 5861) so a failed fill is not a miss"
-                .to_owned(),
-            "coalesce concurrent fills of one key (singleflight)".to_owned(),
-            "lengthen and jitter the TTL (or refresh early, XFetch)".to_owned(),
-        ];
-        let timeouts = dominant_class(&g.by_outcome) == Some(Outcome::Timeout);
-        if timeouts || cond.latency {
-            m.push(
-                "shorten deadlines and drop work whose caller has given up, so the backend stops \
-                 serving dead requests"
-                    .to_owned(),
-            );
-        }
-        if let Some(h) = hot {
-            m.push(format!("rate-limit or shed load on {h}"));
-        }
-        if metastable || s.err >= 0.5 {
-            m.push(
-                "shed load (admission control) until the backend is below capacity, then let \
-                 the cache refill"
-                    .to_owned(),
-            );
-        }
-        m.join("; ")
     }
 }
 
-/// `now / base` as a factor (`10.0x`), or `from zero` when the baseline is zero.
-fn times(now: f64, base: f64) -> String {
-    if base > 0.0 {
-        format!("{}x", num(now / base))
-    } else {
-        "from zero".to_owned()
+/// The shard with the most backend calls, with its top key when that key's lower-bound share
+/// of the shard reaches `dominant_share`.
+fn hot_spot(g: &GroupSnapshot, dominant_share: f64) -> Option<HotSpot> {
+    let h = hottest(g)?;
+    let backend = g.requests.saturating_sub(g.cache_hits).max(1) as f64;
+    let calls = h.requests.saturating_sub(h.cache_hits) as f64;
+    // The key summary over-counts by at most `error`: judge dominance on the lower bound.
+    let key = h.top_keys.first().and_then(|k| {
+        let share = k.lower_bound() as f64 / h.requests.max(1) as f64;
+        (share >= dominant_share).then(|| (k.key.clone(), share))
+    });
+    Some(HotSpot {
+        shard: h.shard.clone(),
+        request_share: h.share,
+        fair_multiple: if g.fair_share > 0.0 {
+            h.share / g.fair_share
+        } else {
+            1.0
+        },
+        backend_share: calls / backend,
+        error_ratio: h.error_ratio.unwrap_or(0.0),
+        hit_ratio: h.cache_hit_ratio,
+        key,
+    })
+}
+
+/// The finding for `group`: its figures as annotations, then the summary, description and
+/// mitigations written from them.
+fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
+    let (s, b) = (&fig.now, &fig.base);
+    let mut f = Finding::new(
+        CacheHitCollapse::ALERTNAME,
+        cfg.rule.severity,
+        &[("group", group)],
+    )
+    .annotate("hit_ratio", pct(1.0 - s.miss))
+    .annotate("baseline_hit_ratio", pct(1.0 - b.miss))
+    .annotate("amplification", times(fig.amplification()))
+    .annotate(
+        "backend_calls_per_request",
+        format!(
+            "{} (baseline {}, {})",
+            num(s.amp),
+            num(b.amp),
+            times(fig.measured_amplification())
+        ),
+    )
+    .annotate("backend_error_ratio", pct(s.err))
+    .annotate("baseline_backend_error_ratio", pct(b.err))
+    .annotate("p99_latency", ms(s.p99))
+    .annotate("baseline_p99_latency", ms(b.p99))
+    .annotate(
+        "frontend_load",
+        format!("{} req/s (baseline {})", num(s.load), num(b.load)),
+    )
+    .annotate("phase", if fig.metastable { "metastable" } else { "loop" })
+    .annotate(
+        "peak_amplification",
+        format!("{}x", num(fig.peak_amplification)),
+    )
+    .annotate("windows", fig.windows.to_string());
+    if let Some(h) = &fig.hot {
+        f = f
+            .annotate("hot_shard", h.shard.as_str())
+            .annotate("hot_shard_backend_share", pct(h.backend_share))
+            .annotate("hot_shard_request_share", pct(h.request_share))
+            .annotate("hot_shard_error_ratio", pct(h.error_ratio))
+            .annotate(
+                "hot_shard_hit_ratio",
+                h.hit_ratio.map_or("n/a".to_owned(), pct),
+            );
+        if let Some((key, share)) = &h.key {
+            f = f
+                .annotate("hot_key", key_label(key))
+                .annotate("hot_key_share", pct(*share));
+        }
     }
+    f.annotate("summary", summary(group, fig))
+        .annotate("description", description(group, fig))
+        .annotate("mitigations", mitigations(fig))
+}
+
+fn summary(group: &str, fig: &Figures) -> String {
+    format!(
+        "{group}: cache hit ratio {} (baseline {}), backend calls per request {} baseline: the \
+         cache is feeding the fire",
+        pct(1.0 - fig.now.miss),
+        pct(1.0 - fig.base.miss),
+        times(fig.measured_amplification())
+    )
+}
+
+fn description(group: &str, fig: &Figures) -> String {
+    let (s, b) = (&fig.now, &fig.base);
+    let distress = match (fig.cond.errors, fig.cond.latency) {
+        (true, true) => format!(
+            "backend errors ({}) and latency (p99 {})",
+            pct(s.err),
+            ms(s.p99)
+        ),
+        (true, false) => format!("backend errors ({})", pct(s.err)),
+        _ => format!(
+            "backend latency (p99 {}, baseline {})",
+            ms(s.p99),
+            ms(b.p99)
+        ),
+    };
+    let hot = fig.hot.as_ref().map_or(String::new(), |h| {
+        let key = h.key.as_ref().map_or(String::new(), |(k, share)| {
+            format!(
+                ", and one key dominates it: {} (at least {} of its requests)",
+                key_label(k),
+                pct(*share)
+            )
+        });
+        format!(
+            " The hottest shard is {}: {} of the requests ({}x its fair share), {} of the \
+             backend calls, {} of its requests failing{key}.",
+            h.shard,
+            pct(h.request_share),
+            num(h.fair_multiple),
+            pct(h.backend_share),
+            pct(h.error_ratio)
+        )
+    });
+    let phase = if fig.metastable {
+        format!(
+            " Phase: metastable. Front-end load is back at its baseline ({} req/s), yet the \
+             loop has held for {} windows: the amplification sustains itself, so removing the \
+             trigger alone will not end it.",
+            num(s.load),
+            fig.calm_windows
+        )
+    } else {
+        " Phase: loop.".to_owned()
+    };
+    format!(
+        "The look-aside cache in front of {group} is collapsing: {distress} turn into cache \
+         misses, because failed or slow fills leave entries empty, and every miss is another \
+         backend call. The hit ratio fell from {} to {}, which alone multiplies backend load by \
+         (1-h1)/(1-h0) = {}; measured backend calls per request are {} against a baseline of {} \
+         ({}).{hot}{phase}",
+        pct(1.0 - b.miss),
+        pct(1.0 - s.miss),
+        times(fig.amplification()),
+        num(s.amp),
+        num(b.amp),
+        times(fig.measured_amplification())
+    )
+}
+
+/// The mitigations that fit the figures, most generally useful first.
+fn mitigations(fig: &Figures) -> String {
+    let mut m = vec![
+        "serve stale values on backend errors (stale-if-error / stale-while-revalidate, RFC \
+         5861) so a failed fill is not a miss"
+            .to_owned(),
+        "coalesce concurrent fills of one key (singleflight)".to_owned(),
+        "lengthen and jitter the TTL (or refresh early, XFetch)".to_owned(),
+    ];
+    if fig.shorten_deadlines {
+        m.push(
+            "shorten deadlines and drop work whose caller has given up, so the backend stops \
+             serving dead requests"
+                .to_owned(),
+        );
+    }
+    if let Some(h) = &fig.hot {
+        match &h.key {
+            Some((k, _)) => m.push(format!(
+                "rate-limit or shed load on shard {} (key {})",
+                h.shard,
+                key_label(k)
+            )),
+            None => m.push(format!("rate-limit or shed load on shard {}", h.shard)),
+        }
+    }
+    if fig.shed_load {
+        m.push(
+            "shed load (admission control) until the backend is below capacity, then let the \
+             cache refill"
+                .to_owned(),
+        );
+    }
+    m.join("; ")
 }
 
 /// How much the merged p99 rises from the backend share moving from `base` to `now` alone, for
@@ -586,9 +686,8 @@ fn quantile_shift(now: f64, base: f64, sigma: f64) -> f64 {
 /// The shard with the most backend calls (requests that were not cache hits); ties go to the
 /// first name. `__other__` is an aggregate, not a shard to name.
 fn hottest(g: &GroupSnapshot) -> Option<&ShardSnapshot> {
-    g.shards
-        .iter()
-        .filter(|s| s.shard != OTHER_LABEL && s.requests > 0)
+    g.tracked_shards()
+        .filter(|s| s.requests > 0)
         .rev()
         .max_by_key(|s| s.requests.saturating_sub(s.cache_hits))
 }
@@ -827,6 +926,61 @@ mod tests {
         let a = last.unwrap().annotations;
         assert!(a["description"].contains("backend latency (p99"), "{a:?}");
         assert!(a["mitigations"].contains("shorten deadlines"), "{a:?}");
+    }
+
+    #[test]
+    fn figures_measure_the_loop_and_locate_the_hot_shard_and_key() {
+        let d = CacheHitCollapse::new(CacheHitCollapseConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let loop_window = W {
+            hit: 0.5,
+            err: 0.6,
+            backend_ms: 200.0,
+            hot: 3000,
+            ..NORMAL
+        };
+        record(&mut w, loop_window);
+        let snap = w.close(10.0);
+        let g = &snap.groups[0];
+        let s = Signals::of(g);
+        let b = Base {
+            miss: 0.05,
+            amp: 0.05,
+            err: 0.001,
+            p99: Some(40.0),
+            load: 400.0,
+            backend: 0.05,
+        };
+        let cond = d.conditions(&s, &b);
+        assert!(cond.all() && cond.errors, "{cond:?}");
+        let st = GroupState {
+            reported: 3,
+            peak: 10.0,
+            ..GroupState::default()
+        };
+        let fig = d.figures(g, &st, &s, &b, cond);
+        // Half the requests miss against 5% at baseline: ten times the backend calls.
+        assert!((fig.amplification().unwrap() - 10.0).abs() < 1e-9);
+        assert!((fig.measured_amplification().unwrap() - 10.0).abs() < 1e-9);
+        assert!(!fig.metastable && fig.shed_load && fig.shorten_deadlines);
+        assert_eq!((fig.windows, fig.peak_amplification), (3, 10.0));
+        // s1 takes 4000 of 7000 requests and 2000 of the 3500 backend calls.
+        let hot = fig.hot.as_ref().unwrap();
+        assert_eq!(hot.shard, "s1");
+        assert!((hot.request_share - 4.0 / 7.0).abs() < 1e-9);
+        assert!((hot.fair_multiple - 16.0 / 7.0).abs() < 1e-9);
+        assert!((hot.backend_share - 4.0 / 7.0).abs() < 1e-9);
+        let (key, share) = hot.key.as_ref().unwrap();
+        assert_eq!(key, "");
+        assert!((share - 0.75).abs() < 1e-9);
+
+        let calm = GroupState {
+            calm: CacheHitCollapseConfig::default().metastable_windows,
+            ..st
+        };
+        assert!(d.figures(g, &calm, &s, &b, cond).metastable);
+        let zero = Base { miss: 0.0, ..b };
+        assert_eq!(d.figures(g, &st, &s, &zero, cond).amplification(), None);
     }
 
     #[test]

@@ -16,17 +16,18 @@
 //! such windows in a row. The finding's severity is `critical` while u ≥
 //! `critical_utilisation` (0.9), else the configured severity.
 //!
-//! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is the service time
-//! divided by (1 − ρ), and its p99 is ln(100)/(μ(1 − ρ)): 5× the unloaded value at ρ = 0.8 and
-//! 10× at 0.9 (science §3, §5E). Past 0.8 every further percent of load costs latency steeply,
-//! so 0.8 is the last comfortable point to act and 0.9 is when users feel it.
+//! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is exponential with
+//! mean 1/(μ(1 − ρ)), so its p99 is ln(100)/(μ(1 − ρ)): 1/(1 − ρ) times the unloaded p99, 5× at
+//! ρ = 0.8 and 10× at 0.9 (see docs/detectors.md, CapacityHeadroom). Past 0.8 every further
+//! percent of load costs latency steeply, so 0.8 is the last comfortable point to act and 0.9
+//! is when users feel it.
 //!
 //! # Why it does not false-alarm
 //!
 //! - Absolute utilisation has no noise floor to speak of at realistic rates, and three windows
 //!   in a row are needed, so a burst of up to 10 s (at most two windows) does not fire. Unlike
-//!   the relative detectors this one keeps science's three windows: running at 80% of a hard
-//!   limit across three windows is worth a warning even when it is a 20 s excursion.
+//!   the relative detectors this one needs only three windows: running at 80% of a hard limit
+//!   across three windows is worth a warning even when it is a 20 s excursion.
 //! - The projection needs a full history of `projection_windows`, a positive trend that reaches saturation
 //!   within the horizon, *and* utilisation already at 0.5: a diurnal ramp at 30% utilisation is
 //!   not a capacity problem.
@@ -37,8 +38,9 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::OTHER_LABEL;
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -91,41 +93,15 @@ impl Default for CapacityHeadroomConfig {
     }
 }
 
-impl CapacityHeadroomConfig {
+impl DetectorSettings for CapacityHeadroomConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, c) in self.capacities.iter().enumerate() {
-            if c.group.is_empty() {
-                p.fail(
-                    &format!("capacities[{i}].group"),
-                    "is empty: name the group",
-                );
-            }
-            if c.shard.is_empty() {
-                p.fail(
-                    &format!("capacities[{i}].shard"),
-                    "is empty: name the shard, or `*` for every shard of the group",
-                );
-            }
-            let cap = c.max_requests_per_second;
-            if !(cap.is_finite() && cap > 0.0) {
-                p.fail(
-                    &format!("capacities[{i}].max_requests_per_second"),
-                    format!("{cap} is not a positive number of requests per second"),
-                );
-            }
-            if !seen.insert((c.group.as_str(), c.shard.as_str())) {
-                p.fail(
-                    &format!("capacities[{i}]"),
-                    format!(
-                        "group `{}` shard `{}` is listed twice: keep one entry",
-                        c.group, c.shard
-                    ),
-                );
-            }
-        }
+        check_capacities(&self.capacities, p);
         p.range("warn_utilisation", self.warn_utilisation, 0.01, 10.0);
         p.range(
             "critical_utilisation",
@@ -142,21 +118,9 @@ impl CapacityHeadroomConfig {
                 ),
             );
         }
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
-        if !(3..=1000).contains(&self.projection_windows) {
-            p.fail(
-                "projection_windows",
-                format!(
-                    "{} is out of range: use 3..=1000 (a trend needs at least three points)",
-                    self.projection_windows
-                ),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
+        // A line through two points has no residual to speak of: a trend needs three.
+        p.windows_from("projection_windows", self.projection_windows, 3);
         p.range(
             "projection_horizon_secs",
             self.projection_horizon_secs,
@@ -170,7 +134,44 @@ impl CapacityHeadroomConfig {
             10.0,
         );
     }
+}
 
+/// Checks each capacity entry, and that no group and shard is listed twice.
+fn check_capacities(capacities: &[Capacity], p: &mut Problems<'_>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, c) in capacities.iter().enumerate() {
+        if c.group.is_empty() {
+            p.fail(
+                &format!("capacities[{i}].group"),
+                "is empty: name the group",
+            );
+        }
+        if c.shard.is_empty() {
+            p.fail(
+                &format!("capacities[{i}].shard"),
+                "is empty: name the shard, or `*` for every shard of the group",
+            );
+        }
+        let cap = c.max_requests_per_second;
+        if !(cap.is_finite() && cap > 0.0) {
+            p.fail(
+                &format!("capacities[{i}].max_requests_per_second"),
+                format!("{cap} is not a positive number of requests per second"),
+            );
+        }
+        if !seen.insert((c.group.as_str(), c.shard.as_str())) {
+            p.fail(
+                &format!("capacities[{i}]"),
+                format!(
+                    "group `{}` shard `{}` is listed twice: keep one entry",
+                    c.group, c.shard
+                ),
+            );
+        }
+    }
+}
+
+impl CapacityHeadroomConfig {
     /// The capacity of `shard` of `group`: its own entry, else the group's `*` entry.
     fn capacity_of(&self, group: &str, shard: &str) -> Option<f64> {
         let exact = self
@@ -203,14 +204,6 @@ pub struct CapacityHeadroom {
 }
 
 impl CapacityHeadroom {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: CapacityHeadroomConfig, _window_secs: f64) -> Self {
-        CapacityHeadroom {
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     fn evaluate_group(&mut self, now: f64, g: &GroupSnapshot, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
         if !cfg.capacities.iter().any(|c| c.group == g.group) {
@@ -218,7 +211,7 @@ impl CapacityHeadroom {
         }
         let states = self.state.entry(g.group.clone()).or_default();
         states.retain(|name, _| g.shard(name).is_some());
-        for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+        for s in g.tracked_shards() {
             let Some(cap) = cfg.capacity_of(&g.group, &s.shard) else {
                 continue;
             };
@@ -237,7 +230,11 @@ impl CapacityHeadroom {
             let over = u >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
             if st.streak >= cfg.consecutive_windows {
-                out.push(finding(cfg, g, s, cap, u, eta));
+                out.push(render(
+                    &g.group,
+                    &s.shard,
+                    &Figures::of(cfg, s, cap, u, eta),
+                ));
             }
         }
     }
@@ -272,20 +269,50 @@ fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64) -> Option<f64> {
     (slope > 0.0).then(|| (1.0 - at_now) / slope)
 }
 
-fn finding(
-    cfg: &CapacityHeadroomConfig,
-    g: &GroupSnapshot,
-    s: &ShardSnapshot,
-    cap: f64,
-    u: f64,
-    eta: Option<f64>,
-) -> Finding {
-    let severity = if u >= cfg.critical_utilisation {
-        Severity::Critical
-    } else {
-        cfg.rule.severity
-    };
-    let projection = match eta {
+/// Everything a `CapacityHeadroom` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    /// `critical` at or over `critical_utilisation`, else the configured severity.
+    severity: Severity,
+    /// Requests per second over capacity.
+    utilisation: f64,
+    /// The configured capacity, requests per second.
+    capacity: f64,
+    requests_per_second: f64,
+    /// Seconds until the fitted trend reaches the capacity, when it rises.
+    saturation_in: Option<f64>,
+}
+
+impl Figures {
+    fn of(
+        cfg: &CapacityHeadroomConfig,
+        s: &ShardSnapshot,
+        cap: f64,
+        u: f64,
+        eta: Option<f64>,
+    ) -> Self {
+        Figures {
+            severity: if u >= cfg.critical_utilisation {
+                Severity::Critical
+            } else {
+                cfg.rule.severity
+            },
+            utilisation: u,
+            capacity: cap,
+            requests_per_second: s.requests_per_second,
+            saturation_in: eta,
+        }
+    }
+
+    /// Requests per second the shard can still take.
+    fn headroom(&self) -> f64 {
+        (self.capacity - self.requests_per_second).max(0.0)
+    }
+}
+
+/// The finding for `shard` of `group`: summary, description and the figures as annotations.
+fn render(group: &str, shard: &str, fig: &Figures) -> Finding {
+    let projection = match fig.saturation_in {
         Some(t) => format!(
             "; at the current trend it saturates in about {}",
             duration(t)
@@ -293,39 +320,39 @@ fn finding(
         None => String::new(),
     };
     let mut f = Finding::new(
-        "CapacityHeadroom",
-        severity,
-        &[("group", &g.group), ("shard", &s.shard)],
+        CapacityHeadroom::ALERTNAME,
+        fig.severity,
+        &[("group", group), ("shard", shard)],
     )
     .annotate(
         "summary",
         format!(
-            "Shard {} of {} runs at {} of its capacity",
-            s.shard,
-            g.group,
-            pct(u)
+            "Shard {shard} of {group} runs at {} of its capacity",
+            pct(fig.utilisation)
         ),
     )
     .annotate(
         "description",
         format!(
-            "shard {} of {} serves {} req/s of its {} req/s capacity ({} utilisation, {} req/s headroom){projection}",
-            s.shard,
-            g.group,
-            num(s.requests_per_second),
-            num(cap),
-            pct(u),
-            num((cap - s.requests_per_second).max(0.0))
+            "shard {shard} of {group} serves {} req/s of its {} req/s capacity ({} utilisation, \
+             {} req/s headroom){projection}",
+            num(fig.requests_per_second),
+            num(fig.capacity),
+            pct(fig.utilisation),
+            num(fig.headroom())
         ),
     )
-    .annotate("utilisation", format!("{u:.3}"))
-    .annotate("capacity_requests_per_second", format!("{cap}"))
-    .annotate("requests_per_second", format!("{:.1}", s.requests_per_second))
+    .annotate("utilisation", format!("{:.3}", fig.utilisation))
+    .annotate("capacity_requests_per_second", format!("{}", fig.capacity))
+    .annotate(
+        "requests_per_second",
+        format!("{:.1}", fig.requests_per_second),
+    )
     .annotate(
         "headroom_requests_per_second",
-        format!("{:.1}", (cap - s.requests_per_second).max(0.0)),
+        format!("{:.1}", fig.headroom()),
     );
-    if let Some(t) = eta {
+    if let Some(t) = fig.saturation_in {
         f = f.annotate("projected_saturation_secs", format!("{t:.0}"));
     }
     f
@@ -341,9 +368,27 @@ fn duration(secs: f64) -> String {
     }
 }
 
+impl DetectorKind for CapacityHeadroom {
+    const ALERTNAME: &'static str = "CapacityHeadroom";
+    const KEY: &'static str = "capacity_headroom";
+    type Config = CapacityHeadroomConfig;
+
+    /// Without capacities there is nothing to compare a shard's load with.
+    fn runs(cfg: &CapacityHeadroomConfig) -> bool {
+        cfg.rule.enabled && !cfg.capacities.is_empty()
+    }
+
+    fn new(cfg: CapacityHeadroomConfig, _window_secs: f64) -> Self {
+        CapacityHeadroom {
+            cfg,
+            state: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for CapacityHeadroom {
     fn alertname(&self) -> &'static str {
-        "CapacityHeadroom"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -385,7 +430,7 @@ mod tests {
                 ..CapacityHeadroomConfig::default()
             };
             let mut rules = BTreeMap::new();
-            rules.insert("CapacityHeadroom".to_owned(), cfg.rule.rule());
+            rules.insert(CapacityHeadroom::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: CapacityHeadroom::new(cfg, 10.0),
                 book: AlertBook::new(rules),
@@ -427,6 +472,25 @@ mod tests {
         let f = rig.window(&[95.0, 40.0]);
         assert_eq!(f[0].severity, Severity::Critical);
         assert!(rig.window(&[50.0, 40.0]).is_empty());
+    }
+
+    #[test]
+    fn figures_carry_headroom_and_turn_critical_at_the_critical_utilisation() {
+        let cfg = CapacityHeadroomConfig::default();
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "s0");
+        o.count = 850;
+        w.record(&o);
+        let snap = w.close(10.0);
+        let s = &snap.groups[0].shards[0];
+        let fig = Figures::of(&cfg, s, 100.0, 0.85, Some(120.0));
+        assert_eq!(fig.severity, cfg.rule.severity);
+        assert_eq!((fig.requests_per_second, fig.headroom()), (85.0, 15.0));
+        assert_eq!(fig.saturation_in, Some(120.0));
+        let over = Figures::of(&cfg, s, 80.0, cfg.critical_utilisation, None);
+        assert_eq!(over.severity, Severity::Critical);
+        // Past capacity there is no headroom left, not a negative one.
+        assert_eq!(over.headroom(), 0.0);
     }
 
     #[test]

@@ -32,8 +32,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, Outcome};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, pct, times,
+};
+use crate::observation::Outcome;
 use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
@@ -74,9 +76,13 @@ impl Default for ErrorSurgeConfig {
     }
 }
 
-impl ErrorSurgeConfig {
+impl DetectorSettings for ErrorSurgeConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         if self.min_requests == 0 {
             p.fail(
@@ -87,50 +93,23 @@ impl ErrorSurgeConfig {
         p.range("min_error_ratio", self.min_error_ratio, 0.0, 1.0);
         p.range("ratio_over_baseline", self.ratio_over_baseline, 1.0, 1000.0);
         p.range("points_over_baseline", self.points_over_baseline, 0.0, 1.0);
-        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
             30.0 * 86_400.0,
         );
-        check_windows(p, "warmup_windows", self.warmup_windows);
+        p.windows("warmup_windows", self.warmup_windows);
     }
+}
 
+impl ErrorSurgeConfig {
     /// True when ratio `e` is a surge over baseline `b`.
     fn surges(&self, e: f64, b: f64) -> bool {
         e >= self.min_error_ratio
             && (e >= self.ratio_over_baseline * b || e >= b + self.points_over_baseline)
     }
-}
-
-/// Checks a window count: 1..=10 000.
-pub(crate) fn check_windows(p: &mut Problems<'_>, field: &str, v: u32) {
-    if !(1..=10_000).contains(&v) {
-        p.fail(field, format!("{v} is out of range: use 1..=10000"));
-    }
-}
-
-/// The error classes (every outcome but `ok`).
-pub(crate) const ERROR_CLASSES: [Outcome; 5] = [
-    Outcome::Error,
-    Outcome::Timeout,
-    Outcome::NotFound,
-    Outcome::Throttled,
-    Outcome::Unavailable,
-];
-
-/// The error class with the most requests in `by_outcome`, if any request failed.
-pub(crate) fn dominant_class(by_outcome: &[u64; Outcome::COUNT]) -> Option<Outcome> {
-    ERROR_CLASSES
-        .iter()
-        .copied()
-        .filter(|c| by_outcome[c.index()] > 0)
-        // Ties go to the earlier class, so the answer is deterministic.
-        .fold(None, |best: Option<Outcome>, c| match best {
-            Some(b) if by_outcome[b.index()] >= by_outcome[c.index()] => Some(b),
-            _ => Some(c),
-        })
 }
 
 /// Baselines and streak of one group.
@@ -149,105 +128,166 @@ pub struct ErrorSurge {
     groups: BTreeMap<String, GroupState>,
 }
 
+/// Baseline ratio from which a class is listed even when it has no error now, so the
+/// breakdown shows a usual failure that vanished as well as a new one.
+const LISTED_CLASS_BASELINE: f64 = 0.0005;
+
+/// Everything an `ErrorSurge` finding reports, as numbers; [`render`] turns it into text.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    /// The group's error ratio in this window.
+    ratio: f64,
+    /// Its baseline.
+    baseline: f64,
+    requests: u64,
+    /// The class whose ratio grew most, in points.
+    grown: Outcome,
+    /// The classes worth listing: failing now, or usually failing.
+    classes: Vec<ClassRatio>,
+    /// The shard that returned the most errors.
+    top_shard: Option<ErrorShard>,
+}
+
+/// One error class's ratio now and at baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ClassRatio {
+    class: Outcome,
+    now: f64,
+    baseline: f64,
+}
+
+/// The shard that returned the most errors.
+#[derive(Debug, Clone, PartialEq)]
+struct ErrorShard {
+    shard: String,
+    /// Its share of the group's errors.
+    error_share: f64,
+    /// Its own error ratio.
+    error_ratio: f64,
+}
+
 impl ErrorSurge {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
+    fn figures(&self, g: &GroupSnapshot, st: &GroupState, e: f64, b: f64) -> Figures {
+        let requests = g.requests as f64;
+        let warm = self.cfg.warmup_windows;
+        let all: Vec<ClassRatio> = Outcome::ERRORS
+            .iter()
+            .map(|&class| ClassRatio {
+                class,
+                now: g.outcome(class) as f64 / requests,
+                baseline: st.by_class[class.index()].value(warm).unwrap_or(0.0),
+            })
+            .collect();
+        // Ties go to the earlier class.
+        let grown = all
+            .iter()
+            .map(|c| (c.class, c.now - c.baseline))
+            .fold(None, |best: Option<(Outcome, f64)>, (c, d)| match best {
+                Some((_, bd)) if bd >= d => best,
+                _ => Some((c, d)),
+            })
+            .map_or(Outcome::Error, |(c, _)| c);
+        // The shard with the most errors; `rev` makes ties go to the first name.
+        let top_shard = g
+            .tracked_shards()
+            .filter(|s| s.errors > 0)
+            .rev()
+            .max_by_key(|s| s.errors)
+            .map(|s| ErrorShard {
+                shard: s.shard.clone(),
+                error_share: s.errors as f64 / g.errors.max(1) as f64,
+                error_ratio: s.error_ratio.unwrap_or(0.0),
+            });
+        Figures {
+            ratio: e,
+            baseline: b,
+            requests: g.requests,
+            grown,
+            classes: all
+                .into_iter()
+                .filter(|c| c.now > 0.0 || c.baseline >= LISTED_CLASS_BASELINE)
+                .collect(),
+            top_shard,
+        }
+    }
+}
+
+/// The finding for `group`: the figures as annotations, and the summary and description.
+fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
+    let mut f = Finding::new(
+        ErrorSurge::ALERTNAME,
+        cfg.rule.severity,
+        &[("group", group)],
+    )
+    .annotate("error_ratio", pct(fig.ratio))
+    .annotate("baseline_error_ratio", pct(fig.baseline))
+    .annotate("requests", fig.requests.to_string())
+    .annotate("dominant_class", fig.grown.as_str());
+    for c in &fig.classes {
+        f = f.annotate(
+            &format!("error_ratio_{}", c.class.as_str()),
+            format!("{} (baseline {})", pct(c.now), pct(c.baseline)),
+        );
+    }
+    if let Some(s) = &fig.top_shard {
+        f = f
+            .annotate("top_error_shard", s.shard.as_str())
+            .annotate("top_error_shard_error_share", pct(s.error_share))
+            .annotate("top_error_shard_error_ratio", pct(s.error_ratio));
+    }
+    let summary = format!(
+        "{group}: error ratio {} (baseline {}), mostly {}",
+        pct(fig.ratio),
+        pct(fig.baseline),
+        fig.grown.as_str()
+    );
+    f.annotate("summary", summary)
+        .annotate("description", description(group, fig))
+}
+
+fn description(group: &str, fig: &Figures) -> String {
+    let factor = times(factor(fig.ratio, fig.baseline));
+    let classes: Vec<String> = fig
+        .classes
+        .iter()
+        .map(|c| format!("{} {}", c.class.as_str(), pct(c.now)))
+        .collect();
+    let where_ = fig.top_shard.as_ref().map_or(String::new(), |s| {
+        format!(
+            " Shard {} returned {} of the errors ({} of its requests failed).",
+            s.shard,
+            pct(s.error_share),
+            pct(s.error_ratio)
+        )
+    });
+    format!(
+        "The error ratio of {group} is {} over {} requests, {factor} its baseline of {}. By \
+         class: {}. The class that grew most is {}.{where_}",
+        pct(fig.ratio),
+        fig.requests,
+        pct(fig.baseline),
+        classes.join(", "),
+        fig.grown.as_str()
+    )
+}
+
+impl DetectorKind for ErrorSurge {
+    const ALERTNAME: &'static str = "ErrorSurge";
+    const KEY: &'static str = "error_surge";
+    type Config = ErrorSurgeConfig;
+
+    fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
         ErrorSurge {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             cfg,
             groups: BTreeMap::new(),
         }
     }
-
-    fn finding(&self, g: &GroupSnapshot, st: &GroupState, e: f64, b: f64) -> Finding {
-        let requests = g.requests as f64;
-        let warm = self.cfg.warmup_windows;
-        let base_of = |c: Outcome| st.by_class[c.index()].value(warm).unwrap_or(0.0);
-        // The class whose ratio grew most, in points.
-        let grown = ERROR_CLASSES
-            .iter()
-            .copied()
-            .map(|c| (c, g.outcome(c) as f64 / requests - base_of(c)))
-            .fold(None, |best: Option<(Outcome, f64)>, (c, d)| match best {
-                Some((_, bd)) if bd >= d => best,
-                _ => Some((c, d)),
-            })
-            .map_or(Outcome::Error, |(c, _)| c);
-        let mut f = Finding::new("ErrorSurge", self.cfg.rule.severity, &[("group", &g.group)])
-            .annotate("error_ratio", pct(e))
-            .annotate("baseline_error_ratio", pct(b))
-            .annotate("requests", g.requests.to_string())
-            .annotate("dominant_class", grown.as_str());
-        let mut classes = Vec::new();
-        for c in ERROR_CLASSES {
-            let now = g.outcome(c) as f64 / requests;
-            let base = base_of(c);
-            if now > 0.0 || base >= 0.0005 {
-                f = f.annotate(
-                    &format!("error_ratio_{}", c.as_str()),
-                    format!("{} (baseline {})", pct(now), pct(base)),
-                );
-                classes.push(format!("{} {}", c.as_str(), pct(now)));
-            }
-        }
-        let mut where_ = String::new();
-        // The shard with the most errors; `rev` makes ties go to the first name.
-        if let Some(s) = g
-            .shards
-            .iter()
-            .filter(|s| s.errors > 0 && s.shard != OTHER_LABEL)
-            .rev()
-            .max_by_key(|s| s.errors)
-        {
-            let share = s.errors as f64 / g.errors.max(1) as f64;
-            let ratio = s.error_ratio.unwrap_or(0.0);
-            f = f
-                .annotate("top_error_shard", s.shard.as_str())
-                .annotate("top_error_shard_error_share", pct(share))
-                .annotate("top_error_shard_error_ratio", pct(ratio));
-            where_ = format!(
-                " Shard {} returned {} of the errors ({} of its requests failed).",
-                s.shard,
-                pct(share),
-                pct(ratio)
-            );
-        }
-        let factor = if b > 0.0 {
-            format!("{}x", num(e / b))
-        } else {
-            "from zero".to_owned()
-        };
-        f.annotate(
-            "summary",
-            format!(
-                "{}: error ratio {} (baseline {}), mostly {}",
-                g.group,
-                pct(e),
-                pct(b),
-                grown.as_str()
-            ),
-        )
-        .annotate(
-            "description",
-            format!(
-                "The error ratio of {} is {} over {} requests, {} its baseline of {}. By class: {}. \
-                 The class that grew most is {}.{}",
-                g.group,
-                pct(e),
-                g.requests,
-                factor,
-                pct(b),
-                classes.join(", "),
-                grown.as_str(),
-                where_
-            ),
-        )
-    }
 }
 
 impl Detector for ErrorSurge {
     fn alertname(&self) -> &'static str {
-        "ErrorSurge"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -255,9 +295,9 @@ impl Detector for ErrorSurge {
         // the groups the windows track.
         let snap = ctx.snapshot;
         self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            // `__other__` mixes unrelated systems; its ratio is nobody's.
-            if g.group == OTHER_LABEL || g.requests < self.cfg.min_requests {
+        // `__other__` mixes unrelated systems; its ratio is nobody's.
+        for g in snap.tracked_groups() {
+            if g.requests < self.cfg.min_requests {
                 continue;
             }
             let mut st = self.groups.remove(&g.group).unwrap_or_default();
@@ -268,16 +308,18 @@ impl Detector for ErrorSurge {
                 .map(|b| (b, self.cfg.surges(e, b)));
             let holds = verdict.is_some_and(|(_, h)| h);
             st.streak = if holds { st.streak + 1 } else { 0 };
-            let active = ctx.alerts.is_active("ErrorSurge", &[("group", &g.group)]);
+            let active = ctx
+                .alerts
+                .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
             if let Some((b, true)) = verdict
                 && (st.streak >= self.cfg.consecutive_windows || active)
             {
-                out.push(self.finding(g, &st, e, b));
+                out.push(render(&self.cfg, &g.group, &self.figures(g, &st, e, b)));
             }
             // Learn only from windows that are neither suspect nor part of an incident.
             if !holds && !active {
                 st.ratio.update(e, self.alpha);
-                for c in ERROR_CLASSES {
+                for c in Outcome::ERRORS {
                     let r = g.outcome(c) as f64 / g.requests as f64;
                     st.by_class[c.index()].update(r, self.alpha);
                 }
@@ -362,6 +404,36 @@ mod tests {
             f.annotations["summary"].contains("mostly not_found"),
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn figures_break_the_surge_down_by_class_and_shard() {
+        let mut d = ErrorSurge::new(ErrorSurgeConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let book = AlertBook::default();
+        for i in 1..=40 {
+            let snap = window(&mut w, f64::from(i) * 10.0, 1000, 3, Outcome::Error);
+            let ctx = Context {
+                snapshot: &snap,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            d.evaluate(&ctx, &mut Vec::new());
+        }
+        let snap = window(&mut w, 410.0, 1000, 210, Outcome::NotFound);
+        let fig = d.figures(&snap.groups[0], &d.groups["g"], 0.21, 0.003);
+        assert_eq!(fig.grown, Outcome::NotFound);
+        // `error` is gone now but listed for its baseline; `not_found` is new.
+        let listed: Vec<Outcome> = fig.classes.iter().map(|c| c.class).collect();
+        assert_eq!(listed, [Outcome::Error, Outcome::NotFound]);
+        assert_eq!(fig.classes[0].now, 0.0);
+        assert!((fig.classes[0].baseline - 0.003).abs() < 1e-12);
+        assert!((fig.classes[1].now - 0.21).abs() < 1e-12);
+        assert_eq!(fig.classes[1].baseline, 0.0);
+        let top = fig.top_shard.unwrap();
+        assert_eq!(top.shard, "b");
+        assert_eq!((top.error_share, top.error_ratio), (1.0, 1.0));
+        assert_eq!(fig.requests, 1000);
     }
 
     #[test]
@@ -464,16 +536,5 @@ mod tests {
         let mut out = Vec::new();
         ErrorSurgeConfig::default().check(&mut Problems::new("x", &mut out));
         assert!(out.is_empty(), "{out:?}");
-    }
-
-    #[test]
-    fn dominant_class_breaks_ties_by_order() {
-        let mut by = [0u64; Outcome::COUNT];
-        assert_eq!(dominant_class(&by), None);
-        by[Outcome::Timeout.index()] = 5;
-        by[Outcome::NotFound.index()] = 5;
-        assert_eq!(dominant_class(&by), Some(Outcome::Timeout));
-        by[Outcome::NotFound.index()] = 6;
-        assert_eq!(dominant_class(&by), Some(Outcome::NotFound));
     }
 }

@@ -1,5 +1,5 @@
 //! `FastFailureSink`: a shard that answers fast with errors and, because it answers fast, draws
-//! a growing share of the traffic (science §5, detector D).
+//! a growing share of the traffic (see docs/detectors.md, FastFailureSink).
 //!
 //! Least-loaded and latency-aware balancers send work where answers come back soonest. A backend
 //! that fails fast (a `NOT_FOUND` from a broken control plane, a `503` from an empty pool) looks
@@ -41,9 +41,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
-use crate::detect::error_surge::{check_windows, dominant_class};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, Outcome};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, ms, num, pct,
+};
+use crate::observation::Outcome;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.fast_failure_sink` settings.
@@ -93,9 +94,13 @@ impl Default for FastFailureSinkConfig {
     }
 }
 
-impl FastFailureSinkConfig {
+impl DetectorSettings for FastFailureSinkConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         if self.min_requests == 0 {
             p.fail(
@@ -127,14 +132,14 @@ impl FastFailureSinkConfig {
             1.0,
             1000.0,
         );
-        check_windows(p, "consecutive_windows", self.consecutive_windows);
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
             30.0 * 86_400.0,
         );
-        check_windows(p, "warmup_windows", self.warmup_windows);
+        p.windows("warmup_windows", self.warmup_windows);
     }
 }
 
@@ -146,15 +151,38 @@ struct ShardState {
 }
 
 /// What the detector measured about one suspect shard.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Verdict {
     share: f64,
+    /// The baseline share, rescaled so the judged shards' baselines sum to their shares now.
     base_share: f64,
     error_ratio: f64,
     peer_error_ratio: f64,
     p50: f64,
     peer_p50: f64,
     ear: f64,
+}
+
+impl Verdict {
+    /// The share over its baseline.
+    fn share_multiple(&self) -> f64 {
+        self.share / self.base_share.max(1e-12)
+    }
+}
+
+/// Everything a `FastFailureSink` finding reports, as numbers; [`render`] turns it into text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    verdict: Verdict,
+    /// The shard's most frequent error class, and its ratio of the shard's requests.
+    class: Outcome,
+    class_ratio: f64,
+    /// p50 latency of the shard's successful responses, if any.
+    ok_p50: Option<f64>,
+    /// The group's error ratio.
+    group_error_ratio: f64,
+    /// Windows in a row the condition has held.
+    windows: u32,
 }
 
 /// The `FastFailureSink` detector.
@@ -166,16 +194,36 @@ pub struct FastFailureSink {
     groups: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
-impl FastFailureSink {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: FastFailureSinkConfig, window_secs: f64) -> Self {
-        FastFailureSink {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            groups: BTreeMap::new(),
-        }
-    }
+fn error_ratio(s: &ShardSnapshot) -> f64 {
+    s.error_ratio.unwrap_or(0.0)
+}
 
+/// The error-attraction ratio of the `judged` shards with baseline shares `bases`, and the
+/// factor that rescales the baselines to today's total share; `None` when either sums to 0.
+fn error_attraction(judged: &[&ShardSnapshot], bases: &[f64]) -> Option<(f64, f64)> {
+    let share_sum: f64 = judged.iter().map(|s| s.share).sum();
+    let base_sum: f64 = bases.iter().sum();
+    if share_sum <= 0.0 || base_sum <= 0.0 {
+        return None;
+    }
+    let scale = share_sum / base_sum;
+    let actual: f64 = judged.iter().map(|s| s.share * error_ratio(s)).sum();
+    let expected: f64 = judged
+        .iter()
+        .zip(bases)
+        .map(|(s, b)| b * scale * error_ratio(s))
+        .sum();
+    let ear = if expected > 0.0 {
+        actual / expected
+    } else if actual > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    Some((ear, scale))
+}
+
+impl FastFailureSink {
     /// Judges every eligible shard of `g`; returns, per shard name, the verdict when all four
     /// conditions hold now.
     fn judge(
@@ -185,9 +233,8 @@ impl FastFailureSink {
     ) -> BTreeMap<String, Verdict> {
         let mut out = BTreeMap::new();
         let judged: Vec<&ShardSnapshot> = g
-            .shards
-            .iter()
-            .filter(|s| s.shard != OTHER_LABEL && s.requests >= self.cfg.min_requests)
+            .tracked_shards()
+            .filter(|s| s.requests >= self.cfg.min_requests)
             .collect();
         if judged.len() < self.cfg.min_shards {
             return out;
@@ -199,168 +246,169 @@ impl FastFailureSink {
             .iter()
             .map(|s| base_of(s).unwrap_or(s.share))
             .collect();
-        let share_sum: f64 = judged.iter().map(|s| s.share).sum();
-        let base_sum: f64 = bases.iter().sum();
-        if share_sum <= 0.0 || base_sum <= 0.0 {
+        let Some((ear, scale)) = error_attraction(&judged, &bases) else {
             return out;
-        }
-        let scale = share_sum / base_sum;
-        let err = |s: &ShardSnapshot| s.error_ratio.unwrap_or(0.0);
-        let actual: f64 = judged.iter().map(|s| s.share * err(s)).sum();
-        let expected: f64 = judged
-            .iter()
-            .zip(&bases)
-            .map(|(s, b)| b * scale * err(s))
-            .sum();
-        let ear = if expected > 0.0 {
-            actual / expected
-        } else if actual > 0.0 {
-            f64::INFINITY
-        } else {
-            0.0
         };
         if ear < self.cfg.min_error_attraction {
             return out;
         }
         for (j, s) in judged.iter().enumerate() {
-            let (Some(b), Some(lat)) = (base_of(s), s.latency) else {
-                continue;
-            };
-            let b = b * scale;
-            let e = err(s);
-            // The cheap per-shard tests first: peer medians cost O(J) per suspect, and there
-            // is rarely more than one suspect.
-            if s.share < self.cfg.share_factor * b || e < self.cfg.error_ratio_floor {
-                continue;
-            }
-            let peers = judged.iter().enumerate().filter(|(k, _)| *k != j);
-            let mut peer_err: Vec<f64> = peers.clone().map(|(_, p)| err(p)).collect();
-            let mut peer_p50: Vec<f64> = peers
-                .filter_map(|(_, p)| p.latency.map(|l| l.p50_ms))
-                .collect();
-            let (Some(pe), Some(pl)) = (median(&mut peer_err), median(&mut peer_p50)) else {
-                continue;
-            };
-            let holds = e >= self.cfg.error_ratio_peer_factor * pe
-                && lat.p50_ms <= self.cfg.latency_peer_factor * pl;
-            if holds {
-                out.insert(
-                    s.shard.clone(),
-                    Verdict {
-                        share: s.share,
-                        base_share: b,
-                        error_ratio: e,
-                        peer_error_ratio: pe,
-                        p50: lat.p50_ms,
-                        peer_p50: pl,
-                        ear,
-                    },
-                );
+            if let Some(b) = base_of(s)
+                && let Some(v) = self.sink(&judged, j, b * scale, ear)
+            {
+                out.insert(s.shard.clone(), v);
             }
         }
         out
     }
 
-    fn finding(&self, g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> Finding {
-        let class = dominant_class(&s.by_outcome).unwrap_or(Outcome::Error);
-        let class_ratio = s.outcome(class) as f64 / s.requests.max(1) as f64;
-        let group_failed = g.error_ratio.unwrap_or(0.0);
-        let ok_p50 = s
-            .ok_latency
-            .map_or("n/a".to_owned(), |l| format!("{} ms", num(l.p50_ms)));
-        Finding::new(
-            "FastFailureSink",
-            self.cfg.rule.severity,
-            &[("group", &g.group), ("shard", &s.shard)],
-        )
-        .annotate(
-            "share",
-            format!(
-                "{} (baseline {}, {}x)",
-                pct(v.share),
-                pct(v.base_share),
-                num(v.share / v.base_share.max(1e-12))
-            ),
-        )
-        .annotate("error_ratio", pct(v.error_ratio))
-        .annotate("dominant_class", class.as_str())
-        .annotate("dominant_class_ratio", pct(class_ratio))
-        .annotate("peer_error_ratio", pct(v.peer_error_ratio))
-        .annotate(
-            "p50_latency",
-            format!("{} ms (peers' median {} ms)", num(v.p50), num(v.peer_p50)),
-        )
-        .annotate("ok_p50_latency", ok_p50)
-        .annotate("error_attraction_ratio", num(v.ear))
-        .annotate("group_error_ratio", pct(group_failed))
-        .annotate("windows", windows.to_string())
-        .annotate(
-            "summary",
-            format!(
-                "{}/{} answers fast with errors ({} {}, p50 {} ms vs peers' {} ms) and draws {} \
-                 of the traffic (baseline {})",
-                g.group,
-                s.shard,
-                pct(class_ratio),
-                class.as_str(),
-                num(v.p50),
-                num(v.peer_p50),
-                pct(v.share),
-                pct(v.base_share)
-            ),
-        )
-        .annotate(
-            "description",
-            format!(
-                "Shard {} of {} answers fast with errors, so least-loaded or latency-aware \
-                 routing sends it more traffic: its share grew from {} to {} while {} of its \
-                 answers are errors (mostly {}; peers' median {}) and its p50 is {} ms against \
-                 its peers' {} ms. Traffic now meets {}x the error ratio that baseline routing \
-                 would give it (error-attraction ratio); {} of the group's requests fail.",
-                s.shard,
-                g.group,
-                pct(v.base_share),
-                pct(v.share),
-                pct(v.error_ratio),
-                class.as_str(),
-                pct(v.peer_error_ratio),
-                num(v.p50),
-                num(v.peer_p50),
-                num(v.ear),
-                pct(group_failed)
-            ),
-        )
-        .annotate(
-            "mitigations",
-            format!(
-                "drain or eject {} now (outlier ejection on error ratio, not only on latency); \
-                 count recent errors as load in the balancer so a fast error costs as much as a \
-                 slow success (SRE book ch. 20); make health checks verify answers, not just \
-                 liveness; find why it answers {}",
-                s.shard,
-                class.as_str()
-            ),
-        )
+    /// The verdict on shard `j` of `judged`, with rescaled baseline share `b`, when it draws
+    /// more traffic than it used to, fails more than its peers and answers faster than them.
+    fn sink(&self, judged: &[&ShardSnapshot], j: usize, b: f64, ear: f64) -> Option<Verdict> {
+        let s = judged[j];
+        let lat = s.latency?;
+        let e = error_ratio(s);
+        // The cheap per-shard tests first: peer medians cost O(J) per suspect, and there is
+        // rarely more than one suspect.
+        if s.share < self.cfg.share_factor * b || e < self.cfg.error_ratio_floor {
+            return None;
+        }
+        let peers = judged.iter().enumerate().filter(|(k, _)| *k != j);
+        let mut peer_err: Vec<f64> = peers.clone().map(|(_, p)| error_ratio(p)).collect();
+        let mut peer_p50: Vec<f64> = peers
+            .filter_map(|(_, p)| p.latency.map(|l| l.p50_ms))
+            .collect();
+        let (pe, pl) = (median(&mut peer_err)?, median(&mut peer_p50)?);
+        let holds = e >= self.cfg.error_ratio_peer_factor * pe
+            && lat.p50_ms <= self.cfg.latency_peer_factor * pl;
+        holds.then_some(Verdict {
+            share: s.share,
+            base_share: b,
+            error_ratio: e,
+            peer_error_ratio: pe,
+            p50: lat.p50_ms,
+            peer_p50: pl,
+            ear,
+        })
+    }
+}
+
+fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> Figures {
+    let class = Outcome::dominant_error(&s.by_outcome).unwrap_or(Outcome::Error);
+    Figures {
+        verdict: *v,
+        class,
+        class_ratio: s.outcome(class) as f64 / s.requests.max(1) as f64,
+        ok_p50: s.ok_latency.map(|l| l.p50_ms),
+        group_error_ratio: g.error_ratio.unwrap_or(0.0),
+        windows,
+    }
+}
+
+/// The finding for `shard` of `group`: the figures as annotations, then the summary,
+/// description and mitigations written from them.
+fn render(cfg: &FastFailureSinkConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
+    let v = &fig.verdict;
+    Finding::new(
+        FastFailureSink::ALERTNAME,
+        cfg.rule.severity,
+        &[("group", group), ("shard", shard)],
+    )
+    .annotate(
+        "share",
+        format!(
+            "{} (baseline {}, {}x)",
+            pct(v.share),
+            pct(v.base_share),
+            num(v.share_multiple())
+        ),
+    )
+    .annotate("error_ratio", pct(v.error_ratio))
+    .annotate("dominant_class", fig.class.as_str())
+    .annotate("dominant_class_ratio", pct(fig.class_ratio))
+    .annotate("peer_error_ratio", pct(v.peer_error_ratio))
+    .annotate(
+        "p50_latency",
+        format!("{} ms (peers' median {} ms)", num(v.p50), num(v.peer_p50)),
+    )
+    .annotate("ok_p50_latency", ms(fig.ok_p50))
+    .annotate("error_attraction_ratio", num(v.ear))
+    .annotate("group_error_ratio", pct(fig.group_error_ratio))
+    .annotate("windows", fig.windows.to_string())
+    .annotate(
+        "summary",
+        format!(
+            "{group}/{shard} answers fast with errors ({} {}, p50 {} ms vs peers' {} ms) and \
+             draws {} of the traffic (baseline {})",
+            pct(fig.class_ratio),
+            fig.class.as_str(),
+            num(v.p50),
+            num(v.peer_p50),
+            pct(v.share),
+            pct(v.base_share)
+        ),
+    )
+    .annotate("description", description(group, shard, fig))
+    .annotate(
+        "mitigations",
+        format!(
+            "drain or eject {shard} now (outlier ejection on error ratio, not only on latency); \
+             count recent errors as load in the balancer so a fast error costs as much as a slow \
+             success (SRE book ch. 20); make health checks verify answers, not just liveness; \
+             find why it answers {}",
+            fig.class.as_str()
+        ),
+    )
+}
+
+fn description(group: &str, shard: &str, fig: &Figures) -> String {
+    let v = &fig.verdict;
+    format!(
+        "Shard {shard} of {group} answers fast with errors, so least-loaded or latency-aware \
+         routing sends it more traffic: its share grew from {} to {} while {} of its answers \
+         are errors (mostly {}; peers' median {}) and its p50 is {} ms against its peers' {} ms. \
+         Traffic now meets {}x the error ratio that baseline routing would give it \
+         (error-attraction ratio); {} of the group's requests fail.",
+        pct(v.base_share),
+        pct(v.share),
+        pct(v.error_ratio),
+        fig.class.as_str(),
+        pct(v.peer_error_ratio),
+        num(v.p50),
+        num(v.peer_p50),
+        num(v.ear),
+        pct(fig.group_error_ratio)
+    )
+}
+
+impl DetectorKind for FastFailureSink {
+    const ALERTNAME: &'static str = "FastFailureSink";
+    const KEY: &'static str = "fast_failure_sink";
+    type Config = FastFailureSinkConfig;
+
+    fn new(cfg: FastFailureSinkConfig, window_secs: f64) -> Self {
+        FastFailureSink {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            groups: BTreeMap::new(),
+        }
     }
 }
 
 impl Detector for FastFailureSink {
     fn alertname(&self) -> &'static str {
-        "FastFailureSink"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
         let snap = ctx.snapshot;
         self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            if g.group == OTHER_LABEL {
-                continue;
-            }
+        for g in snap.tracked_groups() {
             let mut states = self.groups.remove(&g.group).unwrap_or_default();
             // Shards the windows forgot take their state with them.
             states.retain(|name, _| g.shard(name).is_some());
             let verdicts = self.judge(g, &states);
-            for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+            for s in g.tracked_shards() {
                 let st = states.entry(s.shard.clone()).or_default();
                 let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
                 let Some(v) = verdicts.get(&s.shard) else {
@@ -369,17 +417,24 @@ impl Detector for FastFailureSink {
                 };
                 st.streak += 1;
                 if st.streak >= self.cfg.consecutive_windows
-                    || ctx.alerts.is_active("FastFailureSink", &labels)
+                    || ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels)
                 {
-                    out.push(self.finding(g, s, v, st.streak));
+                    out.push(render(
+                        &self.cfg,
+                        &g.group,
+                        &s.shard,
+                        &figures(g, s, v, st.streak),
+                    ));
                 }
             }
             // Shares learn only while no shard is suspect and no alert is active, so the
             // incident's redistribution does not become the new normal.
-            let frozen =
-                !verdicts.is_empty() || ctx.alerts.group_has_active("FastFailureSink", &g.group);
+            let frozen = !verdicts.is_empty()
+                || ctx
+                    .alerts
+                    .group_has_active(FastFailureSink::ALERTNAME, &g.group);
             if !frozen && g.requests > 0 {
-                for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+                for s in g.tracked_shards() {
                     if let Some(st) = states.get_mut(&s.shard) {
                         st.share.update(s.share, self.alpha);
                     }
@@ -509,6 +564,43 @@ mod tests {
         );
         let ear: f64 = a["error_attraction_ratio"].parse().unwrap();
         assert!(ear > 1.4, "{ear}");
+    }
+
+    #[test]
+    fn figures_give_the_sink_its_share_error_attraction_and_class() {
+        let mut d = FastFailureSink::new(FastFailureSinkConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let book = AlertBook::default();
+        let mut bad = fleet(6);
+        bad[2] = sink(340);
+        for (i, win) in scenario(vec![bad]).iter().enumerate() {
+            record(&mut w, win);
+            let snap = w.close((i + 1) as f64 * 10.0);
+            if i < 40 {
+                let ctx = Context {
+                    snapshot: &snap,
+                    alerts: &book,
+                    window_secs: 10.0,
+                };
+                d.evaluate(&ctx, &mut Vec::new());
+                continue;
+            }
+            let g = &snap.groups[0];
+            let verdicts = d.judge(g, &d.groups["ms"]);
+            assert_eq!(verdicts.keys().collect::<Vec<_>>(), ["c2"]);
+            let v = verdicts["c2"];
+            // 1340 requests: five clusters of 200 with 1 error each, the sink 340 with 306.
+            assert!((v.share - 340.0 / 1340.0).abs() < 1e-12);
+            assert!((v.base_share - 1.0 / 6.0).abs() < 1e-9);
+            assert!((v.share_multiple() - 6.0 * 340.0 / 1340.0).abs() < 1e-6);
+            let ear = (311.0 / 1340.0) / ((5.0 * 0.005 + 0.9) / 6.0);
+            assert!((v.ear - ear).abs() < 1e-9, "{} against {ear}", v.ear);
+            let fig = figures(g, g.shard("c2").unwrap(), &v, 3);
+            assert_eq!(fig.class, Outcome::NotFound);
+            assert!((fig.class_ratio - 0.9).abs() < 1e-12);
+            assert!((fig.group_error_ratio - 311.0 / 1340.0).abs() < 1e-12);
+            assert!(fig.ok_p50.is_some_and(|p| p > 70.0));
+        }
     }
 
     #[test]

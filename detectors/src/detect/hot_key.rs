@@ -8,10 +8,11 @@
 //!   key's count as an upper bound with an over-count bound `error`. Decisions use the *lower
 //!   bound* `requests − error`, so a key whose count is uncertain cannot fire. The key's share
 //!   of the group's requests is compared with an absolute floor (`min_group_share`, 20%), with
-//!   a whole shard's fair share (`fair_share_multiple`·1/N: a key heavier than one shard's fair
-//!   share overloads its shard whatever the sharding, science §1: PAR ≥ N·p₁ + (1 − p₁)), and
-//!   with the key's own baseline share (`min_ratio`, 2×). A minimum lower-bound volume
-//!   (`min_requests` per window) keeps a quiet group from firing on a handful of requests.
+//!   a whole shard's fair share (`fair_share_multiple`·1/N; a key with share p₁ alone puts
+//!   N·p₁ times the mean load on its shard, so a key heavier than one shard's fair share
+//!   overloads its shard whatever the sharding), and with the key's own baseline share
+//!   (`min_ratio`, 2×). A minimum lower-bound volume (`min_requests` per window) keeps a quiet
+//!   group from firing on a handful of requests.
 //! - **Shard rule** (a hot key inside an otherwise normal shard). Each shard's key summary
 //!   ([`ShardSnapshot::top_keys`], shares of the shard's requests) is checked too: the key's
 //!   lower-bound share of the shard must reach `min_shard_share` (50%), its share of the
@@ -61,8 +62,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, key_label};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct, ratio_2dp,
+};
+use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -115,9 +118,13 @@ impl Default for HotKeyConfig {
     }
 }
 
-impl HotKeyConfig {
+impl DetectorSettings for HotKeyConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range(
             "baseline_tau_secs",
@@ -125,15 +132,7 @@ impl HotKeyConfig {
             1.0,
             30.0 * 86_400.0,
         );
-        if !(1..=100_000).contains(&self.warmup_windows) {
-            p.fail(
-                "warmup_windows",
-                format!(
-                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
-                    self.warmup_windows
-                ),
-            );
-        }
+        p.windows("warmup_windows", self.warmup_windows);
         for (field, v) in [
             ("min_group_share", self.min_group_share),
             ("min_shard_share", self.min_shard_share),
@@ -158,12 +157,7 @@ impl HotKeyConfig {
                 );
             }
         }
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
         if !(self.single_shard_share > 0.5 && self.single_shard_share <= 1.0) {
             p.fail(
                 "single_shard_share",
@@ -233,7 +227,7 @@ struct GroupState {
 }
 
 /// One key's figures in one window.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct KeyFigures {
     /// Lower bound of the key's requests in the scope.
     lower: u64,
@@ -265,15 +259,6 @@ pub struct HotKey {
 }
 
 impl HotKey {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
-        HotKey {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     /// Keys with state in every scope, for tests of eviction.
     #[cfg(test)]
     fn tracked(&self) -> usize {
@@ -297,17 +282,10 @@ fn key_labels<'a>(
     l
 }
 
-/// The lower bound of a reported key's count.
-fn lower(k: &KeyShare) -> u64 {
-    k.requests.saturating_sub(k.error)
-}
-
 /// The shard a key lives on: the shard whose summary holds at least `frac` of the key's
 /// group-wide lower bound `lb`.
 fn home_shard<'a>(g: &'a GroupSnapshot, key: &str, lb: u64, frac: f64) -> Option<&'a str> {
-    g.shards
-        .iter()
-        .filter(|s| s.shard != OTHER_LABEL)
+    g.tracked_shards()
         .filter_map(|s| {
             s.top_keys
                 .iter()
@@ -317,6 +295,31 @@ fn home_shard<'a>(g: &'a GroupSnapshot, key: &str, lb: u64, frac: f64) -> Option
         .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
         .filter(|(_, ub)| *ub as f64 >= frac * lb as f64)
         .map(|(s, _)| s)
+}
+
+impl Scope {
+    /// The state of `key`; a key seen for the first time had a share of zero in every earlier
+    /// window of the scope.
+    fn key(&mut self, key: &str) -> &mut KeyState {
+        let prior = self.windows;
+        self.keys.entry(key.to_owned()).or_insert_with(|| KeyState {
+            base: ShareBaseline::after(prior),
+            ..KeyState::default()
+        })
+    }
+}
+
+impl KeyState {
+    /// Extends or ends the key's run of over windows and teaches its baseline `load` unless the
+    /// key's alert is active or its condition is building up. True once the key has been over
+    /// `needed` windows in a row.
+    fn step(&mut self, over: bool, active: bool, load: f64, alpha: f64, needed: u32) -> bool {
+        self.streak = if over { self.streak + 1 } else { 0 };
+        if !(active || self.streak > 0) {
+            self.base.update(load, alpha);
+        }
+        self.streak >= needed
+    }
 }
 
 impl HotKey {
@@ -335,17 +338,14 @@ impl HotKey {
         }
         let warm = scope.windows >= cfg.warmup_windows;
         let total = g.requests as f64;
-        let fair = g.fair_share;
-        let floor = cfg.min_group_share.max(cfg.fair_share_multiple * fair);
+        let floor = cfg
+            .min_group_share
+            .max(cfg.fair_share_multiple * g.fair_share);
         let mut reported = BTreeSet::new();
         for k in &g.top_keys {
             reported.insert(k.key.as_str());
-            let prior = scope.windows;
-            let st = scope.keys.entry(k.key.clone()).or_insert_with(|| KeyState {
-                base: ShareBaseline::after(prior),
-                ..KeyState::default()
-            });
-            let lb = lower(k);
+            let st = scope.key(&k.key);
+            let lb = k.lower_bound();
             let fig = KeyFigures {
                 lower: lb,
                 share: lb as f64 / total,
@@ -353,7 +353,7 @@ impl HotKey {
                 baseline: st.base.value,
             };
             let labels = key_labels(&g.group, key_label(&k.key), st.shard.as_deref());
-            let active = ctx.alerts.is_active("HotKey", &labels);
+            let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
             let over = warm
                 && lb >= cfg.min_requests
                 && fig.share >= floor
@@ -363,19 +363,15 @@ impl HotKey {
                 // alert is active, so the alert's identity does not flap.
                 st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
             }
-            st.streak = if over { st.streak + 1 } else { 0 };
-            if !(active || st.streak > 0) {
-                st.base.update(fig.load, alpha);
-            }
-            if st.streak >= cfg.consecutive_windows {
+            if st.step(over, active, fig.load, alpha, cfg.consecutive_windows) {
                 hot_keys.insert(k.key.clone());
-                let shard = st.shard.as_deref().and_then(|s| g.shard(s));
-                out.push(group_finding(cfg, ctx, g, k, shard, &fig));
+                let home = st.shard.as_deref().and_then(|s| g.shard(s));
+                out.push(render(cfg, &g.group, &group_figures(ctx, k, home, fig)));
             }
         }
         forget_unreported(scope, &reported, cfg.forget_share, alpha, |key, st| {
             ctx.alerts.is_active(
-                "HotKey",
+                HotKey::ALERTNAME,
                 &key_labels(&g.group, key_label(key), st.shard.as_deref()),
             )
         });
@@ -393,61 +389,44 @@ impl HotKey {
         let alpha = self.alpha;
         let gs = self.state.entry(g.group.clone()).or_default();
         gs.shards.retain(|name, _| g.shard(name).is_some());
-        for s in g.shards.iter().filter(|s| s.shard != OTHER_LABEL) {
+        let group_total = g.requests.max(1) as f64;
+        for s in g.tracked_shards() {
             if s.requests == 0 || s.top_keys.is_empty() {
                 continue;
             }
             let scope = gs.shards.entry(s.shard.clone()).or_default();
             let warm = scope.windows >= cfg.warmup_windows;
-            let total = s.requests as f64;
-            let group_total = g.requests.max(1) as f64;
             let mut reported = BTreeSet::new();
             for k in &s.top_keys {
                 reported.insert(k.key.as_str());
-                let prior = scope.windows;
-                let st = scope.keys.entry(k.key.clone()).or_insert_with(|| KeyState {
-                    base: ShareBaseline::after(prior),
-                    ..KeyState::default()
-                });
-                let lb = lower(k);
+                let st = scope.key(&k.key);
+                let lb = k.lower_bound();
                 let fig = KeyFigures {
                     lower: lb,
-                    share: lb as f64 / total,
+                    share: lb as f64 / s.requests as f64,
                     load: lb as f64 / group_total,
                     baseline: st.base.value,
                 };
-                let labels = [
-                    ("group", g.group.as_str()),
-                    ("key", key_label(&k.key)),
-                    ("shard", s.shard.as_str()),
-                ];
-                let active = ctx.alerts.is_active("HotKey", &labels);
+                let labels = key_labels(&g.group, key_label(&k.key), Some(&s.shard));
+                let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
                 let over = warm
                     && lb >= cfg.min_shard_requests
                     && fig.share >= cfg.min_shard_share
                     && fig.ratio() >= cfg.min_ratio;
-                st.streak = if over { st.streak + 1 } else { 0 };
-                if !(active || st.streak > 0) {
-                    st.base.update(fig.load, alpha);
-                }
                 // The group rule already alerts on this key (with this shard, or spread over
                 // several): one alert per key is enough.
-                if st.streak >= cfg.consecutive_windows && !hot_keys.contains(&k.key) {
-                    out.push(shard_finding(cfg, ctx, g, s, k, &fig));
+                if st.step(over, active, fig.load, alpha, cfg.consecutive_windows)
+                    && !hot_keys.contains(&k.key)
+                {
+                    out.push(render(cfg, &g.group, &shard_figures(ctx, s, k, fig)));
                 }
             }
             // Shard scopes forget relative to the shard's load, so a shard keeps about
             // 1/forget_share keys too.
             let forget_below = cfg.forget_share * s.requests as f64 / group_total;
             forget_unreported(scope, &reported, forget_below, alpha, |key, _| {
-                ctx.alerts.is_active(
-                    "HotKey",
-                    &[
-                        ("group", &g.group),
-                        ("key", key_label(key)),
-                        ("shard", &s.shard),
-                    ],
-                )
+                let labels = key_labels(&g.group, key_label(key), Some(&s.shard));
+                ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
             });
             scope.windows = scope.windows.saturating_add(1);
         }
@@ -477,6 +456,124 @@ fn forget_unreported(
     });
 }
 
+/// Which rule found a hot key, and where the key sits.
+#[derive(Debug, Clone, PartialEq)]
+enum Place {
+    /// The group rule. `home` is the shard the key lives on, with the key's lower-bound share
+    /// of that shard; `None` when the key is spread over several shards.
+    Group { home: Option<(String, f64)> },
+    /// The shard rule: the shard the key took over, and that shard's share of the group.
+    Shard { shard: String, shard_share: f64 },
+}
+
+/// Everything a `HotKey` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    key: String,
+    shares: KeyFigures,
+    /// Largest possible over-count of the key's requests.
+    error_bound: u64,
+    /// The key's lower-bound requests per second.
+    requests_per_second: f64,
+    place: Place,
+}
+
+/// The lower-bound requests per second of `lower` requests in the window of `ctx`.
+fn rate(ctx: &Context<'_>, lower: u64) -> f64 {
+    lower as f64 / ctx.snapshot.duration().max(f64::MIN_POSITIVE)
+}
+
+/// Figures of a key the group rule found, living on `home` when it lives on one shard.
+fn group_figures(
+    ctx: &Context<'_>,
+    k: &KeyShare,
+    home: Option<&ShardSnapshot>,
+    shares: KeyFigures,
+) -> Figures {
+    let home = home.map(|s| {
+        let of_shard = s
+            .top_keys
+            .iter()
+            .find(|x| x.key == k.key)
+            .map_or(0.0, |x| x.lower_bound() as f64 / s.requests.max(1) as f64);
+        (s.shard.clone(), of_shard)
+    });
+    Figures {
+        key: k.key.clone(),
+        shares,
+        error_bound: k.error,
+        requests_per_second: rate(ctx, shares.lower),
+        place: Place::Group { home },
+    }
+}
+
+/// Figures of a key the shard rule found on shard `s`.
+fn shard_figures(
+    ctx: &Context<'_>,
+    s: &ShardSnapshot,
+    k: &KeyShare,
+    shares: KeyFigures,
+) -> Figures {
+    Figures {
+        key: k.key.clone(),
+        shares,
+        error_bound: k.error,
+        requests_per_second: rate(ctx, shares.lower),
+        place: Place::Shard {
+            shard: s.shard.clone(),
+            shard_share: s.share,
+        },
+    }
+}
+
+/// The finding for a hot key of `group`: labels and scope by rule, summary and description,
+/// then the figures as annotations.
+fn render(cfg: &HotKeyConfig, group: &str, fig: &Figures) -> Finding {
+    let (shard, scope) = match &fig.place {
+        Place::Group { home } => (home.as_ref().map(|(s, _)| s.as_str()), "group"),
+        Place::Shard { shard, .. } => (Some(shard.as_str()), "shard"),
+    };
+    let labels = key_labels(group, key_label(&fig.key), shard);
+    let f = Finding::new(HotKey::ALERTNAME, cfg.rule.severity, &labels)
+        .annotate("summary", summary(group, fig))
+        .annotate("description", description(group, fig))
+        .annotate("scope", scope);
+    annotate_figures(f, fig)
+}
+
+fn summary(group: &str, fig: &Figures) -> String {
+    let (key, share) = (key_label(&fig.key), pct(fig.shares.share));
+    match &fig.place {
+        Place::Group { .. } => format!("Key {key} takes {share} of {group}'s load"),
+        Place::Shard { shard, .. } => {
+            format!("Key {key} takes {share} of shard {shard} of {group}")
+        }
+    }
+}
+
+fn description(group: &str, fig: &Figures) -> String {
+    let (key, share) = (key_label(&fig.key), pct(fig.shares.share));
+    let ratio = ratio_text(&fig.shares);
+    match &fig.place {
+        Place::Group {
+            home: Some((shard, of_shard)),
+        } => format!(
+            "key {key} takes at least {share} of {group}'s load, {ratio}; it lives on shard \
+             {shard}, where it is {} of the traffic",
+            pct(*of_shard)
+        ),
+        Place::Group { home: None } => format!(
+            "key {key} takes at least {share} of {group}'s load, {ratio}; it is spread over \
+             several shards"
+        ),
+        Place::Shard { shard, shard_share } => format!(
+            "key {key} takes at least {share} of shard {shard}'s traffic in {group}, {ratio}; the \
+             shard carries {} of the group's load",
+            pct(*shard_share)
+        ),
+    }
+}
+
 fn ratio_text(fig: &KeyFigures) -> String {
     if fig.baseline > 0.0 {
         format!(
@@ -489,104 +586,38 @@ fn ratio_text(fig: &KeyFigures) -> String {
     }
 }
 
-fn common(f: Finding, ctx: &Context<'_>, fig: &KeyFigures, k: &KeyShare, scope: &str) -> Finding {
-    let rps = fig.lower as f64 / ctx.snapshot.duration().max(f64::MIN_POSITIVE);
-    let ratio = fig.ratio();
-    f.annotate("share", format!("{:.4}", fig.share))
-        .annotate("group_share", format!("{:.4}", fig.load))
-        .annotate("baseline_share", format!("{:.4}", fig.baseline))
+/// The annotations both rules carry.
+fn annotate_figures(f: Finding, fig: &Figures) -> Finding {
+    let shares = &fig.shares;
+    f.annotate("share", format!("{:.4}", shares.share))
+        .annotate("group_share", format!("{:.4}", shares.load))
+        .annotate("baseline_share", format!("{:.4}", shares.baseline))
+        .annotate("ratio", ratio_2dp(shares.ratio()))
+        .annotate("requests", shares.lower.to_string())
+        .annotate("error_bound", fig.error_bound.to_string())
         .annotate(
-            "ratio",
-            if ratio.is_finite() {
-                format!("{ratio:.2}")
-            } else {
-                "+Inf".to_owned()
-            },
+            "requests_per_second",
+            format!("{:.1}", fig.requests_per_second),
         )
-        .annotate("requests", fig.lower.to_string())
-        .annotate("error_bound", k.error.to_string())
-        .annotate("requests_per_second", format!("{rps:.1}"))
-        .annotate("scope", scope)
 }
 
-fn group_finding(
-    cfg: &HotKeyConfig,
-    ctx: &Context<'_>,
-    g: &GroupSnapshot,
-    k: &KeyShare,
-    shard: Option<&ShardSnapshot>,
-    fig: &KeyFigures,
-) -> Finding {
-    let key = key_label(&k.key);
-    let mut labels = vec![("group", g.group.as_str()), ("key", key)];
-    let where_text = match shard {
-        Some(s) => {
-            labels.push(("shard", s.shard.as_str()));
-            let of_shard = s
-                .top_keys
-                .iter()
-                .find(|x| x.key == k.key)
-                .map_or(0.0, |x| lower(x) as f64 / s.requests.max(1) as f64);
-            format!(
-                "; it lives on shard {}, where it is {} of the traffic",
-                s.shard,
-                pct(of_shard)
-            )
+impl DetectorKind for HotKey {
+    const ALERTNAME: &'static str = "HotKey";
+    const KEY: &'static str = "hot_key";
+    type Config = HotKeyConfig;
+
+    fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
+        HotKey {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
         }
-        None => "; it is spread over several shards".to_owned(),
-    };
-    let f = Finding::new("HotKey", cfg.rule.severity, &labels)
-        .annotate(
-            "summary",
-            format!("Key {key} takes {} of {}'s load", pct(fig.share), g.group),
-        )
-        .annotate(
-            "description",
-            format!(
-                "key {key} takes at least {} of {}'s load, {}{where_text}",
-                pct(fig.share),
-                g.group,
-                ratio_text(fig)
-            ),
-        );
-    common(f, ctx, fig, k, "group")
-}
-
-fn shard_finding(
-    cfg: &HotKeyConfig,
-    ctx: &Context<'_>,
-    g: &GroupSnapshot,
-    s: &ShardSnapshot,
-    k: &KeyShare,
-    fig: &KeyFigures,
-) -> Finding {
-    let key = key_label(&k.key);
-    let f = Finding::new(
-        "HotKey",
-        cfg.rule.severity,
-        &[("group", &g.group), ("key", key), ("shard", &s.shard)],
-    )
-    .annotate(
-        "summary",
-        format!("Key {key} takes {} of shard {} of {}", pct(fig.share), s.shard, g.group),
-    )
-    .annotate(
-        "description",
-        format!(
-            "key {key} takes at least {} of shard {}'s traffic in {}, {}; the shard carries {} of the group's load",
-            pct(fig.share),
-            s.shard,
-            g.group,
-            ratio_text(fig),
-            pct(s.share)
-        ),
-    );
-    common(f, ctx, fig, k, "shard")
+    }
 }
 
 impl Detector for HotKey {
     fn alertname(&self) -> &'static str {
-        "HotKey"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -621,7 +652,7 @@ mod tests {
     impl Rig {
         fn new(cfg: HotKeyConfig) -> Rig {
             let mut rules = BTreeMap::new();
-            rules.insert("HotKey".to_owned(), cfg.rule.rule());
+            rules.insert(HotKey::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: HotKey::new(cfg, 10.0),
                 book: AlertBook::new(rules),
@@ -687,6 +718,76 @@ mod tests {
             assert_eq!(rig.window(&hot).len(), 1);
         }
         assert!(rig.window(&traffic(&n, &[])).is_empty());
+    }
+
+    #[test]
+    fn figures_place_the_key_and_measure_its_shares() {
+        let n = names();
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        for (shard, key, count) in traffic(&n, &[("s3", "", 3000)]) {
+            let mut o = ObservationRef::new("db", shard);
+            o.key = Some(key);
+            o.count = count;
+            w.record(&o);
+        }
+        let snap = w.close(10.0);
+        let g = &snap.groups[0];
+        let book = AlertBook::default();
+        let ctx = Context {
+            snapshot: &snap,
+            alerts: &book,
+            window_secs: 10.0,
+        };
+        let k = &g.top_keys[0];
+        assert_eq!(k.key, "");
+        let shares = KeyFigures {
+            lower: k.lower_bound(),
+            share: k.lower_bound() as f64 / g.requests as f64,
+            load: k.lower_bound() as f64 / g.requests as f64,
+            baseline: 0.1,
+        };
+        // 3000 of 11000 requests, against a usual 10%.
+        assert_eq!(shares.lower, 3000);
+        assert!((shares.ratio() - 30.0 / 11.0).abs() < 1e-12);
+        let home = home_shard(g, "", 3000, 0.9).and_then(|s| g.shard(s));
+        let fig = group_figures(&ctx, k, home, shares);
+        assert_eq!(
+            fig.place,
+            Place::Group {
+                home: Some(("s3".to_owned(), 0.75))
+            }
+        );
+        assert_eq!((fig.error_bound, fig.requests_per_second), (0, 300.0));
+        let s3 = g.shard("s3").unwrap();
+        let fig = shard_figures(&ctx, s3, &s3.top_keys[0], shares);
+        assert_eq!(
+            fig.place,
+            Place::Shard {
+                shard: "s3".to_owned(),
+                shard_share: 4000.0 / 11000.0
+            }
+        );
+        let new_key = KeyFigures {
+            baseline: 0.0,
+            ..shares
+        };
+        assert_eq!(new_key.ratio(), f64::INFINITY);
+    }
+
+    #[test]
+    fn a_new_key_counts_earlier_windows_as_zero_and_its_streak_freezes_the_baseline() {
+        let mut scope = Scope {
+            windows: 9,
+            ..Scope::default()
+        };
+        let st = scope.key("k");
+        assert_eq!(st.base.samples, 9);
+        // The running mean over ten windows: nine zeros and 0.5.
+        assert!(!st.step(false, false, 0.5, 0.001, 2));
+        assert!((st.base.value - 0.05).abs() < 1e-12);
+        assert!(!st.step(true, false, 0.9, 0.001, 2));
+        assert!(st.step(true, false, 0.9, 0.001, 2));
+        assert!((st.base.value - 0.05).abs() < 1e-12, "learned while over");
     }
 
     #[test]

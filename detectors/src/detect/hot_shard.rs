@@ -9,9 +9,10 @@
 //! s_i = c_i/C. Shares in the annotations are of this C.
 //!
 //! - **Baseline.** Each shard keeps an EWMA of its *load ratio* r_i = s_i·N (share over fair
-//!   share; science §1 rec. 1), time constant `baseline_tau_secs`. Baselining r rather than s
-//!   keeps a scale-in or scale-out (N changes, every share moves) from looking like a hot shard.
-//!   The expected count is e_i = b_i·C/N, so diurnal swings in C cancel (science §4, point 1).
+//!   share: which shard saturates first), time constant `baseline_tau_secs`. Baselining r rather
+//!   than s keeps a scale-in or scale-out (N changes, every share moves) from looking like a hot
+//!   shard. The expected count is e_i = b_i·C/N, so diurnal swings in C cancel: no seasonal
+//!   model is needed (see docs/detectors.md, "Baselines").
 //! - **Over-dispersion.** Real counts are burstier than Poisson. Each shard estimates the NB2
 //!   dispersion g_i as the EWMA of ((c − e)² − e)/e², *unclipped* (clipping biases g upward),
 //!   from windows with e ≥ `min_mean_requests` (below it the estimator's own noise, about √2/e,
@@ -31,7 +32,7 @@
 //! The alert condition holds when the shard has been over for `consecutive_windows` (k = 4)
 //! windows in a row, **or** when its CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
 //! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
-//! smaller persistent shifts that rarely cross z* in one window (science §4: κ = 1, h = 10).
+//! smaller persistent shifts that rarely cross z* in one window.
 //! Only windows that pass gate 2 add to S (others subtract κ, or more for negative z), so a
 //! drift of a few percent at high volume cannot charge S for a later one-window burst to cash
 //! in. Each window adds at most h/k, so the CUSUM never fires sooner than the threshold rule
@@ -40,16 +41,18 @@
 //!
 //! Once the alert is active it keeps holding while z ≥ `clear_z_fraction`·z* **and**
 //! c/e ≥ `clear_ratio` **and** gate 3 holds (hysteresis); `keep_firing_for_secs` then adds the
-//! "keep firing for at least 60 s". Science §4 clears only when *both* z < z*/2 and ratio < 1.1;
-//! holding on *either* would keep an alert (and its frozen baseline) alive for ever on a +5%
-//! remainder at high volume, or on noise at low volume, so both must still be elevated.
+//! minimum time an alert keeps firing. The alert clears as soon as *either* z or the ratio falls
+//! back: holding on either one alone would keep an alert (and its frozen baseline) alive for
+//! ever on a +5% remainder at high volume, or on noise at low volume, so both must still be
+//! elevated.
 //!
-//! **Why k = 4 and not science's 2.** A burst of d seconds touches up to ⌈d/w⌉ + 1 windows of
+//! **Why k = 4 and not 2.** A burst of d seconds touches up to ⌈d/w⌉ + 1 windows of
 //! w seconds, and its partial windows are over too (a 5× burst for 1 s of a 10 s window is
 //! already 1.4× the expected count). With k = 4 a burst of up to 20 s never fires, whatever its
 //! alignment; with k = 3 a 20 s burst would fire at most alignments (the `short_bursts` benign
 //! scenario does fire with k = 3). The price is detection 40 s after a step instead of 20 s;
-//! set `consecutive_windows: 2` for science's latency. A slow burn is caught sooner than k
+//! set `consecutive_windows: 2` to trade burst alerts for the faster verdict (see
+//! docs/adr/002-four-windows-before-a-hot-verdict.md). A slow burn is caught sooner than k
 //! windows after it crosses the gates, because the CUSUM has been charging since it passed
 //! 1.25× its usual load.
 //!
@@ -70,9 +73,9 @@
 //!
 //! # Why it does not false-alarm
 //!
-//! - Pure noise: z* is Bonferroni-corrected over N shards (family-wise 10⁻³ per window), *and*
-//!   four windows in a row are needed, so the threshold rule's false-alarm rate under the null
-//!   is far below 10⁻⁶ per shard-window (science §4 measured 0–0.64 per 10⁶ with k = 2).
+//! - Pure noise: z* is Bonferroni-corrected over N shards (family-wise `family_alpha` per
+//!   window), *and* four windows in a row are needed, so noise alone fires the threshold rule
+//!   with a probability of the order of (α/N)⁴ per shard-window.
 //! - Over-dispersed (bursty) traffic widens the variance through g.
 //! - Diurnal load: shares, and so r and e/C, do not move when the whole group scales.
 //! - A stable skew (Zipf keys hashed onto shards): the baseline *is* the skew, so c/e ≈ 1.
@@ -87,7 +90,8 @@
 //! The annotations name the shard's top key (from the shard's key summary). When the key's
 //! lower-bound share of the shard is at least `hot_key_share` (50%) the attribution is
 //! `hot_key` (cache, replicate, split or rate-limit that key), otherwise `hot_range` (reshard
-//! or re-spread the index values), after science §1 rec. 4.
+//! or re-spread the index values): a single heavy key keeps its shard hot under any sharding
+//! (see docs/detectors.md, HotShard).
 
 use std::collections::BTreeMap;
 
@@ -95,8 +99,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::{OTHER_LABEL, key_label};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct, ratio_2dp,
+};
+use crate::observation::key_label;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 
@@ -156,9 +162,13 @@ impl Default for HotShardConfig {
     }
 }
 
-impl HotShardConfig {
+impl DetectorSettings for HotShardConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range(
             "baseline_tau_secs",
@@ -166,15 +176,7 @@ impl HotShardConfig {
             1.0,
             30.0 * 86_400.0,
         );
-        if !(1..=100_000).contains(&self.warmup_windows) {
-            p.fail(
-                "warmup_windows",
-                format!(
-                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
-                    self.warmup_windows
-                ),
-            );
-        }
+        p.windows("warmup_windows", self.warmup_windows);
         if !(self.family_alpha > 0.0 && self.family_alpha < 1.0) {
             p.fail(
                 "family_alpha",
@@ -187,12 +189,7 @@ impl HotShardConfig {
         p.range("min_ratio", self.min_ratio, 1.0, 1000.0);
         p.range("fair_share_multiple", self.fair_share_multiple, 0.0, 1000.0);
         p.range("min_mean_requests", self.min_mean_requests, 0.0, 1e9);
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
         p.range("cusum_slack", self.cusum_slack, 0.0, 100.0);
         p.range("cusum_threshold", self.cusum_threshold, 0.1, 10_000.0);
         p.range("clear_ratio", self.clear_ratio, 1.0, 1000.0);
@@ -206,15 +203,8 @@ impl HotShardConfig {
             );
         }
         p.range("clear_z_fraction", self.clear_z_fraction, 0.0, 1.0);
-        if self.max_suspect_windows > 1_000_000 {
-            p.fail(
-                "max_suspect_windows",
-                format!(
-                    "{} is out of range: use 0..=1000000",
-                    self.max_suspect_windows
-                ),
-            );
-        }
+        // 0 is valid: a suspect shard then keeps learning at once.
+        p.windows_from("max_suspect_windows", self.max_suspect_windows as usize, 0);
         p.range("hot_key_share", self.hot_key_share, 0.0, 1.0);
     }
 }
@@ -235,7 +225,7 @@ struct ShardState {
 }
 
 /// One shard's figures in one window, against its baseline.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Score {
     share: f64,
     fair: f64,
@@ -257,15 +247,6 @@ pub struct HotShard {
 }
 
 impl HotShard {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: HotShardConfig, window_secs: f64) -> Self {
-        HotShard {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     /// Shards with state, for tests of eviction.
     #[cfg(test)]
     fn tracked(&self) -> usize {
@@ -278,11 +259,7 @@ impl HotShard {
         // shard with no request at all is left out of N and of the totals: shards being drained
         // or removed show as zero-load shards for a few windows, and counting them would raise
         // every other shard's load ratio (a scale-in is not a hot shard).
-        let loaded: Vec<&ShardSnapshot> = g
-            .shards
-            .iter()
-            .filter(|s| s.shard != OTHER_LABEL && s.requests > 0)
-            .collect();
+        let loaded: Vec<&ShardSnapshot> = g.tracked_shards().filter(|s| s.requests > 0).collect();
         let states = self.state.entry(g.group.clone()).or_default();
         // Departed shards (expired by the window stage) lose their state: memory stays bounded.
         states.retain(|name, _| g.shard(name).is_some());
@@ -304,9 +281,9 @@ impl HotShard {
         for s in loaded {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
-            let alerting = ctx.alerts.is_active("HotShard", &labels);
+            let alerting = ctx.alerts.is_active(HotShard::ALERTNAME, &labels);
             if let Some(score) = judge(cfg, self.alpha, st, &gw, s.requests as f64, alerting) {
-                out.push(hot_finding(cfg, g, s, &score));
+                out.push(render(cfg, &g.group, &s.shard, &figures(cfg, s, &score)));
             }
         }
     }
@@ -341,36 +318,19 @@ fn judge(
         learn(st, r, c, total, n, cfg, alpha);
         return None;
     };
-    let expected = b / n * total;
-    let g_hat = st.dispersion.raw().unwrap_or(0.0);
-    let var = (expected + g_hat * expected * expected)
-        .max(expected / 2.0)
-        .max(1.0);
-    let z = (c - expected) / var.sqrt();
-    let ratio = if expected > 0.0 {
-        c / expected
-    } else {
-        f64::INFINITY
-    };
+    let mut sc = score(st, b, gw, c);
     let share_ok = share >= cfg.fair_share_multiple / n;
-    let practical = ratio >= cfg.min_ratio && share_ok;
-    let over = practical && z >= z_star;
+    let practical = sc.ratio >= cfg.min_ratio && share_ok;
+    let over = practical && sc.z >= z_star;
     st.streak = if over { st.streak + 1 } else { 0 };
-    // Only practically significant windows build the sum: a drift of a few percent at high
-    // volume (z > κ, ratio < 1.25) must not charge it for a later burst.
-    let step = if ratio >= cfg.min_ratio {
-        (z.min(z_star) - cfg.cusum_slack)
-            .min(cfg.cusum_threshold / f64::from(cfg.consecutive_windows))
-    } else {
-        z.min(0.0) - cfg.cusum_slack
-    };
-    st.cusum = (st.cusum + step).clamp(0.0, cfg.cusum_threshold);
+    st.cusum = (st.cusum + cusum_step(cfg, &sc)).clamp(0.0, cfg.cusum_threshold);
+    sc.cusum = st.cusum;
     let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
     // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
-    let holds_on =
-        alerting && share_ok && ratio >= cfg.clear_ratio && z >= cfg.clear_z_fraction * z_star;
+    let elevated = sc.z >= cfg.clear_z_fraction * z_star;
+    let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
     let holds = st.streak >= cfg.consecutive_windows || cusum_holds || holds_on;
-    let suspicious = ratio >= cfg.min_ratio && z >= cfg.clear_z_fraction * z_star;
+    let suspicious = sc.ratio >= cfg.min_ratio && elevated;
     st.suspect = if suspicious && !alerting {
         st.suspect + 1
     } else {
@@ -380,16 +340,45 @@ fn judge(
     if !frozen {
         learn(st, r, c, total, n, cfg, alpha);
     }
-    holds.then_some(Score {
-        share,
+    holds.then_some(sc)
+}
+
+/// A shard's figures for count `c` against baseline load ratio `b`: expected count, NB2
+/// z-score and ratio. The CUSUM is left at 0 for the caller to fill in.
+fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
+    let (n, total) = (gw.n, gw.total);
+    let expected = b / n * total;
+    let g_hat = st.dispersion.raw().unwrap_or(0.0);
+    let var = (expected + g_hat * expected * expected)
+        .max(expected / 2.0)
+        .max(1.0);
+    Score {
+        share: c / total,
         fair: 1.0 / n,
         expected,
         baseline_share: b / n,
-        ratio,
-        z,
-        z_star,
-        cusum: st.cusum,
-    })
+        ratio: if expected > 0.0 {
+            c / expected
+        } else {
+            f64::INFINITY
+        },
+        z: (c - expected) / var.sqrt(),
+        z_star: gw.z_star,
+        cusum: 0.0,
+    }
+}
+
+/// This window's CUSUM increment. Only practically significant windows build the sum: a drift
+/// of a few percent at high volume (z > κ, ratio under `min_ratio`) must not charge it for a
+/// later burst. Each step is capped at h/k, so the CUSUM never fires sooner than the
+/// threshold rule.
+fn cusum_step(cfg: &HotShardConfig, sc: &Score) -> f64 {
+    if sc.ratio >= cfg.min_ratio {
+        (sc.z.min(sc.z_star) - cfg.cusum_slack)
+            .min(cfg.cusum_threshold / f64::from(cfg.consecutive_windows))
+    } else {
+        sc.z.min(0.0) - cfg.cusum_slack
+    }
 }
 
 /// Folds one window into a shard's baselines: the load ratio, and the dispersion against the
@@ -412,22 +401,95 @@ fn learn(
     st.load.update(r, alpha);
 }
 
-/// The finding for a hot shard, with its figures and attribution.
-fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &Score) -> Finding {
-    let fair = sc.fair;
+/// What a hot shard calls for: a hot key (cache, replicate, split or rate-limit the key), or a
+/// hot range (reshard or re-spread the index values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attribution {
+    HotKey,
+    HotRange,
+}
+
+impl Attribution {
+    fn as_str(self) -> &'static str {
+        match self {
+            Attribution::HotKey => "hot_key",
+            Attribution::HotRange => "hot_range",
+        }
+    }
+}
+
+/// Everything a `HotShard` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    score: Score,
+    /// The shard's top key and its (upper-bound) share of the shard.
+    top_key: Option<(String, f64)>,
+    attribution: Attribution,
+    requests_per_second: f64,
+}
+
+/// The figures of hot shard `s`: its score, and its top key and attribution.
+fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
     let top = s.top_keys.first();
-    let top_lb_share = top.map_or(0.0, |k| {
+    // The summary over-counts by at most `error`: attribute on the lower bound.
+    let top_lower_share = top.map_or(0.0, |k| {
         if s.requests == 0 {
             0.0
         } else {
-            k.requests.saturating_sub(k.error) as f64 / s.requests as f64
+            k.lower_bound() as f64 / s.requests as f64
         }
     });
-    let attribution = if top.is_some() && top_lb_share >= cfg.hot_key_share {
-        "hot_key"
-    } else {
-        "hot_range"
-    };
+    Figures {
+        score: *sc,
+        top_key: top.map(|k| (k.key.clone(), k.share)),
+        attribution: if top.is_some() && top_lower_share >= cfg.hot_key_share {
+            Attribution::HotKey
+        } else {
+            Attribution::HotRange
+        },
+        requests_per_second: s.requests_per_second,
+    }
+}
+
+/// The finding for `shard` of `group`: summary, description and the figures as annotations.
+fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
+    let sc = &fig.score;
+    let mut f = Finding::new(
+        HotShard::ALERTNAME,
+        cfg.rule.severity,
+        &[("group", group), ("shard", shard)],
+    )
+    .annotate(
+        "summary",
+        format!(
+            "Shard {shard} of {group} is hot: {} of the load",
+            pct(sc.share)
+        ),
+    )
+    .annotate("description", description(group, shard, fig))
+    .annotate("share", format!("{:.4}", sc.share))
+    .annotate("baseline_share", format!("{:.4}", sc.baseline_share))
+    .annotate("fair_share", format!("{:.4}", sc.fair))
+    .annotate("expected_requests", format!("{:.0}", sc.expected))
+    .annotate("ratio", ratio_2dp(sc.ratio))
+    .annotate("z", format!("{:.2}", sc.z))
+    .annotate("z_threshold", format!("{:.2}", sc.z_star))
+    .annotate("cusum", format!("{:.2}", sc.cusum))
+    .annotate(
+        "requests_per_second",
+        format!("{:.1}", fig.requests_per_second),
+    )
+    .annotate("attribution", fig.attribution.as_str());
+    if let Some((key, share)) = &fig.top_key {
+        f = f
+            .annotate("top_key", key_label(key))
+            .annotate("top_key_share", format!("{share:.4}"));
+    }
+    f
+}
+
+fn description(group: &str, shard: &str, fig: &Figures) -> String {
+    let sc = &fig.score;
     let ratio_text = if sc.ratio.is_finite() {
         format!(
             "{}x its usual share ({})",
@@ -437,72 +499,35 @@ fn hot_finding(cfg: &HotShardConfig, g: &GroupSnapshot, s: &ShardSnapshot, sc: &
     } else {
         "a shard that usually takes no load".to_owned()
     };
-    let key_text = match top {
-        Some(k) => format!(
-            "; key {} is {} of its traffic",
-            key_label(&k.key),
-            pct(k.share)
-        ),
+    let key_text = match &fig.top_key {
+        Some((key, share)) => format!("; key {} is {} of its traffic", key_label(key), pct(*share)),
         None => "; no keys reported".to_owned(),
     };
-    let mut f = Finding::new(
-        "HotShard",
-        cfg.rule.severity,
-        &[("group", &g.group), ("shard", &s.shard)],
+    format!(
+        "shard {shard} takes {} of {group}'s load, {ratio_text} and {}x its fair share ({}){key_text}",
+        pct(sc.share),
+        num(sc.share / sc.fair),
+        pct(sc.fair)
     )
-    .annotate(
-        "summary",
-        format!(
-            "Shard {} of {} is hot: {} of the load",
-            s.shard,
-            g.group,
-            pct(sc.share)
-        ),
-    )
-    .annotate(
-        "description",
-        format!(
-            "shard {} takes {} of {}'s load, {} and {}x its fair share ({}){}",
-            s.shard,
-            pct(sc.share),
-            g.group,
-            ratio_text,
-            num(sc.share / fair),
-            pct(fair),
-            key_text
-        ),
-    )
-    .annotate("share", format!("{:.4}", sc.share))
-    .annotate("baseline_share", format!("{:.4}", sc.baseline_share))
-    .annotate("fair_share", format!("{fair:.4}"))
-    .annotate("expected_requests", format!("{:.0}", sc.expected))
-    .annotate(
-        "ratio",
-        if sc.ratio.is_finite() {
-            format!("{:.2}", sc.ratio)
-        } else {
-            "+Inf".to_owned()
-        },
-    )
-    .annotate("z", format!("{:.2}", sc.z))
-    .annotate("z_threshold", format!("{:.2}", sc.z_star))
-    .annotate("cusum", format!("{:.2}", sc.cusum))
-    .annotate(
-        "requests_per_second",
-        format!("{:.1}", s.requests_per_second),
-    )
-    .annotate("attribution", attribution);
-    if let Some(k) = top {
-        f = f
-            .annotate("top_key", key_label(&k.key))
-            .annotate("top_key_share", format!("{:.4}", k.share));
+}
+
+impl DetectorKind for HotShard {
+    const ALERTNAME: &'static str = "HotShard";
+    const KEY: &'static str = "hot_shard";
+    type Config = HotShardConfig;
+
+    fn new(cfg: HotShardConfig, window_secs: f64) -> Self {
+        HotShard {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
+        }
     }
-    f
 }
 
 impl Detector for HotShard {
     fn alertname(&self) -> &'static str {
-        "HotShard"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -519,6 +544,7 @@ mod tests {
     use super::*;
     use crate::alert::AlertBook;
     use crate::observation::ObservationRef;
+    use crate::prng::SplitMix64;
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
@@ -528,32 +554,26 @@ mod tests {
         book: AlertBook,
         windows: Windows,
         t: f64,
-        rng: u64,
+        rng: SplitMix64,
     }
 
     impl Rig {
         fn new(cfg: HotShardConfig) -> Rig {
             let mut rules = BTreeMap::new();
-            rules.insert("HotShard".to_owned(), cfg.rule.rule());
+            rules.insert(HotShard::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: HotShard::new(cfg, 10.0),
                 book: AlertBook::new(rules),
                 windows: Windows::new(WindowConfig::default(), 0.0),
                 t: 0.0,
-                rng: 12345,
+                rng: SplitMix64::new(12345),
             }
         }
 
-        /// Roughly Poisson noise (normal approximation) from a tiny LCG, deterministic.
+        /// Roughly Poisson noise (normal approximation: a sum of 12 uniforms has mean 6 and
+        /// variance 1), seeded so every run sees the same windows.
         fn noisy(&mut self, mean: f64) -> u64 {
-            let mut u = 0.0;
-            for _ in 0..12 {
-                self.rng = self
-                    .rng
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                u += (self.rng >> 11) as f64 / (1u64 << 53) as f64;
-            }
+            let u: f64 = (0..12).map(|_| self.rng.next_f64()).sum();
             (mean + (u - 6.0) * mean.sqrt()).round().max(0.0) as u64
         }
 
@@ -616,6 +636,72 @@ mod tests {
         let z: f64 = f.annotations["z"].parse().unwrap();
         let zt: f64 = f.annotations["z_threshold"].parse().unwrap();
         assert!(z > zt);
+    }
+
+    #[test]
+    fn score_and_cusum_step_follow_the_formulas() {
+        let cfg = HotShardConfig::default();
+        let gw = GroupWindow {
+            n: 16.0,
+            total: 3400.0,
+            z_star: hot_shard_z_threshold(16, cfg.family_alpha),
+        };
+        // Baseline load ratio 1 (a fair shard), no over-dispersion learned: Poisson variance.
+        let sc = score(&ShardState::default(), 1.0, &gw, 400.0);
+        assert_eq!(sc.expected, 212.5);
+        assert_eq!(
+            (sc.share, sc.fair, sc.baseline_share),
+            (400.0 / 3400.0, 1.0 / 16.0, 1.0 / 16.0)
+        );
+        assert!((sc.ratio - 400.0 / 212.5).abs() < 1e-12);
+        assert!((sc.z - 187.5 / 212.5f64.sqrt()).abs() < 1e-12);
+        // Far over z*: the step is capped at h/k.
+        let cap = cfg.cusum_threshold / f64::from(cfg.consecutive_windows);
+        assert_eq!(cusum_step(&cfg, &sc), cap);
+        // Under min_ratio the sum only drains.
+        let calm = Score {
+            ratio: 1.1,
+            z: 3.0,
+            ..sc
+        };
+        assert_eq!(cusum_step(&cfg, &calm), -cfg.cusum_slack);
+        // A shard that usually takes nothing has an infinite ratio.
+        assert_eq!(
+            score(&ShardState::default(), 0.0, &gw, 5.0).ratio,
+            f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn figures_attribute_to_the_top_key_only_when_it_dominates_the_shard() {
+        let cfg = HotShardConfig::default();
+        let sc = Score {
+            share: 0.5,
+            fair: 0.25,
+            expected: 100.0,
+            baseline_share: 0.25,
+            ratio: 2.0,
+            z: 10.0,
+            z_star: 4.0,
+            cusum: 0.0,
+        };
+        for (hot, attribution) in [(60, Attribution::HotKey), (40, Attribution::HotRange)] {
+            let mut w = Windows::new(WindowConfig::default(), 0.0);
+            let mut o = ObservationRef::new("db", "s0");
+            o.key = Some("k");
+            o.count = hot;
+            w.record(&o);
+            o.key = None;
+            o.count = 100 - hot;
+            w.record(&o);
+            let snap = w.close(10.0);
+            let fig = figures(&cfg, &snap.groups[0].shards[0], &sc);
+            assert_eq!(fig.attribution, attribution);
+            let (key, share) = fig.top_key.unwrap();
+            assert_eq!((key.as_str(), share), ("k", hot as f64 / 100.0));
+            assert_eq!(fig.requests_per_second, 10.0);
+            assert_eq!(fig.score, sc);
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! # Signals
 //!
 //! Per shard and window, the p99 of all responses from the shard's merged HDR histograms
-//! ([`ShardSnapshot::latency`]; percentiles are never averaged, science §3). A shard is
+//! ([`ShardSnapshot::latency`]; percentiles are never averaged: an average of per-shard p99s
+//! dilutes one slow shard among its healthy peers). A shard is
 //! *eligible* when it has at least `min_samples` latency samples in the window (50: below
 //! that the p99 is one or two requests). A group is judged only with at least `min_shards`
 //! eligible shards (3), so that "its peers" means at least two other shards.
@@ -44,8 +45,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::{Context, Detector, Problems, RuleSettings, num, pct};
-use crate::observation::OTHER_LABEL;
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -89,9 +91,13 @@ impl Default for LatencySkewConfig {
     }
 }
 
-impl LatencySkewConfig {
+impl DetectorSettings for LatencySkewConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
     /// Checks every field, reporting every problem with why.
-    pub fn check(&self, p: &mut Problems<'_>) {
+    fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range(
             "baseline_tau_secs",
@@ -99,15 +105,7 @@ impl LatencySkewConfig {
             1.0,
             30.0 * 86_400.0,
         );
-        if !(1..=100_000).contains(&self.warmup_windows) {
-            p.fail(
-                "warmup_windows",
-                format!(
-                    "{} is out of range: use 1..=100000 (a baseline needs at least one window)",
-                    self.warmup_windows
-                ),
-            );
-        }
+        p.windows("warmup_windows", self.warmup_windows);
         if self.min_samples < 10 {
             p.fail(
                 "min_samples",
@@ -129,12 +127,7 @@ impl LatencySkewConfig {
         p.range("peer_ratio", self.peer_ratio, 1.0, 1000.0);
         p.range("min_excess_ms", self.min_excess_ms, 0.0, 3_600_000.0);
         p.range("baseline_ratio", self.baseline_ratio, 1.0, 1000.0);
-        if !(1..=1000).contains(&self.consecutive_windows) {
-            p.fail(
-                "consecutive_windows",
-                format!("{} is out of range: use 1..=1000", self.consecutive_windows),
-            );
-        }
+        p.windows("consecutive_windows", self.consecutive_windows);
     }
 }
 
@@ -154,23 +147,12 @@ pub struct LatencySkew {
 }
 
 impl LatencySkew {
-    /// A detector for windows of `window_secs`.
-    pub fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
-        LatencySkew {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            cfg,
-            state: BTreeMap::new(),
-        }
-    }
-
     fn evaluate_group(&mut self, ctx: &Context<'_>, g: &GroupSnapshot, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
         let states = self.state.entry(g.group.clone()).or_default();
         states.retain(|name, _| g.shard(name).is_some());
         let eligible: Vec<(&ShardSnapshot, f64)> = g
-            .shards
-            .iter()
-            .filter(|s| s.shard != OTHER_LABEL)
+            .tracked_shards()
             .filter_map(|s| {
                 s.latency
                     .filter(|l| l.count >= cfg.min_samples)
@@ -196,7 +178,7 @@ impl LatencySkew {
             let peers = median_without(&sorted, p99);
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
-            let active = ctx.alerts.is_active("LatencySkew", &labels);
+            let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
             let Some(base) = st.p99.value(cfg.warmup_windows) else {
                 st.p99.update(p99, self.alpha);
                 continue;
@@ -209,7 +191,12 @@ impl LatencySkew {
                 st.p99.update(p99, self.alpha);
             }
             if st.streak >= cfg.consecutive_windows {
-                out.push(finding(cfg, g, s, p99, peers, base));
+                out.push(render(
+                    cfg,
+                    &g.group,
+                    &s.shard,
+                    &Figures::of(s, p99, peers, base),
+                ));
             }
         }
     }
@@ -227,62 +214,112 @@ fn median_without(sorted: &[f64], x: f64) -> f64 {
     }
 }
 
-fn finding(
-    cfg: &LatencySkewConfig,
-    g: &GroupSnapshot,
-    s: &ShardSnapshot,
+/// Everything a `LatencySkew` finding reports; [`render`] turns it into text.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Figures {
+    /// The shard's p99 latency, ms.
     p99: f64,
+    /// The median p99 of its eligible peers, ms.
     peers: f64,
-    base: f64,
-) -> Finding {
-    let ratio = p99 / peers.max(f64::MIN_POSITIVE);
+    /// Its own baseline p99, ms.
+    baseline: f64,
+    /// Its p50 latency of all responses and p99 of successful ones, ms.
+    p50: Option<f64>,
+    ok_p99: Option<f64>,
+    error_ratio: f64,
+    /// Its share of the group's load.
+    load_share: f64,
+    /// Requests that carried a latency.
+    samples: u64,
+}
+
+impl Figures {
+    fn of(s: &ShardSnapshot, p99: f64, peers: f64, baseline: f64) -> Figures {
+        Figures {
+            p99,
+            peers,
+            baseline,
+            p50: s.latency.map(|l| l.p50_ms),
+            ok_p99: s.ok_latency.map(|l| l.p99_ms),
+            error_ratio: s.error_ratio.unwrap_or(0.0),
+            load_share: s.share,
+            samples: s.latency_samples,
+        }
+    }
+
+    /// The p99 over the peers' median p99.
+    fn peer_ratio(&self) -> f64 {
+        self.p99 / self.peers.max(f64::MIN_POSITIVE)
+    }
+
+    /// The p99 over the shard's own baseline p99.
+    fn baseline_ratio(&self) -> f64 {
+        self.p99 / self.baseline.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// The finding for `shard` of `group`: summary, description and the figures as annotations.
+fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
+    let ratio = fig.peer_ratio();
     let mut f = Finding::new(
-        "LatencySkew",
+        LatencySkew::ALERTNAME,
         cfg.rule.severity,
-        &[("group", &g.group), ("shard", &s.shard)],
+        &[("group", group), ("shard", shard)],
     )
     .annotate(
         "summary",
         format!(
-            "Shard {} of {} is slow: p99 {} ms, {}x its peers'",
-            s.shard,
-            g.group,
-            num(p99),
+            "Shard {shard} of {group} is slow: p99 {} ms, {}x its peers'",
+            num(fig.p99),
             num(ratio)
         ),
     )
     .annotate(
         "description",
         format!(
-            "shard {} of {} has a p99 latency of {} ms, {}x the median p99 of its peers ({} ms) and {}x its own usual p99 ({} ms); error ratio {}, {} of the group's load",
-            s.shard,
-            g.group,
-            num(p99),
+            "shard {shard} of {group} has a p99 latency of {} ms, {}x the median p99 of its \
+             peers ({} ms) and {}x its own usual p99 ({} ms); error ratio {}, {} of the group's \
+             load",
+            num(fig.p99),
             num(ratio),
-            num(peers),
-            num(p99 / base.max(f64::MIN_POSITIVE)),
-            num(base),
-            pct(s.error_ratio.unwrap_or(0.0)),
-            pct(s.share)
+            num(fig.peers),
+            num(fig.baseline_ratio()),
+            num(fig.baseline),
+            pct(fig.error_ratio),
+            pct(fig.load_share)
         ),
     )
-    .annotate("p99_ms", format!("{p99:.1}"))
-    .annotate("peer_median_p99_ms", format!("{peers:.1}"))
-    .annotate("baseline_p99_ms", format!("{base:.1}"))
+    .annotate("p99_ms", format!("{:.1}", fig.p99))
+    .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
+    .annotate("baseline_p99_ms", format!("{:.1}", fig.baseline))
     .annotate("ratio", format!("{ratio:.2}"))
-    .annotate("samples", s.latency_samples.to_string());
-    if let Some(l) = &s.latency {
-        f = f.annotate("p50_ms", format!("{:.1}", l.p50_ms));
+    .annotate("samples", fig.samples.to_string());
+    if let Some(p50) = fig.p50 {
+        f = f.annotate("p50_ms", format!("{p50:.1}"));
     }
-    if let Some(l) = &s.ok_latency {
-        f = f.annotate("ok_p99_ms", format!("{:.1}", l.p99_ms));
+    if let Some(ok_p99) = fig.ok_p99 {
+        f = f.annotate("ok_p99_ms", format!("{ok_p99:.1}"));
     }
     f
 }
 
+impl DetectorKind for LatencySkew {
+    const ALERTNAME: &'static str = "LatencySkew";
+    const KEY: &'static str = "latency_skew";
+    type Config = LatencySkewConfig;
+
+    fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
+        LatencySkew {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            cfg,
+            state: BTreeMap::new(),
+        }
+    }
+}
+
 impl Detector for LatencySkew {
     fn alertname(&self) -> &'static str {
-        "LatencySkew"
+        Self::ALERTNAME
     }
 
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
@@ -313,7 +350,7 @@ mod tests {
         fn new() -> Rig {
             let cfg = LatencySkewConfig::default();
             let mut rules = BTreeMap::new();
-            rules.insert("LatencySkew".to_owned(), cfg.rule.rule());
+            rules.insert(LatencySkew::ALERTNAME.to_owned(), cfg.rule.rule());
             Rig {
                 det: LatencySkew::new(cfg, 10.0),
                 book: AlertBook::new(rules),
@@ -415,6 +452,38 @@ mod tests {
         for _ in 0..5 {
             assert!(rig.window(&[10.0; 8], 100).is_empty());
         }
+    }
+
+    #[test]
+    fn figures_compare_the_shard_with_its_peers_and_its_own_baseline() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "a");
+        o.count = 90;
+        o.latency_ms = Some(20.0);
+        w.record(&o);
+        o.count = 10;
+        o.latency_ms = Some(400.0);
+        o.outcome = crate::observation::Outcome::Timeout;
+        w.record(&o);
+        let mut peer = ObservationRef::new("db", "b");
+        peer.count = 300;
+        w.record(&peer);
+        let snap = w.close(10.0);
+        let a = snap.groups[0].shard("a").unwrap();
+        let fig = Figures::of(a, 400.0, 40.0, 100.0);
+        assert_eq!((fig.peer_ratio(), fig.baseline_ratio()), (10.0, 4.0));
+        assert_eq!((fig.error_ratio, fig.load_share), (0.1, 0.25));
+        assert_eq!(fig.samples, 100);
+        assert!(fig.p50.is_some_and(|p| (p - 20.0).abs() < 0.5), "{fig:?}");
+        assert!(
+            fig.ok_p99.is_some_and(|p| (p - 20.0).abs() < 0.5),
+            "{fig:?}"
+        );
+        // A zero median of peers gives an infinite ratio, never NaN.
+        assert_eq!(
+            Figures::of(a, 400.0, 0.0, 100.0).peer_ratio(),
+            f64::INFINITY
+        );
     }
 
     #[test]

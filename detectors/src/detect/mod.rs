@@ -6,9 +6,18 @@
 //! Time is the window's end, passed in; nothing here reads a clock.
 //!
 //! Every detector documents its signals, its defaults and why it does not false-alarm on
-//! ordinary traffic. The defaults are in `rules/skewwatch.yaml`.
+//! ordinary traffic; `docs/detectors.md` explains all of them and the machinery they share.
+//! The defaults are in `rules/skewwatch.yaml`.
+//!
+//! A detector is a [`DetectorKind`]: it names itself and its YAML section and builds itself
+//! from its [`DetectorSettings`]. The `detectors!` list below names every kind once and
+//! derives [`DetectorsConfig`] from it; adding a detector is a new module and one line in that
+//! list.
 
 pub mod baseline;
+
+// One module per detector; each is also listed in `detectors!` below. The module lines stay
+// outside the macro because rustfmt only formats modules it sees declared outside macros.
 pub mod cache_collapse;
 pub mod capacity;
 pub mod error_surge;
@@ -20,6 +29,7 @@ pub mod latency_skew;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{AlertBook, AlertRule, Finding, Severity};
@@ -43,12 +53,52 @@ impl Context<'_> {
     }
 }
 
-/// One detector.
+/// One running detector, as the engine drives it.
 pub trait Detector: Send + fmt::Debug {
     /// The alert name it reports.
     fn alertname(&self) -> &'static str;
     /// Examines one closed window and pushes a finding for every entity whose condition holds.
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>);
+}
+
+/// A kind of detector: it names itself and its YAML section, owns a settings type, and builds
+/// the running [`Detector`] from those settings.
+///
+/// Each kind is listed once, in the `detectors!` list of this module, which derives
+/// [`DetectorsConfig`] and its `problems`, `rules` and `build` from the list. A detector keeps
+/// its state (baselines, streaks, sums) in plain data types, so that state can later be saved
+/// and restored without the detector knowing how.
+pub trait DetectorKind: Detector + Sized + 'static {
+    /// The `alertname` label of its alerts.
+    const ALERTNAME: &'static str;
+    /// Its key under `detectors:` in the YAML, and the name of its [`DetectorsConfig`] field.
+    const KEY: &'static str;
+    /// Its settings.
+    type Config: DetectorSettings;
+
+    /// A detector for windows of `window_secs`.
+    fn new(cfg: Self::Config, window_secs: f64) -> Self;
+
+    /// Whether `cfg` asks for the detector to run; by default, its `alert.enabled`.
+    fn runs(cfg: &Self::Config) -> bool {
+        cfg.alert().enabled
+    }
+
+    /// The running detector, or `None` when `cfg` turns it off.
+    fn build(cfg: &Self::Config, window_secs: f64) -> Option<Box<dyn Detector>> {
+        Self::runs(cfg).then(|| Box::new(Self::new(cfg.clone(), window_secs)) as Box<dyn Detector>)
+    }
+}
+
+/// The settings of one kind of detector (its section under `detectors:` in the YAML).
+pub trait DetectorSettings:
+    fmt::Debug + Clone + Default + PartialEq + Serialize + DeserializeOwned
+{
+    /// The `alert:` section: whether the detector runs, its severity and its timing.
+    fn alert(&self) -> &RuleSettings;
+
+    /// Records every problem with these settings in `p`, each with why.
+    fn check(&self, p: &mut Problems<'_>);
 }
 
 /// A configuration problem: the field's dotted path and why.
@@ -90,7 +140,33 @@ impl<'a> Problems<'a> {
             self.fail(field, format!("{v} is out of range: use {lo}..={hi}"));
         }
     }
+
+    /// Checks a count of windows: `1..=`[`MAX_WINDOWS`].
+    pub fn windows(&mut self, field: &str, v: u32) {
+        self.windows_from(field, v as usize, 1);
+    }
+
+    /// Checks a count of windows whose smallest sensible value is `lo` (0 where none means
+    /// "never", 3 for a fitted trend): `lo..=`[`MAX_WINDOWS`].
+    pub fn windows_from(&mut self, field: &str, v: usize, lo: usize) {
+        if !(lo..=MAX_WINDOWS as usize).contains(&v) {
+            self.fail(
+                field,
+                format!("{v} is out of range: use {lo}..={MAX_WINDOWS}"),
+            );
+        }
+    }
 }
+
+/// Largest count of windows any detector setting accepts: warm-ups, streaks, freeze limits
+/// and fit lengths alike.
+///
+/// At the default 10 s windows this is a little over a day. No detector should wait longer
+/// than that to learn a baseline or to call a condition persistent, so a larger value is
+/// almost surely a unit mistake (seconds typed where windows are meant). The bound also caps
+/// memory: `capacity_headroom.projection_windows` keeps one sample per window for every shard
+/// with a capacity, 16 bytes each. The shipped `rules/skewwatch.yaml` stays far below it.
+pub const MAX_WINDOWS: u32 = 10_000;
 
 /// Settings every detector has: whether it runs and how its alert is timed.
 ///
@@ -147,125 +223,130 @@ impl RuleSettings {
     }
 }
 
-/// The configuration of every detector (`detectors:` in the YAML).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DetectorsConfig {
-    /// `HotShard`.
-    pub hot_shard: hot_shard::HotShardConfig,
-    /// `HotKey`.
-    pub hot_key: hot_key::HotKeyConfig,
-    /// `LatencySkew`.
-    pub latency_skew: latency_skew::LatencySkewConfig,
-    /// `ErrorSurge`.
-    pub error_surge: error_surge::ErrorSurgeConfig,
-    /// `CacheHitCollapse`.
-    pub cache_hit_collapse: cache_collapse::CacheHitCollapseConfig,
-    /// `FastFailureSink`.
-    pub fast_failure_sink: fast_failure::FastFailureSinkConfig,
-    /// `CapacityHeadroom`.
-    pub capacity_headroom: capacity::CapacityHeadroomConfig,
+/// Declares every detector kind from one list of `field: module::Kind` lines.
+///
+/// Each line adds the detector's settings to [`DetectorsConfig`] as a field named after its
+/// YAML key and gives it its place in the evaluation order, which is also the order of
+/// findings and so of output. `DetectorsConfig::problems`, `rules` and `build` are generated
+/// from the same list, so they cannot disagree with it.
+macro_rules! detectors {
+    ($($(#[$doc:meta])* $field:ident: $module:ident::$kind:ident,)+) => {
+        // A field is named after its detector's YAML key; a mismatch does not compile.
+        $(const _: () = assert!(
+            same_str(<$module::$kind as DetectorKind>::KEY, stringify!($field)),
+            concat!(stringify!($module::$kind), "::KEY must equal the field name ", stringify!($field)),
+        );)+
+
+        /// The configuration of every detector (`detectors:` in the YAML).
+        #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct DetectorsConfig {
+            $($(#[$doc])* pub $field: <$module::$kind as DetectorKind>::Config,)+
+        }
+
+        impl DetectorsConfig {
+            /// `(YAML key, alert name)` of every detector kind, in evaluation order.
+            pub const KINDS: &'static [(&'static str, &'static str)] = &[
+                $((
+                    <$module::$kind as DetectorKind>::KEY,
+                    <$module::$kind as DetectorKind>::ALERTNAME,
+                ),)+
+            ];
+
+            /// Every problem in the detector settings, with paths under `prefix` (e.g.
+            /// `detectors`).
+            pub fn problems(&self, prefix: &str) -> Vec<FieldProblem> {
+                let mut out = Vec::new();
+                $({
+                    let at = format!("{prefix}.{}", <$module::$kind as DetectorKind>::KEY);
+                    self.$field.check(&mut Problems::new(&at, &mut out));
+                })+
+                out
+            }
+
+            /// The alert timing rules, by alert name.
+            pub fn rules(&self) -> BTreeMap<String, AlertRule> {
+                let mut rules = BTreeMap::new();
+                $(rules.insert(
+                    <$module::$kind as DetectorKind>::ALERTNAME.to_owned(),
+                    self.$field.alert().rule(),
+                );)+
+                rules
+            }
+
+            /// The detectors the settings ask for, in the fixed evaluation order.
+            pub fn build(&self, window_secs: f64) -> Vec<Box<dyn Detector>> {
+                [$(<$module::$kind as DetectorKind>::build(&self.$field, window_secs),)+]
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            }
+        }
+    };
 }
 
-impl DetectorsConfig {
-    /// Every problem in the detector settings, with paths under `prefix` (e.g. `detectors`).
-    pub fn problems(&self, prefix: &str) -> Vec<FieldProblem> {
-        let mut out = Vec::new();
-        self.hot_shard
-            .check(&mut Problems::new(&format!("{prefix}.hot_shard"), &mut out));
-        self.hot_key
-            .check(&mut Problems::new(&format!("{prefix}.hot_key"), &mut out));
-        self.latency_skew.check(&mut Problems::new(
-            &format!("{prefix}.latency_skew"),
-            &mut out,
-        ));
-        self.error_surge.check(&mut Problems::new(
-            &format!("{prefix}.error_surge"),
-            &mut out,
-        ));
-        self.cache_hit_collapse.check(&mut Problems::new(
-            &format!("{prefix}.cache_hit_collapse"),
-            &mut out,
-        ));
-        self.fast_failure_sink.check(&mut Problems::new(
-            &format!("{prefix}.fast_failure_sink"),
-            &mut out,
-        ));
-        self.capacity_headroom.check(&mut Problems::new(
-            &format!("{prefix}.capacity_headroom"),
-            &mut out,
-        ));
-        out
-    }
+// The detectors, in evaluation order. Adding one: a new module (file and `pub mod` line above)
+// and one line here.
+detectors! {
+    /// `HotShard`.
+    hot_shard: hot_shard::HotShard,
+    /// `HotKey`.
+    hot_key: hot_key::HotKey,
+    /// `LatencySkew`.
+    latency_skew: latency_skew::LatencySkew,
+    /// `ErrorSurge`.
+    error_surge: error_surge::ErrorSurge,
+    /// `CacheHitCollapse`.
+    cache_hit_collapse: cache_collapse::CacheHitCollapse,
+    /// `FastFailureSink`.
+    fast_failure_sink: fast_failure::FastFailureSink,
+    /// `CapacityHeadroom`.
+    capacity_headroom: capacity::CapacityHeadroom,
+}
 
-    /// The alert timing rules, by alert name.
-    pub fn rules(&self) -> BTreeMap<String, AlertRule> {
-        [
-            ("HotShard", self.hot_shard.rule.rule()),
-            ("HotKey", self.hot_key.rule.rule()),
-            ("LatencySkew", self.latency_skew.rule.rule()),
-            ("ErrorSurge", self.error_surge.rule.rule()),
-            ("CacheHitCollapse", self.cache_hit_collapse.rule.rule()),
-            ("FastFailureSink", self.fast_failure_sink.rule.rule()),
-            ("CapacityHeadroom", self.capacity_headroom.rule.rule()),
-        ]
-        .into_iter()
-        .map(|(n, r)| (n.to_owned(), r))
-        .collect()
+/// Byte equality of two strings, usable in constants.
+const fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
     }
-
-    /// The enabled detectors, in a fixed order.
-    pub fn build(&self, window_secs: f64) -> Vec<Box<dyn Detector>> {
-        let mut v: Vec<Box<dyn Detector>> = Vec::new();
-        if self.hot_shard.rule.enabled {
-            v.push(Box::new(hot_shard::HotShard::new(
-                self.hot_shard.clone(),
-                window_secs,
-            )));
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
         }
-        if self.hot_key.rule.enabled {
-            v.push(Box::new(hot_key::HotKey::new(
-                self.hot_key.clone(),
-                window_secs,
-            )));
-        }
-        if self.latency_skew.rule.enabled {
-            v.push(Box::new(latency_skew::LatencySkew::new(
-                self.latency_skew.clone(),
-                window_secs,
-            )));
-        }
-        if self.error_surge.rule.enabled {
-            v.push(Box::new(error_surge::ErrorSurge::new(
-                self.error_surge.clone(),
-                window_secs,
-            )));
-        }
-        if self.cache_hit_collapse.rule.enabled {
-            v.push(Box::new(cache_collapse::CacheHitCollapse::new(
-                self.cache_hit_collapse.clone(),
-                window_secs,
-            )));
-        }
-        if self.fast_failure_sink.rule.enabled {
-            v.push(Box::new(fast_failure::FastFailureSink::new(
-                self.fast_failure_sink.clone(),
-                window_secs,
-            )));
-        }
-        if self.capacity_headroom.rule.enabled && !self.capacity_headroom.capacities.is_empty() {
-            v.push(Box::new(capacity::CapacityHeadroom::new(
-                self.capacity_headroom.clone(),
-                window_secs,
-            )));
-        }
-        v
+        i += 1;
     }
+    true
 }
 
 /// Formats a ratio as a percentage with one decimal, for annotations.
 pub fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
+}
+
+/// `now / base`, or `None` when the baseline is not positive (nothing to compare with).
+pub fn factor(now: f64, base: f64) -> Option<f64> {
+    (base > 0.0).then(|| now / base)
+}
+
+/// Formats a [`factor`] as `10.0x`, or `from zero` when the baseline was zero.
+pub fn times(factor: Option<f64>) -> String {
+    factor.map_or("from zero".to_owned(), |x| format!("{}x", num(x)))
+}
+
+/// Formats a latency in milliseconds as `12.5 ms`, or `n/a` without one.
+pub fn ms(latency: Option<f64>) -> String {
+    latency.map_or("n/a".to_owned(), |p| format!("{} ms", num(p)))
+}
+
+/// Formats a ratio with two decimals, or `+Inf` when it is not finite (nothing was expected).
+pub fn ratio_2dp(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.2}")
+    } else {
+        "+Inf".to_owned()
+    }
 }
 
 /// Formats a number with up to three significant decimals, for annotations.
@@ -302,5 +383,85 @@ pub(crate) mod testkit {
         det.evaluate(&ctx, &mut out);
         book.update(snap.end, out.clone());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::detect::capacity::Capacity;
+
+    #[test]
+    fn every_kind_has_its_own_key_and_alert_name() {
+        let keys: std::collections::BTreeSet<_> =
+            DetectorsConfig::KINDS.iter().map(|(k, _)| k).collect();
+        let names: std::collections::BTreeSet<_> =
+            DetectorsConfig::KINDS.iter().map(|(_, n)| n).collect();
+        assert_eq!(keys.len(), DetectorsConfig::KINDS.len());
+        assert_eq!(names.len(), DetectorsConfig::KINDS.len());
+        let rules = DetectorsConfig::default().rules();
+        assert!(names.iter().all(|n| rules.contains_key(**n)), "{rules:?}");
+    }
+
+    #[test]
+    fn build_keeps_the_list_order_and_skips_what_the_settings_turn_off() {
+        let mut cfg = DetectorsConfig::default();
+        let built: Vec<&str> = cfg.build(10.0).iter().map(|d| d.alertname()).collect();
+        // CapacityHeadroom has no capacities by default, so it does not run.
+        assert_eq!(
+            built,
+            [
+                "HotShard",
+                "HotKey",
+                "LatencySkew",
+                "ErrorSurge",
+                "CacheHitCollapse",
+                "FastFailureSink"
+            ]
+        );
+        cfg.capacity_headroom.capacities.push(Capacity {
+            group: "db".to_owned(),
+            shard: "*".to_owned(),
+            max_requests_per_second: 100.0,
+        });
+        cfg.hot_key.rule.enabled = false;
+        let built: Vec<&str> = cfg.build(10.0).iter().map(|d| d.alertname()).collect();
+        assert_eq!(built.first(), Some(&"HotShard"));
+        assert_eq!(built.last(), Some(&"CapacityHeadroom"));
+        assert!(!built.contains(&"HotKey"));
+    }
+
+    #[test]
+    fn annotation_formats() {
+        assert_eq!(times(factor(0.5, 0.05)), "10.0x");
+        assert_eq!(times(factor(0.5, 0.0)), "from zero");
+        assert_eq!(ms(Some(12.345)), "12.3 ms");
+        assert_eq!(ms(None), "n/a");
+        assert_eq!(ratio_2dp(2.854), "2.85");
+        assert_eq!(ratio_2dp(f64::INFINITY), "+Inf");
+        assert_eq!(
+            (pct(0.0725), num(123.4), num(0.1234)),
+            ("7.2%".into(), "123".into(), "0.12".into())
+        );
+    }
+
+    #[test]
+    fn problems_carry_the_detector_key_in_their_path() {
+        let mut cfg = DetectorsConfig::default();
+        cfg.fast_failure_sink.consecutive_windows = 0;
+        cfg.hot_shard.warmup_windows = MAX_WINDOWS + 1;
+        let fields: Vec<String> = cfg
+            .problems("detectors")
+            .into_iter()
+            .map(|p| p.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "detectors.hot_shard.warmup_windows",
+                "detectors.fast_failure_sink.consecutive_windows"
+            ]
+        );
+        assert!(DetectorsConfig::default().problems("d").is_empty());
     }
 }

@@ -20,6 +20,8 @@
 //! The traces start at [`START`], a multiple of the default 10 s window, and the first ten
 //! minutes are plain traffic, so every baseline is warm before anything unusual happens.
 
+use skewwatch_detectors::prng::{GOLDEN_GAMMA, mix};
+
 use crate::scenario::{Record, Rng, Trace, Zipf};
 
 /// Trace start (unix seconds), a multiple of 10 so windows align with the phases.
@@ -383,10 +385,7 @@ pub fn short_bursts(seed: u64) -> Trace {
 
 /// The shard of key number `k` among `shards`: a fixed 64-bit mix, so keys scatter.
 pub fn hash_shard(k: u64, shards: usize) -> usize {
-    let mut z = k.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) % shards as u64) as usize
+    (mix(k.wrapping_add(GOLDEN_GAMMA)) % shards as u64) as usize
 }
 
 #[cfg(test)]

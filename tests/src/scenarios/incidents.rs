@@ -14,6 +14,8 @@
 //! and end with several minutes of recovery. Times are trace seconds; [`START`] is aligned to
 //! the default 10 s windows, and so are the onsets.
 
+use skewwatch_detectors::prng::{GOLDEN_GAMMA, mix};
+
 use crate::scenario::{Record, Rng, Trace, Zipf};
 
 /// Trace start (unix seconds), a multiple of 10 so windows align with the phases.
@@ -379,10 +381,7 @@ fn emit_keyed(
 
 /// The shard of a non-empty key rank: a fixed 64-bit mix, so keys scatter over shards.
 fn key_shard(rank: usize) -> usize {
-    let mut z = (rank as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) % GEMINI_SHARDS as u64) as usize
+    (mix((rank as u64).wrapping_add(GOLDEN_GAMMA)) % GEMINI_SHARDS as u64) as usize
 }
 
 /// The name of a non-empty key.
