@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use skewwatch_detectors::alert::{Alert, AlertState};
+use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 
 use crate::app;
@@ -76,28 +77,16 @@ fn state_at(w: u32, warmup: u32) -> State {
     }
 }
 
-/// Small deterministic generator so every run tells the same story.
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A latency around `median` ms with a long right tail.
-    fn latency(&mut self, median: f64) -> f64 {
-        median * (0.5 + 2.0 * self.uniform() * self.uniform())
-    }
+/// A latency around `median` ms with a long right tail, from a deterministic generator so
+/// every run tells the same story.
+fn latency(rng: &mut SplitMix64, median: f64) -> f64 {
+    median * (0.5 + 2.0 * rng.next_f64() * rng.next_f64())
 }
 
 /// Appends StatsD lines for `n` requests; a sample rate of 1/n makes one line stand for n.
 fn push_lines(
     lines: &mut Vec<String>,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     shard: usize,
     key: &str,
     (outcome, cache, median_ms): (&str, &str, f64),
@@ -108,7 +97,7 @@ fn push_lines(
         if part == 0 {
             continue;
         }
-        let mut l = format!("skewwatch.request:{:.3}|ms", rng.latency(median_ms));
+        let mut l = format!("skewwatch.request:{:.3}|ms", latency(rng, median_ms));
         if part > 1 {
             let _ = write!(l, "|@{:.12}", 1.0 / part as f64);
         }
@@ -121,7 +110,7 @@ fn push_lines(
 }
 
 /// Every StatsD line of one window.
-fn window_lines(s: State, window_secs: f64, rng: &mut Rng) -> Vec<String> {
+fn window_lines(s: State, window_secs: f64, rng: &mut SplitMix64) -> Vec<String> {
     // At least RPS requests per window, so short demo windows keep the volume the detectors'
     // minimum-volume gates expect of a 1 s window.
     let total = RPS * window_secs.max(1.0);
@@ -334,7 +323,7 @@ fn play(running: &app::Running, statsd: SocketAddr, args: &Args) -> anyhow::Resu
     let snapshots = running.snapshots();
     let alerts = running.alerts();
     let sock = UdpSocket::bind("127.0.0.1:0")?;
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     let mut narrator = Narrator::default();
     let start = Instant::now();
     for win in 0..warmup + INCIDENT_WINDOWS + RECOVERY_WINDOWS {
@@ -379,7 +368,7 @@ mod tests {
 
     #[test]
     fn sampled_lines_stand_for_their_counts() {
-        let mut rng = Rng(1);
+        let mut rng = SplitMix64::new(1);
         let lines = window_lines(state_at(0, 10), 1.0, &mut rng);
         let mut batch = skewwatch_detectors::observation::Batch::default();
         let mut rejected = skewwatch_detectors::observation::Rejections::default();

@@ -57,3 +57,75 @@ fn the_readme_carries_the_two_set_up_commands_ci_runs() {
     assert!(readme.contains("cargo test --workspace --release"));
     assert!(read(".ci/run").contains("cargo test --workspace --release"));
 }
+
+/// Repository paths named in backticks in `text`: tokens under a top-level directory of the
+/// repository, or ending in a file extension the repository uses.
+fn named_paths(text: &str) -> Vec<String> {
+    const TOPS: [&str; 9] = [
+        "agent/",
+        "detectors/",
+        "tests/",
+        "rules/",
+        "dashboards/",
+        "deploy/",
+        "docs/",
+        "scripts/",
+        ".ci/",
+    ];
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|t| t.trim_end_matches([',', '.', ')']))
+        .filter(|t| !t.contains(' ') && TOPS.iter().any(|top| t.starts_with(top)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every `.rs` file under `dir` (relative to the repository), as repository paths.
+fn rust_files(dir: &str) -> Vec<String> {
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(format!("{root}/{d}")).unwrap() {
+            let e = e.unwrap();
+            let rel = format!("{d}/{}", e.file_name().to_string_lossy());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(rel);
+            } else if rel.ends_with(".rs") {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_path_the_architecture_names_exists() {
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    let paths = named_paths(&read("docs/ARCHITECTURE.md"));
+    assert!(paths.len() > 20, "{paths:?}");
+    let missing: Vec<_> = paths
+        .iter()
+        .filter(|p| !std::path::Path::new(&format!("{root}/{p}")).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md names missing paths: {missing:?}"
+    );
+}
+
+#[test]
+fn every_module_is_named_in_the_architecture() {
+    let named = named_paths(&read("docs/ARCHITECTURE.md"));
+    let unnamed: Vec<_> = rust_files("agent/src")
+        .into_iter()
+        .chain(rust_files("detectors/src"))
+        .filter(|f| !named.contains(f))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "docs/ARCHITECTURE.md does not name these modules: {unnamed:?}"
+    );
+}

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 
 use skewwatch::loadgen::Workload;
 use skewwatch_detectors::observation::{Batch, ObservationRef, Outcome};
+use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use skewwatch_detectors::window::{WindowConfig, Windows};
 
@@ -90,9 +91,9 @@ pub fn ndjson_body(records: usize) -> Vec<u8> {
 /// over `shards` shards of one group, with keys when `keys > 0`.
 pub fn trace(records: usize, rate: usize, shards: usize, keys: usize) -> Vec<u8> {
     let mut out = String::with_capacity(records * 110);
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = SplitMix64::new(1);
     for i in 0..records {
-        let r = xorshift(&mut s);
+        let r = rng.next_u64();
         let ts = 1_700_000_000.0 + i as f64 / rate as f64;
         let _ = write!(
             out,
@@ -109,14 +110,6 @@ pub fn trace(records: usize, rate: usize, shards: usize, keys: usize) -> Vec<u8>
     out.into_bytes()
 }
 
-/// Deterministic xorshift, so shard and key mixes are the same on every run.
-pub fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 /// A batch of `n` observations over `shards` shards, with a latency each and keys drawn
 /// skewed from `keys` distinct ones when given.
 pub fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
@@ -125,9 +118,9 @@ pub fn batch(shards: usize, keys: Option<usize>, n: usize) -> Batch {
         .map(|i| format!("user:{i}"))
         .collect();
     let mut b = Batch::with_capacity(n);
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = SplitMix64::new(1);
     for _ in 0..n {
-        let r = xorshift(&mut s);
+        let r = rng.next_u64();
         let mut o = ObservationRef::new("metadata-db", &names[(r % shards as u64) as usize]);
         o.latency_ms = Some((r >> 20) as f64 % 50.0 + 0.5);
         if r.is_multiple_of(50) {
@@ -151,9 +144,9 @@ pub fn snapshot(shards: usize) -> WindowSnapshot {
         ..WindowConfig::default()
     };
     let mut w = Windows::new(cfg, 0.0);
-    let mut s = 1u64;
+    let mut rng = SplitMix64::new(1);
     for i in 0..shards * 20 {
-        let r = xorshift(&mut s);
+        let r = rng.next_u64();
         let shard = format!("shard-{}", i % shards);
         let key = format!("user:{}", r % 5000);
         let mut o = ObservationRef::new("metadata-db", &shard);

@@ -51,6 +51,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use sha2::Sha256;
 use skewwatch_detectors::alert::{Alert, Transition};
 use skewwatch_detectors::engine::Evaluation;
+use skewwatch_detectors::prng::{SplitMix64, fnv1a64};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -177,31 +178,23 @@ impl Backoff {
     }
 }
 
-/// A small xorshift generator for retry jitter; not for anything secret.
-#[derive(Debug, Clone)]
-struct Jitter(u64);
+/// Retry jitter: a generator seeded from the clock and the receiver's name, so receivers (and
+/// agents) that fail together do not retry in step. Not for anything secret.
+#[derive(Debug)]
+struct Jitter(SplitMix64);
 
 impl Jitter {
     fn seeded(salt: &str) -> Jitter {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        Jitter((nanos ^ fnv1a(salt.as_bytes())) | 1)
+        Jitter(SplitMix64::new(nanos ^ fnv1a64(salt.as_bytes())))
     }
 
     /// A value in [0, 1).
     fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        self.0.next_f64()
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// `sha256=<lowercase hex HMAC-SHA256 of body>`, the value of [`SIGNATURE_HEADER`].

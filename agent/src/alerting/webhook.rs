@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use skewwatch_detectors::alert::{AlertState, Labels, TransitionState};
+use skewwatch_detectors::prng::{fnv1a64, fnv1a64_extend};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -75,15 +76,12 @@ pub struct MessageAlert {
 /// Alertmanager's (Prometheus `model.LabelSet.Fingerprint`) label-set hash: FNV-1a 64 over
 /// each name and value in name order, each followed by a 0xff separator, as 16 hex digits.
 pub fn fingerprint(labels: &Labels) -> String {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let add = |h: u64, b: u8| (h ^ u64::from(b)).wrapping_mul(PRIME);
-    let mut h = OFFSET;
+    let mut h = fnv1a64(&[]);
     for (k, v) in labels {
-        h = k.bytes().fold(h, add);
-        h = add(h, 0xff);
-        h = v.bytes().fold(h, add);
-        h = add(h, 0xff);
+        h = fnv1a64_extend(h, k.as_bytes());
+        h = fnv1a64_extend(h, &[0xff]);
+        h = fnv1a64_extend(h, v.as_bytes());
+        h = fnv1a64_extend(h, &[0xff]);
     }
     format!("{h:016x}")
 }

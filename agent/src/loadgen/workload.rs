@@ -8,6 +8,8 @@
 
 use std::fmt::Write as _;
 
+use skewwatch_detectors::prng::SplitMix64;
+
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
@@ -51,42 +53,19 @@ struct Request {
     error: bool,
 }
 
-/// Splitmix64: small, seeded and good enough for a workload.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in 0..n (n > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
-    }
-}
-
 impl Workload {
     fn requests(&self, seed_offset: u64) -> impl Iterator<Item = Request> + '_ {
-        let mut rng = SplitMix64(self.seed ^ seed_offset.wrapping_mul(0xA076_1D64_78BD_642F));
+        let mut rng = SplitMix64::new(self.seed ^ seed_offset.wrapping_mul(0xA076_1D64_78BD_642F));
         std::iter::from_fn(move || {
             let group = rng.below(self.groups.max(1));
             let shard = rng.below(self.shards.max(1));
             let key = (self.keys > 0).then(|| {
-                let u = rng.unit();
+                let u = rng.next_f64();
                 let u = if self.uniform_keys { u } else { u * u };
                 ((u * self.keys as f64) as usize).min(self.keys - 1)
             });
             // Exponential with a mean of 4 ms, at least 0.05 ms.
-            let latency_ms = -4.0 * (1.0 - rng.unit()).ln() + 0.05;
+            let latency_ms = -4.0 * (1.0 - rng.next_f64()).ln() + 0.05;
             let error = rng.below(100) == 0;
             Some(Request {
                 group,
