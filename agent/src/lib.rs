@@ -19,6 +19,7 @@
 //! - [`app`]: the daemon assembled: [`app::start`] returns a [`app::Running`] agent that owns
 //!   its bound addresses and tasks, and shuts down in order within a grace time.
 //! - [`replay`]: the engine over a recorded trace, in trace time.
+//! - [`state`]: the state file that carries alerts and baselines across restarts.
 //! - [`demo`]: the agent fed a simulated incident.
 //! - [`loadgen`]: `skewwatch bench`, the load generator.
 //!
@@ -35,4 +36,5 @@ pub mod ingest;
 pub mod loadgen;
 pub mod pipeline;
 pub mod replay;
+pub mod state;
 pub mod telemetry;

@@ -70,13 +70,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
-    Ok(match path {
-        Some(p) => Config::load(p)?,
-        None => Config::embedded(),
-    })
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -101,17 +94,19 @@ fn main() -> ExitCode {
             listen_addresses_file,
         } => {
             let options = skewwatch::app::RunOptions {
+                source: skewwatch::app::ConfigSource {
+                    path: config,
+                    http_listen,
+                    statsd_listen,
+                },
                 addresses_file: listen_addresses_file,
             };
-            let result = load_config(config.as_ref()).and_then(|mut c| {
-                if let Some(a) = http_listen {
-                    c.http_listen = a;
-                }
-                if let Some(a) = statsd_listen {
-                    c.statsd_listen = Some(a);
-                }
-                run_agent(c, options)
-            });
+            // Validated (secrets read) before the runtime starts or any port is bound.
+            let result = options
+                .source
+                .load()
+                .map_err(anyhow::Error::from)
+                .and_then(|c| run_agent(c, options));
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

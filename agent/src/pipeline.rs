@@ -8,17 +8,73 @@
 //! touches the engine, so the hot path takes no lock.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use skewwatch_detectors::alert::Alert;
-use skewwatch_detectors::engine::{Engine, Evaluation};
+use skewwatch_detectors::engine::{Engine, EngineConfig, Evaluation};
 use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::state::StateStore;
 use crate::telemetry::SelfMetrics;
+
+/// When the pipeline last closed a window, shared with `/readyz`: a pipeline that stopped
+/// closing windows (stuck, or dead) makes the agent unready.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    inner: Arc<HeartbeatInner>,
+}
+
+#[derive(Debug)]
+struct HeartbeatInner {
+    epoch: tokio::time::Instant,
+    /// Milliseconds since `epoch` of the last beat.
+    last_ms: AtomicU64,
+    /// The window length in milliseconds.
+    window_ms: AtomicU64,
+}
+
+impl Heartbeat {
+    /// Windows without a close after which the pipeline counts as stuck.
+    pub const STALE_WINDOWS: u32 = 3;
+
+    /// A heartbeat that beat just now, for windows of `window`.
+    pub fn new(window: Duration) -> Heartbeat {
+        Heartbeat {
+            inner: Arc::new(HeartbeatInner {
+                epoch: tokio::time::Instant::now(),
+                last_ms: AtomicU64::new(0),
+                window_ms: AtomicU64::new(window.as_millis() as u64),
+            }),
+        }
+    }
+
+    /// A window closed now.
+    pub fn beat(&self) {
+        let ms = self.inner.epoch.elapsed().as_millis() as u64;
+        self.inner.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The window length changed (a reload).
+    pub fn set_window(&self, window: Duration) {
+        self.inner
+            .window_ms
+            .store(window.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// How long since the last beat, when that is longer than [`Heartbeat::STALE_WINDOWS`]
+    /// windows.
+    pub fn stale(&self) -> Option<Duration> {
+        let now = self.inner.epoch.elapsed().as_millis() as u64;
+        let since = now.saturating_sub(self.inner.last_ms.load(Ordering::Relaxed));
+        let limit = self.inner.window_ms.load(Ordering::Relaxed) * u64::from(Self::STALE_WINDOWS);
+        (since > limit).then(|| Duration::from_millis(since))
+    }
+}
 
 /// The ends of the channels around the pipeline.
 #[derive(Debug)]
@@ -29,10 +85,31 @@ pub struct PipelineChannels {
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     /// The active (pending and firing) alerts after the latest evaluation.
     pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
+    /// When the pipeline last closed a window.
+    pub heartbeat: Heartbeat,
+    /// Where reloads send their changes.
+    pub control: mpsc::Sender<Control>,
 }
 
 /// What [`Pipeline::on_evaluation`] registers.
-type EvaluationHook = Box<dyn FnMut(&Evaluation) + Send>;
+pub type EvaluationHook = Box<dyn FnMut(&Evaluation) + Send>;
+
+/// Changes to the pipeline while it runs (a configuration reload).
+pub enum Control {
+    /// New window and detector settings; the reply is sent once they are in force.
+    Reconfigure(Box<EngineConfig>, oneshot::Sender<()>),
+    /// A new evaluation hook (alert delivery rebuilt); the old one is dropped.
+    Hook(Option<EvaluationHook>),
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Control::Reconfigure(..) => f.write_str("Reconfigure"),
+            Control::Hook(h) => write!(f, "Hook({})", h.is_some()),
+        }
+    }
+}
 
 /// The pipeline task's state.
 pub struct Pipeline<C: Clock> {
@@ -42,7 +119,13 @@ pub struct Pipeline<C: Clock> {
     snapshots: watch::Sender<Arc<WindowSnapshot>>,
     alerts: watch::Sender<Arc<Vec<Alert>>>,
     metrics: SelfMetrics,
+    heartbeat: Heartbeat,
+    control: mpsc::Receiver<Control>,
     on_evaluation: Option<EvaluationHook>,
+    /// Where the engine's state is saved, if anywhere.
+    state: Option<StateStore>,
+    windows_since_save: u32,
+    saving: Option<tokio::task::JoinHandle<bool>>,
 }
 
 impl<C: Clock> Pipeline<C> {
@@ -52,10 +135,13 @@ impl<C: Clock> Pipeline<C> {
         clock: C,
         queue_batches: usize,
         metrics: SelfMetrics,
+        state: Option<StateStore>,
     ) -> (Self, PipelineChannels) {
         let (tx, rx) = mpsc::channel(queue_batches);
         let (stx, srx) = watch::channel(Arc::new(WindowSnapshot::empty(engine.window_start())));
         let (atx, arx) = watch::channel(Arc::new(Vec::new()));
+        let heartbeat = Heartbeat::new(Duration::from_secs_f64(engine.window_secs()));
+        let (ctx, crx) = mpsc::channel(4);
         (
             Pipeline {
                 engine,
@@ -64,34 +150,53 @@ impl<C: Clock> Pipeline<C> {
                 snapshots: stx,
                 alerts: atx,
                 metrics,
+                heartbeat: heartbeat.clone(),
+                control: crx,
                 on_evaluation: None,
+                state,
+                windows_since_save: 0,
+                saving: None,
             },
             PipelineChannels {
                 batches: tx,
                 snapshots: srx,
                 alerts: arx,
+                heartbeat,
+                control: ctx,
             },
         )
     }
 
     /// Calls `f` for every closed window, after the snapshot is published.
-    pub fn on_evaluation(&mut self, f: impl FnMut(&Evaluation) + Send + 'static) {
-        self.on_evaluation = Some(Box::new(f));
+    pub fn on_evaluation(&mut self, f: EvaluationHook) {
+        self.on_evaluation = Some(f);
     }
 
     /// Runs until `cancel` fires and the queue is drained.
+    ///
+    /// Windows are closed on a monotonic schedule: the pipeline sleeps until the wall clock
+    /// should reach the window's end, but never longer than one window, and at every tick it
+    /// closes exactly one window. Wall time only labels windows. So a wall clock that steps
+    /// back cannot freeze windows, and one that steps forward cannot close a burst of empty
+    /// ones; either step is logged, counted, and the next window is re-aligned to the new
+    /// time (see [`Engine::realign`]).
     pub async fn run(mut self, cancel: CancellationToken) {
+        let mut next = self.next_tick();
         loop {
-            let wait = (self.engine.window_end() - self.clock.now()).max(0.0);
             tokio::select! {
                 biased;
-                _ = tokio::time::sleep(Duration::from_secs_f64(wait)) => {
-                    self.evaluate(self.clock.now());
+                _ = tokio::time::sleep_until(next) => {
+                    self.tick();
+                    next = self.next_tick();
                 }
                 batch = self.batches.recv() => match batch {
                     Some(b) => self.engine.record_batch(&b),
                     None => break,
                 },
+                Some(c) = self.control.recv() => {
+                    self.apply(c);
+                    next = self.next_tick();
+                }
                 _ = cancel.cancelled() => break,
             }
         }
@@ -100,18 +205,108 @@ impl<C: Clock> Pipeline<C> {
         while let Ok(b) = self.batches.try_recv() {
             self.engine.record_batch(&b);
         }
+        self.save_state().await;
         tracing::info!("Pipeline stopped.");
     }
 
-    fn evaluate(&mut self, now: f64) {
-        for ev in self.engine.advance(now) {
-            self.metrics.windows.inc();
-            self.metrics.last_window_end.set(ev.snapshot.end as i64);
-            self.snapshots.send_replace(ev.snapshot.clone());
-            self.alerts.send_replace(ev.alerts.clone());
-            if let Some(f) = &mut self.on_evaluation {
-                f(&ev);
-            }
+    /// When the current window should close: when the wall clock reaches its end, but at most
+    /// one window from now.
+    fn next_tick(&self) -> tokio::time::Instant {
+        let window = self.engine.window_secs();
+        let wait = (self.engine.window_end() - self.clock.now()).clamp(0.0, window);
+        tokio::time::Instant::now() + Duration::from_secs_f64(wait)
+    }
+
+    /// Closes one window; re-aligns when the wall clock has moved away from the schedule.
+    fn tick(&mut self) {
+        let now = self.clock.now();
+        let end = self.engine.window_end();
+        let window = self.engine.window_secs();
+        let ev = self.engine.close_window();
+        self.publish(ev);
+        let step = now - end;
+        if step.abs() > step_tolerance(window) {
+            let direction = if step > 0.0 { "forward" } else { "backward" };
+            tracing::warn!(
+                step_secs = step,
+                direction,
+                "The wall clock stepped; windows are re-aligned to it."
+            );
+            self.metrics.clock_steps(direction).inc();
+            self.engine
+                .realign(skewwatch_detectors::engine::align(now, window));
         }
     }
+
+    fn apply(&mut self, control: Control) {
+        match control {
+            Control::Reconfigure(cfg, reply) => {
+                self.heartbeat
+                    .set_window(Duration::from_secs_f64(cfg.window.window_secs));
+                for (detector, why) in self.engine.reconfigure(*cfg) {
+                    tracing::warn!(
+                        detector,
+                        why,
+                        "A detector could not keep its state across the reload; it starts afresh."
+                    );
+                }
+                let _ = reply.send(());
+            }
+            Control::Hook(hook) => self.on_evaluation = hook,
+        }
+    }
+
+    fn publish(&mut self, ev: Evaluation) {
+        self.metrics.windows.inc();
+        self.heartbeat.beat();
+        self.metrics.last_window_end.set(ev.snapshot.end as i64);
+        for g in &ev.snapshot.groups {
+            let level = if g.overflow { "group" } else { "shard" };
+            self.metrics.folded(level).inc_by(g.folded_records);
+        }
+        self.snapshots.send_replace(ev.snapshot.clone());
+        self.alerts.send_replace(ev.alerts.clone());
+        if let Some(f) = &mut self.on_evaluation {
+            f(&ev);
+        }
+        self.windows_since_save += 1;
+        if self
+            .state
+            .as_ref()
+            .is_some_and(|s| self.windows_since_save >= s.every_windows)
+        {
+            self.windows_since_save = 0;
+            self.spawn_save();
+        }
+    }
+
+    /// Writes the engine's state in the background (the pipeline does not wait for the
+    /// disk); a write still running is not doubled.
+    fn spawn_save(&mut self) {
+        let Some(store) = &self.state else { return };
+        if self.saving.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let bytes = store.encode(&self.engine.save_state());
+        let store = store.clone();
+        self.saving = Some(tokio::task::spawn_blocking(move || store.write(&bytes)));
+    }
+
+    /// Writes the state now and waits (at shutdown).
+    async fn save_state(&mut self) {
+        let Some(store) = self.state.clone() else {
+            return;
+        };
+        if let Some(h) = self.saving.take() {
+            let _ = h.await;
+        }
+        let bytes = store.encode(&self.engine.save_state());
+        let _ = tokio::task::spawn_blocking(move || store.write(&bytes)).await;
+    }
+}
+
+/// How far the wall clock may drift from the window schedule at a tick before it counts as
+/// a step: timer jitter on a loaded machine stays well within it.
+fn step_tolerance(window_secs: f64) -> f64 {
+    (window_secs / 4.0).max(0.5)
 }

@@ -24,6 +24,11 @@ pub struct Args {
     pub config: Option<PathBuf>,
     /// NDJSON observation trace in time order; `-` reads standard input.
     pub trace: PathBuf,
+    /// A record more than this many seconds after the latest time the trace has reached is a
+    /// bad line: one stray timestamp (a year 3000) would otherwise make every later record
+    /// late and the replay silently empty.
+    #[arg(long, default_value_t = 86_400.0)]
+    pub max_future_secs: f64,
 }
 
 /// Exit code for a bad trace line.
@@ -56,7 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = BufWriter::new(stdout);
     let started = Instant::now();
     let mut summary = Summary::default();
-    match replay(input, &config, &mut out, &mut summary) {
+    anyhow::ensure!(
+        args.max_future_secs.is_finite() && args.max_future_secs > 0.0,
+        "--max-future-secs must be a positive number of seconds"
+    );
+    match replay(input, &config, args.max_future_secs, &mut out, &mut summary) {
         Ok(()) => {}
         Err(ReplayError::BadLine { line, why }) => {
             out.flush()?;
@@ -100,10 +109,13 @@ pub enum ReplayError {
 fn replay(
     mut input: impl BufRead,
     config: &Config,
+    max_future_secs: f64,
     out: &mut impl Write,
     summary: &mut Summary,
 ) -> Result<(), ReplayError> {
     let mut engine: Option<Engine> = None;
+    // The latest time the trace has reached.
+    let mut latest = f64::NEG_INFINITY;
     let mut buf = Vec::with_capacity(512);
     let mut line_no = 0u64;
     loop {
@@ -127,6 +139,17 @@ fn replay(
                 why: "ts is required in a replay trace".into(),
             });
         };
+        if engine.is_some() && ts > latest + max_future_secs {
+            return Err(ReplayError::BadLine {
+                line: line_no,
+                why: format!(
+                    "ts {ts} is {:.0} s after the trace's latest time {latest} (more than \
+                     --max-future-secs {max_future_secs}); fix the record or raise the bound",
+                    ts - latest
+                ),
+            });
+        }
+        latest = latest.max(ts);
         let engine = engine.get_or_insert_with(|| Engine::new(config.engine.clone(), ts));
         if ts >= engine.window_end() {
             for ev in engine.advance(ts) {
@@ -138,7 +161,7 @@ fn replay(
         }
         engine.record(&obs);
         summary.records += 1;
-        summary.requests += obs.count;
+        summary.requests = summary.requests.saturating_add(obs.count);
     }
     if let Some(engine) = &mut engine {
         let end = engine.window_end();
@@ -174,7 +197,13 @@ mod tests {
     fn run_str(trace: &str) -> Result<(String, Summary), ReplayError> {
         let mut out = Vec::new();
         let mut s = Summary::default();
-        replay(trace.as_bytes(), &Config::embedded(), &mut out, &mut s)?;
+        replay(
+            trace.as_bytes(),
+            &Config::embedded(),
+            86_400.0,
+            &mut out,
+            &mut s,
+        )?;
         Ok((String::from_utf8(out).unwrap(), s))
     }
 
@@ -191,6 +220,20 @@ mod tests {
     fn a_record_without_ts_is_a_bad_line() {
         let err = run_str("{\"group\":\"g\",\"shard\":\"s\"}\n").unwrap_err();
         assert!(err.to_string().contains("ts is required"), "{err}");
+    }
+
+    #[test]
+    fn a_record_far_in_the_future_is_a_bad_line() {
+        let t = "{\"ts\":100,\"group\":\"g\",\"shard\":\"s\"}\n\
+                 {\"ts\":32503680000,\"group\":\"g\",\"shard\":\"s\"}\n\
+                 {\"ts\":101,\"group\":\"g\",\"shard\":\"s\"}\n";
+        match run_str(t) {
+            Err(ReplayError::BadLine { line, why }) => {
+                assert_eq!(line, 2);
+                assert!(why.contains("max-future-secs"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

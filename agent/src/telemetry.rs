@@ -134,6 +134,20 @@ pub struct SelfMetrics {
     pub alert_deliveries_dropped: IntCounterVec,
     /// What each receiver is owed and has not yet acknowledged.
     pub alert_delivery_queue_length: IntGaugeVec,
+    /// 1 when the last configuration reload succeeded (or none was tried), else 0.
+    pub config_last_reload_successful: IntGauge,
+    /// When the last successful reload (or the start) happened, unix seconds.
+    pub config_last_reload_success_timestamp: IntGauge,
+    /// Records folded into `__other__`, by level (`group`, `shard`).
+    pub folded: IntCounterVec,
+    /// Wall-clock steps the pipeline re-aligned its windows to, by direction.
+    pub clock_steps: IntCounterVec,
+    /// Errors receiving from the StatsD socket (other than "no data").
+    pub statsd_receive_errors: IntCounter,
+    /// HTTP connections open now.
+    pub http_connections_open: IntGauge,
+    /// HTTP connections closed at once because the listener was full.
+    pub http_connections_refused: IntCounter,
     /// Each source's ingest counters, indexed by [`Source::index`].
     sources: Vec<SourceMetrics>,
 }
@@ -214,6 +228,36 @@ impl SelfMetrics {
                  Alertmanager has not acknowledged.",
                 &["receiver"],
             )?,
+            config_last_reload_successful: r.gauge(
+                "skewwatch_config_last_reload_successful",
+                "1 when the last configuration reload succeeded (or none was tried), 0 when it failed and the previous configuration still runs.",
+            )?,
+            config_last_reload_success_timestamp: r.gauge(
+                "skewwatch_config_last_reload_success_timestamp_seconds",
+                "When the configuration in force was loaded (start or last successful reload), unix seconds.",
+            )?,
+            folded: r.counters(
+                "skewwatch_ingest_folded_total",
+                "Records folded into __other__ because a cap was full, by level: shard (a group's shard cap or the total shard budget) or group (the group cap).",
+                &["level"],
+            )?,
+            clock_steps: r.counters(
+                "skewwatch_clock_steps_total",
+                "Times the wall clock stepped away from the window schedule and windows were re-aligned, by direction.",
+                &["direction"],
+            )?,
+            statsd_receive_errors: r.counter(
+                "skewwatch_statsd_receive_errors_total",
+                "Errors receiving from the StatsD socket; the receiver backs off after each.",
+            )?,
+            http_connections_open: r.gauge(
+                "skewwatch_http_connections_open",
+                "HTTP connections open now, including health-check-only ones past http.max_connections.",
+            )?,
+            http_connections_refused: r.counter(
+                "skewwatch_http_connections_refused_total",
+                "HTTP connections closed at once because the listener and its health-check reserve were full.",
+            )?,
             datagrams: r.counter(
                 "skewwatch_statsd_datagrams_total",
                 "UDP datagrams received on the StatsD listener.",
@@ -240,6 +284,15 @@ impl SelfMetrics {
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        m.config_last_reload_successful.set(1);
+        for level in ["group", "shard"] {
+            m.folded.with_label_values(&[level]);
+        }
+        for direction in ["forward", "backward"] {
+            m.clock_steps.with_label_values(&[direction]);
+        }
+        m.config_last_reload_success_timestamp
+            .set(crate::clock::wall_now() as i64);
         // Resolving every series up front also makes it exist from the first scrape, so a
         // dashboard sees zeros rather than gaps.
         m.sources = Source::ALL
@@ -247,6 +300,16 @@ impl SelfMetrics {
             .map(|&s| SourceMetrics::resolve(&m, s))
             .collect();
         Ok(m)
+    }
+
+    /// The folded-records counter of `level` (`group` or `shard`).
+    pub fn folded(&self, level: &str) -> IntCounter {
+        self.folded.with_label_values(&[level])
+    }
+
+    /// The clock-step counter of `direction` (`forward` or `backward`).
+    pub fn clock_steps(&self, direction: &str) -> IntCounter {
+        self.clock_steps.with_label_values(&[direction])
     }
 
     /// The ingest counters of `source`.

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::observation::{key_label, label_value};
+
 /// Label or annotation set, sorted by name so output is deterministic.
 pub type Labels = BTreeMap<String, String>;
 
@@ -48,13 +50,13 @@ pub struct Finding {
 
 impl Finding {
     /// A finding with identifying `labels` and no annotations yet.
+    ///
+    /// Label values are the raw names (a group, a shard, a key as it arrived); they are rendered
+    /// here, once, by [`identity`], so no detector can render one differently.
     pub fn new(alertname: &'static str, severity: Severity, labels: &[(&str, &str)]) -> Self {
         Finding {
             alertname,
-            labels: labels
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            labels: identity(labels),
             severity,
             annotations: Labels::new(),
         }
@@ -65,6 +67,23 @@ impl Finding {
         self.annotations.insert(name.to_owned(), value.into());
         self
     }
+}
+
+/// The identifying labels of an alert from raw names: a `key` label as [`key_label`] renders
+/// it (the empty key as `(empty)`), every other value as [`label_value`] does, so a literal
+/// name can never pass for the empty key or the overflow series.
+pub fn identity(labels: &[(&str, &str)]) -> Labels {
+    labels
+        .iter()
+        .map(|(k, v)| {
+            let value = if *k == "key" {
+                key_label(v)
+            } else {
+                label_value(v)
+            };
+            ((*k).to_owned(), value.into_owned())
+        })
+        .collect()
 }
 
 /// Timing of one alert rule.
@@ -87,7 +106,7 @@ impl Default for AlertRule {
 }
 
 /// State of an active alert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AlertState {
     /// The condition holds but not yet for `for_secs`.
@@ -97,7 +116,7 @@ pub enum AlertState {
 }
 
 /// An active (pending or firing) alert.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
     /// All labels, including `alertname` and `severity`.
     pub labels: Labels,
@@ -168,19 +187,54 @@ impl AlertBook {
 
     /// True when the alert named `alertname` with exactly these identifying labels is pending or
     /// firing. Detectors use it to freeze baselines while their alert is active.
+    /// Labels are raw names, rendered as [`Finding::new`] renders them.
     pub fn is_active(&self, alertname: &str, labels: &[(&str, &str)]) -> bool {
-        let key: Labels = labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        self.alerts.contains_key(&(alertname.to_owned(), key))
+        self.alerts
+            .contains_key(&(alertname.to_owned(), identity(labels)))
     }
 
-    /// True when any alert named `alertname` is active for `group`.
+    /// True when any alert named `alertname` is active for `group` (a raw name).
     pub fn group_has_active(&self, alertname: &str, group: &str) -> bool {
+        let group = label_value(group);
         self.alerts
             .iter()
-            .any(|((n, l), _)| n == alertname && l.get("group").is_some_and(|g| g == group))
+            .any(|((n, l), _)| n == alertname && l.get("group").is_some_and(|g| *g == group))
+    }
+
+    /// Replaces the timing rules (a reload); active alerts keep their state and are timed by
+    /// the new rules from now on.
+    pub fn set_rules(&mut self, rules: BTreeMap<String, AlertRule>) {
+        self.rules = rules;
+    }
+
+    /// Moves every alert's times by `delta` seconds: after the clock stepped, the durations
+    /// `for` and `keep_firing_for` measure stay what they were.
+    pub fn shift_time(&mut self, delta: f64) {
+        for a in self.alerts.values_mut() {
+            a.active_at += delta;
+            a.last_true_at += delta;
+            if let Some(f) = &mut a.fired_at {
+                *f += delta;
+            }
+        }
+    }
+
+    /// The active alerts, to save across a restart.
+    pub fn save(&self) -> Vec<Alert> {
+        self.alerts.values().cloned().collect()
+    }
+
+    /// Takes back alerts saved by [`AlertBook::save`], replacing the active ones.
+    pub fn restore(&mut self, alerts: Vec<Alert>) {
+        self.alerts = alerts
+            .into_iter()
+            .map(|a| {
+                let mut key = a.labels.clone();
+                key.remove("alertname");
+                key.remove("severity");
+                ((a.alertname().to_owned(), key), a)
+            })
+            .collect();
     }
 
     /// Active alerts, sorted by name and labels.

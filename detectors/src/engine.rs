@@ -6,7 +6,10 @@
 //! live, trace time in replay). Windows are aligned to multiples of the window length since the
 //! unix epoch, so two agents with the same window length cut time the same way.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
 
 use crate::alert::{Alert, AlertBook, Transition};
 use crate::detect::{Context, Detector, DetectorsConfig};
@@ -38,13 +41,47 @@ pub struct Evaluation {
     pub alerts: Arc<Vec<Alert>>,
 }
 
+/// The version of [`EngineState`]; a state of another version is not restored.
+pub const STATE_VERSION: u32 = 1;
+
+/// What the engine has learned, to carry over a restart: the active alerts and every
+/// detector's state (baselines, streaks), by alert name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineState {
+    /// [`STATE_VERSION`] when saved.
+    pub version: u32,
+    /// End of the last evaluated window when saved, unix seconds.
+    pub saved_at: f64,
+    /// The window length in force when saved.
+    pub window_secs: f64,
+    /// Active (pending and firing) alerts.
+    pub alerts: Vec<Alert>,
+    /// Each detector's state, by alert name.
+    pub detectors: BTreeMap<String, serde_json::Value>,
+}
+
+/// What [`Engine::restore_state`] took back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Restored {
+    /// Alerts taken back.
+    pub alerts: usize,
+    /// Detectors whose state was taken back.
+    pub detectors: Vec<&'static str>,
+    /// Detectors whose saved state could not be read, and why; they start afresh.
+    pub failed: Vec<(&'static str, String)>,
+}
+
 /// Windows and detectors, with time passed in.
 #[derive(Debug)]
 pub struct Engine {
     windows: Windows,
     window_secs: f64,
+    /// A new window length from a reload, in force from the next window.
+    next_window_secs: Option<f64>,
     detectors: Vec<Box<dyn Detector>>,
     alerts: AlertBook,
+    /// End of the last evaluated window.
+    last_end: Option<f64>,
 }
 
 impl Engine {
@@ -57,6 +94,8 @@ impl Engine {
             alerts: AlertBook::new(cfg.detectors.rules()),
             windows: Windows::new(cfg.window, start),
             window_secs,
+            next_window_secs: None,
+            last_end: None,
         }
     }
 
@@ -70,9 +109,11 @@ impl Engine {
         self.windows.start()
     }
 
-    /// End of the current window: when [`Engine::advance`] should next be called.
+    /// End of the current window: when [`Engine::advance`] should next be called. Windows end
+    /// on multiples of the window length; the first window after a change of length (or a
+    /// clock step) may be shorter.
     pub fn window_end(&self) -> f64 {
-        self.windows.start() + self.window_secs
+        align(self.windows.start(), self.window_secs) + self.window_secs
     }
 
     /// Adds one validated observation to the current window.
@@ -86,6 +127,7 @@ impl Engine {
     }
 
     /// Closes every window that ended at or before `now`, oldest first, and evaluates each.
+    /// This is how replay moves through trace time.
     pub fn advance(&mut self, now: f64) -> Vec<Evaluation> {
         let mut out = Vec::new();
         let mut empty_run = 0;
@@ -96,14 +138,107 @@ impl Engine {
                 let _ = self.windows.close(align(now, self.window_secs));
                 break;
             }
-            let end = self.window_end();
-            let snap = Arc::new(self.windows.close(end));
-            if snap.groups.iter().all(|g| g.requests == 0) {
+            let ev = self.close_window();
+            if ev.snapshot.groups.iter().all(|g| g.requests == 0) {
                 empty_run += 1;
             } else {
                 empty_run = 0;
             }
-            out.push(self.evaluate(snap));
+            out.push(ev);
+        }
+        out
+    }
+
+    /// Closes the current window at its end and evaluates it, whatever the time: the live
+    /// agent calls this once per window, scheduled on a monotonic clock.
+    pub fn close_window(&mut self) -> Evaluation {
+        let end = self.window_end();
+        let snap = Arc::new(self.windows.close(end));
+        if let Some(secs) = self.next_window_secs.take() {
+            self.window_secs = secs;
+        }
+        self.evaluate(snap)
+    }
+
+    /// The wall clock stepped: the current window now starts at `start` (aligned by the
+    /// caller to the new time). Alert times move by the same step, so `for` and
+    /// `keep_firing_for` keep measuring the time that really passed; detectors forget what
+    /// depends on the spacing of windows in time. No window is closed, so a step forward
+    /// closes no burst of empty windows and a step back freezes nothing.
+    pub fn realign(&mut self, start: f64) {
+        let delta = start - self.windows.start();
+        self.windows.set_start(start);
+        self.alerts.shift_time(delta);
+        if let Some(e) = &mut self.last_end {
+            *e += delta;
+        }
+        for d in &mut self.detectors {
+            d.clock_stepped();
+        }
+    }
+
+    /// Puts new settings in force (a reload) without losing the open window, what the
+    /// detectors learned or the alerts: detectors are rebuilt from the new settings and given
+    /// back their state; alerts keep their state under the new timing rules. A new window
+    /// length applies from the next window. Returns the detectors whose state could not be
+    /// carried over (they start afresh), and why.
+    pub fn reconfigure(&mut self, cfg: EngineConfig) -> Vec<(&'static str, String)> {
+        let secs = cfg.window.window_secs;
+        if secs != self.window_secs {
+            self.next_window_secs = Some(secs);
+        }
+        self.windows.set_config(cfg.window);
+        let saved: BTreeMap<&'static str, serde_json::Value> = self
+            .detectors
+            .iter()
+            .map(|d| (d.alertname(), d.save_state()))
+            .collect();
+        self.detectors = cfg.detectors.build(secs);
+        let mut failed = Vec::new();
+        for d in &mut self.detectors {
+            if let Some(state) = saved.get(d.alertname())
+                && let Err(why) = d.restore_state(state.clone())
+            {
+                failed.push((d.alertname(), why));
+            }
+        }
+        self.alerts.set_rules(cfg.detectors.rules());
+        failed
+    }
+
+    /// What the engine has learned, to save.
+    pub fn save_state(&self) -> EngineState {
+        EngineState {
+            version: STATE_VERSION,
+            saved_at: self.last_end.unwrap_or(self.windows.start()),
+            window_secs: self.window_secs,
+            alerts: self.alerts.save(),
+            detectors: self
+                .detectors
+                .iter()
+                .map(|d| (d.alertname().to_owned(), d.save_state()))
+                .collect(),
+        }
+    }
+
+    /// Takes back a saved state (checked by the caller for version and age): the alerts, and
+    /// each running detector's state where it reads back.
+    pub fn restore_state(&mut self, state: EngineState) -> Restored {
+        let mut out = Restored {
+            alerts: state.alerts.len(),
+            ..Restored::default()
+        };
+        self.alerts.restore(state.alerts);
+        let mut saved = state.detectors;
+        for d in &mut self.detectors {
+            let name = d.alertname();
+            let Some(s) = saved.remove(name) else {
+                continue;
+            };
+            match d.restore_state(s) {
+                Ok(()) => out.detectors.push(name),
+                Err(why) => out.failed.push((name, why)),
+            }
         }
         out
     }
@@ -120,6 +255,7 @@ impl Engine {
             d.evaluate(&ctx, &mut findings);
         }
         let transitions = self.alerts.update(snap.end, findings);
+        self.last_end = Some(snap.end);
         Evaluation {
             alerts: Arc::new(self.alerts.active().cloned().collect()),
             snapshot: snap,

@@ -5,6 +5,7 @@
 //! buffers; [`Batch`] packs many of them into one string arena so a batch crosses a channel
 //! with two allocations instead of several per record.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Longest accepted `group` or `shard` value, in bytes.
@@ -323,9 +324,63 @@ impl<'a> ObservationRef<'a> {
     }
 }
 
-/// Renders a key as a label value: the empty key becomes `(empty)`.
-pub fn key_label(key: &str) -> &str {
-    if key.is_empty() { EMPTY_KEY_LABEL } else { key }
+/// Marks a user-supplied name that would otherwise read as a reserved rendering.
+pub const LITERAL_ESCAPE: char = '\\';
+
+/// Renders a user-supplied name (group, shard or key value) as a label value.
+///
+/// Two renderings are reserved: [`EMPTY_KEY_LABEL`] for the empty key and [`OTHER_LABEL`] for
+/// what overflowed a cap. A name equal to one of them, or starting with [`LITERAL_ESCAPE`], is
+/// written with one more `\` in front, so no input can pass for the empty key or for the
+/// overflow series, and two different names never render the same. Every other name is
+/// written as is.
+pub fn label_value(name: &str) -> Cow<'_, str> {
+    if name == EMPTY_KEY_LABEL || name == OTHER_LABEL || name.starts_with(LITERAL_ESCAPE) {
+        Cow::Owned(format!("{LITERAL_ESCAPE}{name}"))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// Renders a key as a label value: the empty key becomes [`EMPTY_KEY_LABEL`]; any other key as
+/// [`label_value`] writes it.
+pub fn key_label(key: &str) -> Cow<'_, str> {
+    if key.is_empty() {
+        Cow::Borrowed(EMPTY_KEY_LABEL)
+    } else {
+        label_value(key)
+    }
+}
+
+/// Renders a user-supplied name for prose (alert summaries and descriptions), which chat
+/// receivers may treat as markup: in double quotes, with `\` and `"` escaped and every
+/// character that could start markup, a link or a mention (`< > & @ [ ] \``) or that is a
+/// control character written as `\u{..}`. Ordinary names read as themselves, in quotes.
+pub fn quote(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '<' | '>' | '&' | '@' | '[' | ']' | '`' => {
+                out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A key for prose: the empty key as [`EMPTY_KEY_LABEL`], any other in quotes ([`quote`]).
+pub fn quote_key(key: &str) -> String {
+    if key.is_empty() {
+        EMPTY_KEY_LABEL.to_owned()
+    } else {
+        quote(key)
+    }
 }
 
 /// A packed record inside a [`Batch`]: string fields are byte ranges of the arena.
@@ -414,7 +469,9 @@ impl Batch {
 
     /// Total requests the batch stands for (sum of counts).
     pub fn requests(&self) -> u64 {
-        self.records.iter().map(|r| r.count).sum()
+        self.records
+            .iter()
+            .fold(0u64, |sum, r| sum.saturating_add(r.count))
     }
 
     /// Removes every record, keeping the allocations.

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::observation::{OTHER_LABEL, Outcome};
+use crate::observation::Outcome;
 use crate::stats::SkewStats;
 
 /// Percentiles of one latency histogram, in milliseconds.
@@ -45,6 +45,9 @@ impl KeyShare {
 pub struct ShardSnapshot {
     /// Shard id, or `__other__` for shards over the cap.
     pub shard: String,
+    /// True for the slot that collects what overflowed the shard cap (`__other__`), as opposed
+    /// to a shard that is really named so.
+    pub overflow: bool,
     /// Requests in the window.
     pub requests: u64,
     /// Share of the group's requests (0 when the group had none).
@@ -84,7 +87,7 @@ impl ShardSnapshot {
     /// False for `__other__`, the aggregate of the shards over the cap: it is no shard to
     /// judge, compare or name.
     pub fn is_tracked(&self) -> bool {
-        self.shard != OTHER_LABEL
+        !self.overflow
     }
 }
 
@@ -93,6 +96,13 @@ impl ShardSnapshot {
 pub struct GroupSnapshot {
     /// Group name, or `__other__` for groups over the cap.
     pub group: String,
+    /// True for the group that collects what overflowed the group cap (`__other__`), as
+    /// opposed to a group that is really named so.
+    pub overflow: bool,
+    /// Records folded in this window: for a group, those that overflowed its shard cap (they
+    /// went to its `__other__` shard); for the overflow group, the records of every group that
+    /// overflowed the group cap.
+    pub folded_records: u64,
     /// Requests in the window.
     pub requests: u64,
     /// Requests per second over the window.
@@ -138,7 +148,7 @@ impl GroupSnapshot {
     /// False for `__other__`, the aggregate of the groups over the cap: it mixes unrelated
     /// systems, so its ratios and shares are nobody's.
     pub fn is_tracked(&self) -> bool {
-        self.group != OTHER_LABEL
+        !self.overflow
     }
 
     /// The shards that are shards, not the `__other__` aggregate, sorted by name.
@@ -147,11 +157,19 @@ impl GroupSnapshot {
     }
 
     /// The shard named `name`.
+    ///
+    /// Only a shard by that name: never the overflow slot (see [`GroupSnapshot::overflow_shard`]).
     pub fn shard(&self, name: &str) -> Option<&ShardSnapshot> {
+        // Sorted by name, then the named shard before the overflow slot of the same name.
+        let i = self.shards.partition_point(|s| s.shard.as_str() < name);
         self.shards
-            .binary_search_by(|s| s.shard.as_str().cmp(name))
-            .ok()
-            .map(|i| &self.shards[i])
+            .get(i)
+            .filter(|s| s.shard == name && !s.overflow)
+    }
+
+    /// The slot that collects what overflowed the shard cap, if anything did.
+    pub fn overflow_shard(&self) -> Option<&ShardSnapshot> {
+        self.shards.iter().find(|s| s.overflow)
     }
 }
 
@@ -187,11 +205,20 @@ impl WindowSnapshot {
     }
 
     /// The group named `name`.
+    ///
+    /// Only a group by that name: never the overflow group (see
+    /// [`WindowSnapshot::overflow_group`]).
     pub fn group(&self, name: &str) -> Option<&GroupSnapshot> {
+        // Sorted by name, then the named group before the overflow group of the same name.
+        let i = self.groups.partition_point(|g| g.group.as_str() < name);
         self.groups
-            .binary_search_by(|g| g.group.as_str().cmp(name))
-            .ok()
-            .map(|i| &self.groups[i])
+            .get(i)
+            .filter(|g| g.group == name && !g.overflow)
+    }
+
+    /// The group that collects what overflowed the group cap, if anything did.
+    pub fn overflow_group(&self) -> Option<&GroupSnapshot> {
+        self.groups.iter().find(|g| g.overflow)
     }
 }
 

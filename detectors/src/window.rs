@@ -27,6 +27,11 @@ const LATENCY_LOW_US: u64 = 1;
 /// Highest latency the histograms track: one hour. Larger values are clamped into the top bucket.
 const LATENCY_HIGH_US: u64 = 3_600_000_000;
 
+/// Default of [`WindowConfig::max_shards_total`]: what fits the default memory budget (a 256 MiB
+/// container, with room for everything else; `docs/configuration.md` has the arithmetic and
+/// the measurement).
+pub const DEFAULT_MAX_SHARDS_TOTAL: usize = 2048;
+
 /// Sizes and caps of the windowing stage.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WindowConfig {
@@ -38,6 +43,12 @@ pub struct WindowConfig {
     pub max_groups: usize,
     /// Shards tracked per group; later shards fold into `__other__`.
     pub max_shards_per_group: usize,
+    /// Shards tracked over every group: the memory budget. Past it, a new shard takes the slot
+    /// of the least recently active idle shard, or folds into its group's `__other__`.
+    pub max_shards_total: usize,
+    /// Groups always tracked, whatever the group cap: the systems an operator cares about
+    /// cannot be crowded out by junk group names.
+    pub pinned_groups: Vec<String>,
     /// Space-Saving slots of each group's key summary.
     pub group_key_slots: usize,
     /// Space-Saving slots of each shard's key summary.
@@ -59,6 +70,8 @@ impl Default for WindowConfig {
             shard_idle_windows: 6,
             max_groups: 64,
             max_shards_per_group: 1024,
+            max_shards_total: DEFAULT_MAX_SHARDS_TOTAL,
+            pinned_groups: Vec::new(),
             group_key_slots: 1024,
             shard_key_slots: 32,
             top_keys: 10,
@@ -126,11 +139,28 @@ struct ShardWindow {
     ok_latency: Latency,
     err_latency: Latency,
     keys: Option<KeySummary>,
+    /// Closed windows in a row without a request.
     idle_windows: u32,
+    /// The last window (by sequence number) with a request: least recently active goes first
+    /// when a cap is reached.
+    last_active: u64,
+    /// What the slot holds.
+    role: Role,
+}
+
+/// What a shard slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A shard, by name.
+    Named,
+    /// What overflowed the group's shard cap (`__other__`).
+    Overflow,
+    /// Nothing: given up this window for another group's shard; removed at close.
+    Vacant,
 }
 
 impl ShardWindow {
-    fn new() -> Self {
+    fn new(now: u64) -> Self {
         ShardWindow {
             by_outcome: [0; Outcome::COUNT],
             cache_hits: 0,
@@ -139,11 +169,15 @@ impl ShardWindow {
             err_latency: Latency::default(),
             keys: None,
             idle_windows: 0,
+            last_active: now,
+            role: Role::Named,
         }
     }
 
     fn requests(&self) -> u64 {
-        self.by_outcome.iter().sum()
+        self.by_outcome
+            .iter()
+            .fold(0u64, |sum, &n| sum.saturating_add(n))
     }
 
     fn reset(&mut self) {
@@ -159,85 +193,176 @@ impl ShardWindow {
 }
 
 /// What one group saw in the current window.
+///
+/// Shards live in slots (`names[i]`, `shards[i]`); `index` maps a real shard's name to its slot.
+/// The overflow slot (`other`) is not in `index`, so a shard that is really named
+/// `__other__` has a slot of its own and is never merged with the overflow.
 #[derive(Debug, Clone)]
 struct GroupWindow {
     name: Box<str>,
+    /// The overflow group (`__other__`), which takes the records of groups over the cap.
+    overflow: bool,
+    /// Listed in the configuration's pinned groups: always tracked.
+    pinned: bool,
     names: Vec<Box<str>>,
     shards: Vec<ShardWindow>,
     index: NameMap,
     other: Option<u32>,
+    /// Slots given up this window for another group's shard.
+    vacant: usize,
+    /// Slots idle in the last closed window, least recently active last: eviction candidates.
+    idle: Vec<u32>,
     keys: KeySummary,
     keyed_requests: u64,
+    /// Records folded into the overflow shard this window.
+    folded: u64,
+    /// The last window (by sequence number) with a request.
+    last_active: u64,
 }
 
 impl GroupWindow {
-    fn new(name: &str, cfg: &WindowConfig) -> Self {
+    fn new(name: &str, cfg: &WindowConfig, now: u64) -> Self {
         GroupWindow {
             name: name.into(),
+            overflow: false,
+            pinned: cfg.pinned_groups.iter().any(|p| p == name),
             names: Vec::new(),
             shards: Vec::new(),
             index: NameMap::default(),
             other: None,
+            vacant: 0,
+            idle: Vec::new(),
             keys: KeySummary::new(cfg.group_key_slots),
             keyed_requests: 0,
+            folded: 0,
+            last_active: now,
         }
     }
 
-    fn shard_index(&mut self, shard: &str, cap: usize) -> usize {
-        if let Some(&i) = self.index.get(shard) {
+    /// Shards tracked by name (every slot but the overflow and the given-up ones).
+    fn live(&self) -> usize {
+        self.shards.len() - usize::from(self.other.is_some()) - self.vacant
+    }
+
+    /// The overflow slot, made on first use.
+    fn overflow_slot(&mut self, now: u64) -> usize {
+        if let Some(i) = self.other {
             return i as usize;
         }
-        let tracked = self.shards.len() - usize::from(self.other.is_some());
-        let name = if tracked >= cap { OTHER_LABEL } else { shard };
-        if let Some(&i) = self.index.get(name) {
-            return i as usize;
+        let i = self.shards.len();
+        let mut s = ShardWindow::new(now);
+        s.role = Role::Overflow;
+        self.names.push(OTHER_LABEL.into());
+        self.shards.push(s);
+        self.other = Some(i as u32);
+        i
+    }
+
+    /// A slot idle in the last window and still idle in this one, least recently active first.
+    fn take_idle(&mut self) -> Option<usize> {
+        while let Some(i) = self.idle.pop() {
+            let s = &self.shards[i as usize];
+            if s.role == Role::Named && s.requests() == 0 {
+                return Some(i as usize);
+            }
         }
-        let i = self.shards.len() as u32;
+        None
+    }
+
+    /// Gives slot `i` to `name`, forgetting what it held.
+    fn reuse(&mut self, i: usize, name: &str, now: u64) {
+        let old = std::mem::replace(&mut self.names[i], name.into());
+        self.index.remove(&old);
+        self.index.insert(name.into(), i as u32);
+        self.shards[i] = ShardWindow::new(now);
+    }
+
+    /// A new slot for `name`.
+    fn push(&mut self, name: &str, now: u64) -> usize {
+        let i = self.shards.len();
         self.names.push(name.into());
-        self.shards.push(ShardWindow::new());
-        self.index.insert(name.into(), i);
-        if name == OTHER_LABEL {
-            self.other = Some(i);
-        }
-        i as usize
+        self.shards.push(ShardWindow::new(now));
+        self.index.insert(name.into(), i as u32);
+        i
     }
 
-    /// Forgets shards idle for longer than `max_idle` windows; rebuilds the index when needed.
-    fn expire_idle(&mut self, max_idle: u32) {
-        if !self.shards.iter().any(|s| s.idle_windows > max_idle) {
-            return;
-        }
-        let mut names = Vec::with_capacity(self.names.len());
-        let mut shards = Vec::with_capacity(self.shards.len());
-        for (n, s) in self.names.drain(..).zip(self.shards.drain(..)) {
-            if s.idle_windows <= max_idle {
-                names.push(n);
-                shards.push(s);
+    /// Gives up slot `i` for a shard of another group (the budget is shared).
+    fn give_up(&mut self, i: usize) {
+        let name = std::mem::take(&mut self.names[i]);
+        self.index.remove(&name);
+        self.shards[i].role = Role::Vacant;
+        self.vacant += 1;
+    }
+
+    /// At close: forgets shards idle for longer than `max_idle` windows and the slots given up,
+    /// and lists the idle ones as eviction candidates, least recently active last.
+    fn compact(&mut self, max_idle: u32) {
+        let keep = |s: &ShardWindow| s.role != Role::Vacant && s.idle_windows <= max_idle;
+        if !self.shards.iter().all(keep) {
+            let mut names = Vec::with_capacity(self.names.len());
+            let mut shards = Vec::with_capacity(self.shards.len());
+            for (n, s) in self.names.drain(..).zip(self.shards.drain(..)) {
+                if keep(&s) {
+                    names.push(n);
+                    shards.push(s);
+                }
+            }
+            self.names = names;
+            self.shards = shards;
+            self.index.clear();
+            self.other = None;
+            self.vacant = 0;
+            for (i, (n, s)) in self.names.iter().zip(&self.shards).enumerate() {
+                match s.role {
+                    Role::Overflow => self.other = Some(i as u32),
+                    _ => {
+                        self.index.insert(n.clone(), i as u32);
+                    }
+                }
             }
         }
-        self.names = names;
-        self.shards = shards;
-        self.index.clear();
-        self.other = None;
-        for (i, n) in self.names.iter().enumerate() {
-            self.index.insert(n.clone(), i as u32);
-            if &**n == OTHER_LABEL {
-                self.other = Some(i as u32);
-            }
-        }
+        self.list_idle();
+    }
+
+    fn list_idle(&mut self) {
+        let mut idle: Vec<u32> = (0..self.shards.len() as u32)
+            .filter(|&i| {
+                let s = &self.shards[i as usize];
+                s.role == Role::Named && s.idle_windows > 0
+            })
+            .collect();
+        // Least recently active last, so `pop` takes it first.
+        idle.sort_by_key(|&i| std::cmp::Reverse(self.shards[i as usize].last_active));
+        self.idle = idle;
     }
 }
 
 /// The current window of every group: the only mutable state of the windowing stage.
+///
+/// Groups live in slots like shards do: `index` maps a real group's name to its slot and the
+/// overflow group is kept apart (`other`).
 #[derive(Debug, Clone)]
 pub struct Windows {
     cfg: WindowConfig,
     groups: Vec<GroupWindow>,
     index: NameMap,
+    other: Option<usize>,
+    /// Shards tracked by name in every group: what [`WindowConfig::max_shards_total`] bounds.
+    live_shards: usize,
+    /// Records folded into the overflow group this window.
+    folded_groups: u64,
+    /// Sequence number of the current window.
+    seq: u64,
     start: f64,
     /// Cache of the last group looked up: most batches carry one group.
     last_group: Option<(usize, Box<str>)>,
     scratch: Option<Histogram<u32>>,
+}
+
+/// Where a record goes.
+enum Slot {
+    /// A group's slot and a shard's slot in it.
+    Shard(usize, usize),
 }
 
 impl Windows {
@@ -247,6 +372,10 @@ impl Windows {
             cfg,
             groups: Vec::new(),
             index: NameMap::default(),
+            other: None,
+            live_shards: 0,
+            folded_groups: 0,
+            seq: 0,
             start,
             last_group: None,
             scratch: None,
@@ -258,14 +387,34 @@ impl Windows {
         &self.cfg
     }
 
+    /// Puts new sizes and caps in force. Caps apply to the next group or shard that arrives;
+    /// what is tracked stays. A new window length applies from the next window.
+    pub fn set_config(&mut self, cfg: WindowConfig) {
+        for g in &mut self.groups {
+            g.pinned = !g.overflow && cfg.pinned_groups.iter().any(|p| **p == *g.name);
+        }
+        self.cfg = cfg;
+    }
+
     /// Start of the current window, unix seconds.
     pub fn start(&self) -> f64 {
         self.start
     }
 
+    /// Starts the current window at `start` instead (after the wall clock stepped); what it
+    /// holds stays.
+    pub fn set_start(&mut self, start: f64) {
+        self.start = start;
+    }
+
     /// Groups currently tracked (including `__other__`).
     pub fn group_count(&self) -> usize {
         self.groups.len()
+    }
+
+    /// Shards currently tracked by name, over every group.
+    pub fn shard_count(&self) -> usize {
+        self.live_shards
     }
 
     fn group_index(&mut self, group: &str) -> usize {
@@ -276,41 +425,145 @@ impl Windows {
         }
         let i = match self.index.get(group) {
             Some(&i) => i as usize,
-            None => {
-                let tracked = self.groups.len() - usize::from(self.index.contains_key(OTHER_LABEL));
-                let name = if tracked >= self.cfg.max_groups {
-                    OTHER_LABEL
-                } else {
-                    group
-                };
-                match self.index.get(name) {
-                    Some(&i) => i as usize,
-                    None => {
-                        let i = self.groups.len();
-                        self.groups.push(GroupWindow::new(name, &self.cfg));
-                        self.index.insert(name.into(), i as u32);
-                        i
-                    }
-                }
-            }
+            None => self.admit_group(group),
         };
         self.last_group = Some((i, group.into()));
         i
     }
 
+    /// A slot for a group seen for the first time: a new one while under the cap (pinned
+    /// groups always), else the least recently active group that is idle this window, else the
+    /// overflow group.
+    fn admit_group(&mut self, group: &str) -> usize {
+        let pinned = self.cfg.pinned_groups.iter().any(|p| p == group);
+        let unpinned = self
+            .groups
+            .iter()
+            .filter(|g| !g.pinned && !g.overflow)
+            .count();
+        if pinned || unpinned < self.cfg.max_groups {
+            return self.push_group(group);
+        }
+        let evict = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| !g.pinned && !g.overflow && g.last_active < self.seq)
+            .filter(|(_, g)| g.shards.iter().all(|s| s.requests() == 0))
+            .min_by_key(|(_, g)| g.last_active)
+            .map(|(i, _)| i);
+        match evict {
+            Some(i) => {
+                let old = std::mem::replace(
+                    &mut self.groups[i],
+                    GroupWindow::new(group, &self.cfg, self.seq),
+                );
+                self.live_shards -= old.live();
+                self.index.remove(&old.name);
+                self.index.insert(group.into(), i as u32);
+                i
+            }
+            None => self.overflow_group(),
+        }
+    }
+
+    fn push_group(&mut self, group: &str) -> usize {
+        let i = self.groups.len();
+        self.groups
+            .push(GroupWindow::new(group, &self.cfg, self.seq));
+        self.index.insert(group.into(), i as u32);
+        i
+    }
+
+    fn overflow_group(&mut self) -> usize {
+        if let Some(i) = self.other {
+            return i;
+        }
+        let i = self.groups.len();
+        let mut g = GroupWindow::new(OTHER_LABEL, &self.cfg, self.seq);
+        g.overflow = true;
+        self.groups.push(g);
+        self.other = Some(i);
+        i
+    }
+
+    /// The slot of `shard` in group slot `gi`, admitting it if it is new.
+    fn shard_index(&mut self, gi: usize, shard: &str) -> usize {
+        let g = &mut self.groups[gi];
+        if let Some(&i) = g.index.get(shard) {
+            return i as usize;
+        }
+        self.admit_shard(gi, shard)
+    }
+
+    /// A slot for a shard seen for the first time in group `gi`: a new one while the group and
+    /// the total are under their caps; else the group's least recently active idle shard; else,
+    /// when only the total is full, the least recently active idle shard of another group;
+    /// else the group's overflow slot. The overflow group keeps everything in its overflow slot.
+    fn admit_shard(&mut self, gi: usize, shard: &str) -> usize {
+        let seq = self.seq;
+        if self.groups[gi].overflow {
+            return self.groups[gi].overflow_slot(seq);
+        }
+        let group_full = self.groups[gi].live() >= self.cfg.max_shards_per_group;
+        let total_full = self.live_shards >= self.cfg.max_shards_total;
+        if !group_full && !total_full {
+            self.live_shards += 1;
+            return self.groups[gi].push(shard, seq);
+        }
+        if let Some(i) = self.groups[gi].take_idle() {
+            self.groups[gi].reuse(i, shard, seq);
+            return i;
+        }
+        if !group_full && let Some((gj, j)) = self.idle_elsewhere(gi) {
+            self.groups[gj].give_up(j);
+            return self.groups[gi].push(shard, seq);
+        }
+        self.groups[gi].overflow_slot(seq)
+    }
+
+    /// The least recently active shard, idle in this window, of a group other than `gi`.
+    fn idle_elsewhere(&mut self, gi: usize) -> Option<(usize, usize)> {
+        let (gj, _) = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(j, g)| *j != gi && !g.overflow && !g.idle.is_empty())
+            .filter_map(|(j, g)| {
+                g.idle
+                    .last()
+                    .map(|&i| (j, g.shards[i as usize].last_active))
+            })
+            .min_by_key(|&(_, at)| at)?;
+        self.groups[gj].take_idle().map(|i| (gj, i))
+    }
+
+    fn slot(&mut self, obs: &ObservationRef<'_>) -> Slot {
+        let gi = self.group_index(obs.group);
+        let si = self.shard_index(gi, obs.shard);
+        Slot::Shard(gi, si)
+    }
+
     /// Adds one observation to the current window. The caller has validated it.
     pub fn record(&mut self, obs: &ObservationRef<'_>) {
         let sigfig = self.cfg.latency_sigfig;
-        let shard_cap = self.cfg.max_shards_per_group;
         let shard_slots = self.cfg.shard_key_slots;
-        let gi = self.group_index(obs.group);
+        let seq = self.seq;
+        let Slot::Shard(gi, si) = self.slot(obs);
         let g = &mut self.groups[gi];
-        let si = g.shard_index(obs.shard, shard_cap);
+        if g.overflow {
+            self.folded_groups = self.folded_groups.saturating_add(obs.count);
+        } else if Some(si as u32) == g.other {
+            g.folded = g.folded.saturating_add(obs.count);
+        }
+        g.last_active = seq;
         let s = &mut g.shards[si];
-        s.by_outcome[obs.outcome.index()] += obs.count;
+        s.last_active = seq;
+        let n = &mut s.by_outcome[obs.outcome.index()];
+        *n = n.saturating_add(obs.count);
         match obs.cache {
-            Some(CacheResult::Hit) => s.cache_hits += obs.count,
-            Some(CacheResult::Miss) => s.cache_misses += obs.count,
+            Some(CacheResult::Hit) => s.cache_hits = s.cache_hits.saturating_add(obs.count),
+            Some(CacheResult::Miss) => s.cache_misses = s.cache_misses.saturating_add(obs.count),
             None => {}
         }
         if let Some(l) = obs.latency_ms {
@@ -321,11 +574,14 @@ impl Windows {
             }
         }
         if let Some(k) = obs.key {
-            s.keys
-                .get_or_insert_with(|| KeySummary::new(shard_slots))
-                .record(k, obs.count);
+            // The overflow group mixes unrelated systems: no per-shard keys there.
+            if !g.overflow {
+                s.keys
+                    .get_or_insert_with(|| KeySummary::new(shard_slots))
+                    .record(k, obs.count);
+            }
             g.keys.record(k, obs.count);
-            g.keyed_requests += obs.count;
+            g.keyed_requests = g.keyed_requests.saturating_add(obs.count);
         }
     }
 
@@ -343,42 +599,59 @@ impl Windows {
         let mut groups = Vec::with_capacity(self.groups.len());
         let sigfig = self.cfg.latency_sigfig;
         let scratch = self.scratch.get_or_insert_with(|| new_histogram(sigfig));
+        let folded_groups = std::mem::take(&mut self.folded_groups);
         for g in &mut self.groups {
             // Expiry first: an expired shard had no request in this window, so it loses nothing,
             // and it is shown as a zero-load shard for exactly `shard_idle_windows` windows.
             for s in &mut g.shards {
                 s.idle_windows = if s.requests() == 0 {
-                    s.idle_windows + 1
+                    s.idle_windows.saturating_add(1)
                 } else {
                     0
                 };
             }
-            g.expire_idle(self.cfg.shard_idle_windows);
-            groups.push(snapshot_group(g, &self.cfg, duration, scratch));
+            g.compact(self.cfg.shard_idle_windows);
+            let mut snap = snapshot_group(g, &self.cfg, duration, scratch);
+            if g.overflow {
+                snap.folded_records = folded_groups;
+            }
+            groups.push(snap);
             for s in &mut g.shards {
                 s.reset();
             }
             g.keys.clear();
             g.keyed_requests = 0;
+            g.folded = 0;
         }
-        // Groups whose shards all expired are forgotten too.
-        if self.groups.iter().any(|g| g.shards.is_empty()) {
-            self.groups.retain(|g| !g.shards.is_empty());
-            self.index.clear();
-            for (i, g) in self.groups.iter().enumerate() {
-                self.index.insert(g.name.clone(), i as u32);
-            }
-            self.last_group = None;
-        }
+        self.forget_empty_groups();
         groups.retain(|g: &GroupSnapshot| !g.shards.is_empty());
-        groups.sort_by(|a, b| a.group.cmp(&b.group));
+        groups.sort_by(|a, b| a.group.cmp(&b.group).then(a.overflow.cmp(&b.overflow)));
         let snap = WindowSnapshot {
             start: self.start,
             end,
             groups,
         };
         self.start = end;
+        self.seq += 1;
         snap
+    }
+
+    /// Forgets groups whose shards all expired, and recounts what the caps bound.
+    fn forget_empty_groups(&mut self) {
+        if self.groups.iter().any(|g| g.shards.is_empty()) {
+            self.groups.retain(|g| !g.shards.is_empty());
+            self.index.clear();
+            self.other = None;
+            for (i, g) in self.groups.iter().enumerate() {
+                if g.overflow {
+                    self.other = Some(i);
+                } else {
+                    self.index.insert(g.name.clone(), i as u32);
+                }
+            }
+            self.last_group = None;
+        }
+        self.live_shards = self.groups.iter().map(GroupWindow::live).sum();
     }
 }
 
@@ -432,9 +705,10 @@ fn snapshot_shard(
     scratch: &mut Histogram<u32>,
 ) -> ShardSnapshot {
     let requests = s.requests();
-    let errors = requests - s.by_outcome[Outcome::Ok.index()];
+    let errors = requests.saturating_sub(s.by_outcome[Outcome::Ok.index()]);
     ShardSnapshot {
         shard: name.to_string(),
+        overflow: s.role == Role::Overflow,
         requests,
         share: ratio(requests, total).unwrap_or(0.0),
         requests_per_second: requests as f64 / duration,
@@ -443,7 +717,7 @@ fn snapshot_shard(
         error_ratio: ratio(errors, requests),
         cache_hits: s.cache_hits,
         cache_misses: s.cache_misses,
-        cache_hit_ratio: ratio(s.cache_hits, s.cache_hits + s.cache_misses),
+        cache_hit_ratio: ratio(s.cache_hits, s.cache_hits.saturating_add(s.cache_misses)),
         latency: merged_summary(scratch, &[&s.ok_latency, &s.err_latency]),
         ok_latency: s.ok_latency.hist.as_ref().and_then(latency_summary),
         error_latency: s.err_latency.hist.as_ref().and_then(latency_summary),
@@ -463,10 +737,10 @@ impl GroupWindow {
         let (mut hits, mut misses) = (0, 0);
         for s in &self.shards {
             for (a, b) in by_outcome.iter_mut().zip(s.by_outcome) {
-                *a += b;
+                *a = a.saturating_add(b);
             }
-            hits += s.cache_hits;
-            misses += s.cache_misses;
+            hits = s.cache_hits.saturating_add(hits);
+            misses = s.cache_misses.saturating_add(misses);
         }
         (by_outcome, hits, misses)
     }
@@ -478,14 +752,17 @@ fn snapshot_group(
     duration: f64,
     scratch: &mut Histogram<u32>,
 ) -> GroupSnapshot {
-    let total: u64 = g.shards.iter().map(ShardWindow::requests).sum();
+    let total = g
+        .shards
+        .iter()
+        .fold(0u64, |sum, s| sum.saturating_add(s.requests()));
     let mut shards: Vec<ShardSnapshot> = g
         .names
         .iter()
         .zip(&g.shards)
         .map(|(name, s)| snapshot_shard(name, s, total, cfg, duration, scratch))
         .collect();
-    shards.sort_by(|a, b| a.shard.cmp(&b.shard));
+    shards.sort_by(|a, b| a.shard.cmp(&b.shard).then(a.overflow.cmp(&b.overflow)));
 
     // Skew statistics cover the tracked shards; `__other__` is an aggregate of many shards and
     // would read as one giant shard.
@@ -497,7 +774,7 @@ fn snapshot_group(
     let skew = SkewStats::from_counts(&counts, cfg.dispersion_alpha);
 
     let (by_outcome, hits, misses) = g.counts();
-    let errors = total - by_outcome[Outcome::Ok.index()];
+    let errors = total.saturating_sub(by_outcome[Outcome::Ok.index()]);
     let all: Vec<&Latency> = g
         .shards
         .iter()
@@ -506,6 +783,8 @@ fn snapshot_group(
     let oks: Vec<&Latency> = g.shards.iter().map(|s| &s.ok_latency).collect();
     GroupSnapshot {
         group: g.name.to_string(),
+        overflow: g.overflow,
+        folded_records: g.folded,
         requests: total,
         requests_per_second: total as f64 / duration,
         by_outcome,
@@ -513,7 +792,7 @@ fn snapshot_group(
         error_ratio: ratio(errors, total),
         cache_hits: hits,
         cache_misses: misses,
-        cache_hit_ratio: ratio(hits, hits + misses),
+        cache_hit_ratio: ratio(hits, hits.saturating_add(misses)),
         latency: merged_summary(scratch, &all),
         ok_latency: merged_summary(scratch, &oks),
         skew,
@@ -582,6 +861,7 @@ mod tests {
         let g = &snap.groups[0];
         let names: Vec<_> = g.shards.iter().map(|s| s.shard.as_str()).collect();
         assert_eq!(names, ["__other__", "a", "b"]);
+        assert!(g.shards[0].overflow);
         assert_eq!(g.requests, 5);
         assert_eq!(g.shards[0].requests, 2);
         assert_eq!(g.skew.as_ref().unwrap().shards, 2);
@@ -601,6 +881,143 @@ mod tests {
         let names: Vec<_> = snap.groups.iter().map(|g| g.group.as_str()).collect();
         assert_eq!(names, ["__other__", "x"]);
         assert_eq!(snap.groups[0].requests, 2);
+    }
+
+    #[test]
+    fn folded_records_are_counted_by_level() {
+        let cfg = WindowConfig {
+            max_groups: 1,
+            max_shards_per_group: 2,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        for s in ["a", "b", "c", "d", "c"] {
+            w.record(&obs("g", s));
+        }
+        let mut y = obs("y", "s");
+        y.count = 7;
+        w.record(&y);
+        let snap = w.close(10.0);
+        assert_eq!(snap.group("g").unwrap().folded_records, 3);
+        let other = snap.overflow_group().unwrap();
+        assert_eq!((other.requests, other.folded_records), (7, 7));
+        // The overflow group keeps everything in one slot, whatever the shard names.
+        assert_eq!(other.shards.len(), 1);
+        assert!(other.shards[0].overflow);
+        assert_eq!(
+            snap.group("g").unwrap().overflow_shard().unwrap().requests,
+            3
+        );
+    }
+
+    #[test]
+    fn a_shard_really_named_other_is_not_the_overflow() {
+        let cfg = WindowConfig {
+            max_shards_per_group: 1,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        for s in [OTHER_LABEL, "b", "c"] {
+            w.record(&obs("g", s));
+        }
+        let snap = w.close(10.0);
+        let g = &snap.groups[0];
+        let named = g.shard(OTHER_LABEL).unwrap();
+        assert!(!named.overflow && named.requests == 1);
+        assert_eq!(g.overflow_shard().unwrap().requests, 2);
+        assert_eq!(g.skew.as_ref().unwrap().shards, 1);
+    }
+
+    #[test]
+    fn junk_groups_cannot_crowd_out_a_pinned_group() {
+        let cfg = WindowConfig {
+            max_groups: 4,
+            pinned_groups: vec!["real".into()],
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        for i in 0..64 {
+            w.record(&obs(&format!("junk-{i}"), "s"));
+        }
+        w.record(&obs("real", "s"));
+        let snap = w.close(10.0);
+        assert_eq!(snap.group("real").unwrap().requests, 1);
+        assert_eq!(snap.overflow_group().unwrap().folded_records, 60);
+    }
+
+    #[test]
+    fn an_idle_group_gives_its_slot_to_a_new_one_least_recently_active_first() {
+        let cfg = WindowConfig {
+            max_groups: 2,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        w.record(&obs("old", "s"));
+        w.record(&obs("older", "s"));
+        w.close(10.0);
+        w.record(&obs("old", "s"));
+        w.close(20.0);
+        // Both are idle now; "older" was active less recently and goes first.
+        w.record(&obs("new", "s"));
+        let snap = w.close(30.0);
+        assert!(snap.group("older").is_none(), "{snap:?}");
+        assert!(snap.group("old").is_some());
+        assert_eq!(snap.group("new").unwrap().requests, 1);
+        assert!(snap.overflow_group().is_none());
+    }
+
+    #[test]
+    fn the_total_shard_budget_holds_and_idle_shards_of_other_groups_make_room() {
+        let cfg = WindowConfig {
+            max_shards_total: 4,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        for s in ["a", "b", "c"] {
+            w.record(&obs("junk", s));
+        }
+        w.record(&obs("real", "x"));
+        w.close(10.0);
+        assert_eq!(w.shard_count(), 4);
+        // The junk stops. While it was active in the last window its slots are not taken:
+        // a shard that merely has not spoken yet in this window is not idle.
+        w.record(&obs("real", "x"));
+        w.record(&obs("real", "early"));
+        let snap = w.close(20.0);
+        assert_eq!(snap.group("real").unwrap().folded_records, 1);
+        // A whole window later the junk is idle: the real group grows into its slots.
+        for s in ["y", "z", "v"] {
+            w.record(&obs("real", s));
+            w.record(&obs("real", "x"));
+        }
+        // Budget full, nothing idle left: the next new shard folds.
+        w.record(&obs("real", "u"));
+        let snap = w.close(30.0);
+        let real = snap.group("real").unwrap();
+        let names: Vec<_> = real.tracked_shards().map(|s| s.shard.as_str()).collect();
+        assert_eq!(names, ["v", "x", "y", "z"]);
+        assert_eq!(real.folded_records, 1);
+        assert!(w.shard_count() <= 4);
+        assert!(
+            snap.group("junk")
+                .is_none_or(|g| g.tracked_shards().count() == 0)
+        );
+    }
+
+    #[test]
+    fn counts_saturate_instead_of_wrapping() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = obs("g", "s");
+        o.count = crate::observation::MAX_COUNT;
+        o.cache = Some(CacheResult::Hit);
+        for _ in 0..(1u64 << 25) / 1024 {
+            for _ in 0..1024 {
+                w.record(&o);
+            }
+        }
+        let snap = w.close(10.0);
+        assert_eq!(snap.groups[0].requests, u64::MAX);
+        assert_eq!(snap.groups[0].cache_hits, u64::MAX);
     }
 
     #[test]

@@ -154,6 +154,18 @@ impl Agent {
         http_request(self.http, method, path, headers, body)
     }
 
+    /// POSTs an NDJSON body to `/api/v1/observations` with its content type and `headers`.
+    pub fn post_ndjson(&self, body: &[u8], headers: &[(&str, &str)]) -> (u16, String) {
+        let mut all = vec![("Content-Type", "application/x-ndjson")];
+        all.extend_from_slice(headers);
+        self.request("POST", "/api/v1/observations", &all, body)
+    }
+
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Scrapes `/metrics`.
     pub fn scrape(&self) -> Scrape {
         let (code, body) = self.request("GET", "/metrics", &[], b"");

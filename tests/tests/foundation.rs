@@ -48,7 +48,7 @@ fn send_fixture(agent: &Agent, group: &str) {
         "{{\"group\":\"{group}\",\"shard\":\"c\",\"count\":2,\"latency_ms\":1000,\"outcome\":\"error\",\"key\":\"k1\"}}\n\
          {{\"group\":\"{group}\",\"shard\":\"c\",\"latency_ms\":-1}}\n"
     );
-    let (code, reply) = agent.request("POST", "/api/v1/observations", &[], body.as_bytes());
+    let (code, reply) = agent.post_ndjson(body.as_bytes(), &[]);
     assert_eq!(code, 200, "{reply}");
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["accepted"], 1);
@@ -352,7 +352,7 @@ fn health_readiness_status_and_body_limit() {
     assert_eq!(v["window_secs"], WINDOW_SECS);
     // Over the configured 4096-byte limit: 413, and nothing of it is taken.
     let big = "{\"group\":\"g\",\"shard\":\"s\"}\n".repeat(200);
-    let (code, _) = agent.request("POST", "/api/v1/observations", &[], big.as_bytes());
+    let (code, _) = agent.post_ndjson(big.as_bytes(), &[]);
     assert_eq!(code, 413);
     let s = agent.scrape();
     assert_eq!(
@@ -360,12 +360,7 @@ fn health_readiness_status_and_body_limit() {
         0.0
     );
     // Every record invalid: 400 with the reasons.
-    let (code, body) = agent.request(
-        "POST",
-        "/api/v1/observations",
-        &[],
-        b"{\"shard\":\"s\"}\n[1,2\n",
-    );
+    let (code, body) = agent.post_ndjson(b"{\"shard\":\"s\"}\n[1,2\n", &[]);
     assert_eq!(code, 400, "{body}");
     assert!(agent.stop().success());
 }
@@ -378,20 +373,11 @@ fn bearer_token_guards_ingest_when_configured() {
     );
     let agent = Agent::start_with_env(&cfg, &[("SKEWWATCH_TEST_TOKEN", "t0ken")]);
     let body = b"{\"group\":\"g\",\"shard\":\"s\"}\n";
-    assert_eq!(
-        agent.request("POST", "/api/v1/observations", &[], body).0,
-        401
-    );
+    assert_eq!(agent.post_ndjson(body, &[]).0, 401);
     let bad = [("Authorization", "Bearer nope")];
-    assert_eq!(
-        agent.request("POST", "/api/v1/observations", &bad, body).0,
-        401
-    );
+    assert_eq!(agent.post_ndjson(body, &bad).0, 401);
     let good = [("Authorization", "Bearer t0ken")];
-    assert_eq!(
-        agent.request("POST", "/api/v1/observations", &good, body).0,
-        200
-    );
+    assert_eq!(agent.post_ndjson(body, &good).0, 200);
     // Scrapes stay open, and the token never reaches the log.
     assert_eq!(agent.request("GET", "/metrics", &[], b"").0, 200);
     assert!(agent.drain_log().iter().all(|l| !l.contains("t0ken")));

@@ -132,7 +132,7 @@ fn a_slow_burn_fires_hot_shard_with_a_hot_range_and_resolves() {
     assert!(figure(f, "z") >= figure(f, "z_threshold"), "{f:?}");
     assert!(
         f.annotation("description")
-            .contains(&format!("shard {SLOW_BURN_SHARD} takes")),
+            .contains(&format!("shard \"{SLOW_BURN_SHARD}\" takes")),
         "{f:?}"
     );
 }

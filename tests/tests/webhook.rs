@@ -1,8 +1,8 @@
 //! Alert delivery to a generic webhook: a local receiver that answers 500 for a while, then
-//! 200. While it fails, the agent retries with backoff and its backlog stays within
-//! `queue_capacity` (the overflow is counted, not silent); once it is back, the notifications
-//! arrive in Alertmanager's version-4 webhook format with a valid HMAC-SHA256 signature, and
-//! the resolve follows.
+//! 200. While it fails, the agent retries with capped backoff, however long the outage lasts;
+//! once it is back, every alert group arrives in its current state, in Alertmanager's
+//! version-4 webhook format, with an HMAC-SHA256 signature over the timestamp and the body,
+//! and the resolves follow. A receiver that redirects is not followed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -118,11 +118,10 @@ fn read_request(conn: &mut std::net::TcpStream) -> Option<Received> {
     })
 }
 
-const CAPACITY: usize = 2;
 const GROUPS: usize = 5;
 
 fn config(receiver: SocketAddr) -> String {
-    config_with(receiver, CAPACITY, 0.05, 0.2)
+    config_with(receiver, 16, 0.05, 0.2)
 }
 
 fn config_with(receiver: SocketAddr, capacity: usize, backoff: f64, backoff_max: f64) -> String {
@@ -150,15 +149,29 @@ alerting:
       hmac_secret_env: SKEWWATCH_E2E_HOOK_SECRET
       timeout_secs: 5
   queue_capacity: {capacity}
-  max_retries: 1000
+  max_retries: 1
   backoff_initial_secs: {backoff}
   backoff_max_secs: {backoff_max}
 "#
     )
 }
 
+/// The verification recipe of docs/alerting.md: HMAC-SHA256 over `<timestamp>.<body>`, and a
+/// timestamp within five minutes of now.
 fn signature_ok(r: &Received) -> bool {
+    let Some(ts) = r.headers.get("x-skewwatch-timestamp") else {
+        return false;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    if ts.parse::<f64>().map_or(true, |t| (now - t).abs() > 300.0) {
+        return false;
+    }
     let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(ts.as_bytes());
+    mac.update(b".");
     mac.update(&r.body);
     let want: String = mac
         .finalize()
@@ -198,7 +211,7 @@ fn hook_metric(agent: &Agent, name: &str, extra: &[(&str, &str)]) -> f64 {
 }
 
 #[test]
-fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounded() {
+fn a_webhook_down_while_alerts_fire_ends_in_the_right_state_once_it_is_back() {
     let receiver = Receiver::start();
     let agent = Agent::start_with_env(
         &config(receiver.addr),
@@ -209,45 +222,40 @@ fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounde
 
     warm_up(&agent, &groups);
 
-    // Every group surges: one firing notification per group, GROUPS of them, while the
-    // receiver fails. The backlog keeps CAPACITY; the rest are dropped and counted.
+    // Every group surges while the receiver fails. With `max_retries: 1` a notification used
+    // to be dropped after its second failure; now the state is owed until it gets through.
     traffic.surge(true);
-    let dropped = agent.wait_for(Duration::from_secs(30), |a| {
+    let owed = agent.wait_for(Duration::from_secs(30), |a| {
         let queue = hook_metric(a, "skewwatch_alert_delivery_queue_length", &[]);
-        assert!(
-            queue <= CAPACITY as f64,
-            "backlog {queue} over capacity {CAPACITY}"
-        );
-        let dropped = hook_metric(
-            a,
-            "skewwatch_alert_deliveries_dropped_total",
-            &[("reason", "queue_full")],
-        );
-        (dropped >= (GROUPS - CAPACITY) as f64 && queue == CAPACITY as f64).then_some(dropped)
-    });
-    let dropped = dropped.expect("the firing notifications did not fill the backlog");
-    assert_eq!(dropped, (GROUPS - CAPACITY) as f64);
-    // It keeps retrying (backoff capped at 0.2 s) and keeps failing meanwhile.
-    let retried = agent.wait_for(Duration::from_secs(10), |a| {
-        (hook_metric(
+        let failures = hook_metric(
             a,
             "skewwatch_alert_deliveries_total",
             &[("result", "failure")],
-        ) >= 5.0)
-            .then_some(())
+        );
+        (queue == GROUPS as f64 && failures >= 4.0 * GROUPS as f64).then_some(())
     });
-    assert!(retried.is_some(), "no retries against the failing receiver");
+    assert!(owed.is_some(), "the groups were not owed and retried");
     assert!(receiver.delivered().is_empty());
 
-    // The receiver comes back: what the backlog kept arrives, signed, in the v4 format.
+    // The receiver comes back: every group arrives, firing, signed, in the v4 format.
     receiver.failing.store(false, Ordering::SeqCst);
     let firing = agent
         .wait_for(Duration::from_secs(20), |_| {
             let d = receiver.delivered();
-            (d.len() >= CAPACITY).then_some(d)
+            let groups: BTreeSet<String> = d
+                .iter()
+                .filter(|(_, m)| m["status"] == "firing")
+                .map(|(_, m)| {
+                    m["alerts"][0]["labels"]["group"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned()
+                })
+                .collect();
+            (groups.len() == GROUPS).then_some(d)
         })
-        .expect("the kept notifications did not arrive once the receiver was back");
-    let mut fired_groups = BTreeSet::new();
+        .expect("not every group arrived once the receiver was back");
+    let mut ids = BTreeSet::new();
     for (req, msg) in &firing {
         assert_eq!(req.path, "/hooks/skewwatch");
         assert_eq!(
@@ -255,6 +263,12 @@ fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounde
             Some("application/json")
         );
         assert!(signature_ok(req), "bad signature: {:?}", req.headers);
+        ids.insert(
+            req.headers
+                .get("x-skewwatch-delivery")
+                .cloned()
+                .unwrap_or_default(),
+        );
         assert_eq!(msg["version"], "4", "{msg}");
         assert_eq!(msg["status"], "firing", "{msg}");
         assert_eq!(msg["receiver"], "hook", "{msg}");
@@ -273,36 +287,34 @@ fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounde
         assert_eq!(a["endsAt"], "0001-01-01T00:00:00Z");
         assert_eq!(a["fingerprint"].as_str().map(str::len), Some(16));
         assert!(a["startsAt"].as_str().is_some_and(|s| s.ends_with('Z')));
-        fired_groups.insert(a["labels"]["group"].as_str().unwrap().to_owned());
     }
-    // Every firing notification was either delivered or counted as dropped.
-    assert_eq!(
-        fired_groups.len() + dropped as usize,
-        GROUPS,
-        "{fired_groups:?}"
-    );
+    assert!(ids.iter().all(|id| !id.is_empty()), "{ids:?}");
 
-    // The incident ends: the resolves follow (some may again overflow the tiny backlog).
+    // The incident ends: every group's resolve follows.
     traffic.surge(false);
     let resolved = agent
         .wait_for(Duration::from_secs(20), |_| {
-            receiver
+            let r: Vec<(Received, Value)> = receiver
                 .delivered()
                 .into_iter()
-                .find(|(_, m)| m["status"] == "resolved")
+                .filter(|(_, m)| m["status"] == "resolved")
+                .collect();
+            (r.len() >= GROUPS).then_some(r)
         })
-        .expect("no resolved notification arrived");
-    assert!(signature_ok(&resolved.0));
-    let a = &resolved.1["alerts"][0];
-    assert_eq!(a["status"], "resolved");
-    assert_ne!(a["endsAt"], "0001-01-01T00:00:00Z");
-    assert!(a["endsAt"].as_str() > a["startsAt"].as_str(), "{a}");
+        .expect("not every resolve arrived");
+    for (req, msg) in &resolved {
+        assert!(signature_ok(req));
+        let a = &msg["alerts"][0];
+        assert_eq!(a["status"], "resolved");
+        assert_ne!(a["endsAt"], "0001-01-01T00:00:00Z");
+        assert!(a["endsAt"].as_str() > a["startsAt"].as_str(), "{a}");
+    }
 
     let drained = agent.wait_for(Duration::from_secs(10), |a| {
         (hook_metric(a, "skewwatch_alert_delivery_queue_length", &[]) == 0.0).then_some(())
     });
-    assert!(drained.is_some(), "the backlog did not drain");
-    for reason in ["retries_exhausted", "expired", "rejected"] {
+    assert!(drained.is_some(), "the owed states did not drain");
+    for reason in ["queue_full", "retries_exhausted", "expired", "rejected"] {
         assert_eq!(
             hook_metric(
                 &agent,
@@ -313,6 +325,54 @@ fn a_failing_webhook_gets_the_alert_once_it_is_back_and_the_backlog_stays_bounde
             "{reason}"
         );
     }
+    drop(traffic);
+}
+
+#[test]
+fn a_redirect_is_not_followed() {
+    // The "receiver" redirects to a second listener that must never see a request.
+    let target = TcpListener::bind("127.0.0.1:0").unwrap();
+    target.set_nonblocking(true).unwrap();
+    let redirector = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (r_addr, t_addr) = (
+        redirector.local_addr().unwrap(),
+        target.local_addr().unwrap(),
+    );
+    std::thread::spawn(move || {
+        for conn in redirector.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            if read_request(&mut conn).is_some() {
+                let _ = conn.write_all(
+                    format!(
+                        "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://{t_addr}/x\r\n\
+                         Content-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+    });
+    let agent = Agent::start_with_env(
+        &config_with(r_addr, 16, 0.05, 0.2),
+        &[("SKEWWATCH_E2E_HOOK_SECRET", SECRET)],
+    );
+    let groups = vec!["orders-db".to_owned()];
+    let traffic = Traffic::start(agent.statsd, &groups, &["s1", "s2"]);
+    warm_up(&agent, &groups);
+    traffic.surge(true);
+    let failed = agent.wait_for(Duration::from_secs(30), |a| {
+        (hook_metric(
+            a,
+            "skewwatch_alert_deliveries_total",
+            &[("result", "failure")],
+        ) >= 2.0)
+            .then_some(())
+    });
+    assert!(
+        failed.is_some(),
+        "no failed delivery to the redirecting receiver"
+    );
+    assert!(target.accept().is_err(), "the redirect was followed");
     drop(traffic);
 }
 

@@ -294,7 +294,7 @@ impl AlertmanagerTask {
                 .outbox
                 .payload(batch, now, &self.timing, &self.generator_url);
             let body = serde_json::to_vec(&body).expect("alerts serialize");
-            match self.delivery.post(body, None, deadline).await {
+            match self.delivery.post(body, &[], deadline).await {
                 Ok(()) => {
                     if self.failures > 0 {
                         tracing::info!(failures = self.failures, "Alertmanager reachable again.");

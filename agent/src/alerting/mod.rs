@@ -63,6 +63,13 @@ use crate::telemetry::SelfMetrics;
 /// The header carrying a webhook payload's HMAC-SHA256 signature.
 pub const SIGNATURE_HEADER: &str = "X-Skewwatch-Signature";
 
+/// The header carrying the unix time a webhook notification was sent, which the signature
+/// covers.
+pub const TIMESTAMP_HEADER: &str = "X-Skewwatch-Timestamp";
+
+/// The header naming one state of one alert group; the same on every retry of it.
+pub const DELIVERY_HEADER: &str = "X-Skewwatch-Delivery";
+
 /// Errors preparing alert delivery at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum AlertingError {
@@ -205,6 +212,28 @@ pub fn sign(secret: &Secret, body: &[u8]) -> String {
     format!("sha256={:x}", mac.finalize().into_bytes())
 }
 
+/// The most of a receiver's error body read: enough for a message in the log, and a receiver
+/// that answers with megabytes cannot make the agent buffer them.
+const ERROR_BODY_BYTES: usize = 4096;
+
+/// The start of an error answer's body, read at most [`ERROR_BODY_BYTES`], for the log.
+async fn error_body(mut resp: reqwest::Response) -> String {
+    let mut buf = Vec::new();
+    while buf.len() < ERROR_BODY_BYTES {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    buf.truncate(ERROR_BODY_BYTES);
+    let text = String::from_utf8_lossy(&buf);
+    let mut body: String = text.chars().take(256).collect();
+    if body.len() < text.len() {
+        body.push('…');
+    }
+    body.trim().to_owned()
+}
+
 /// Renders `error` and its sources, `a: b: c`.
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut s = error.to_string();
@@ -235,12 +264,12 @@ struct Delivery {
 }
 
 impl Delivery {
-    /// POSTs `body` as JSON, with an optional signature; counts the attempt. `deadline` cuts
-    /// the request short during the shutdown flush.
+    /// POSTs `body` as JSON with `headers`; counts the attempt. `deadline` cuts the request
+    /// short during the shutdown flush.
     async fn post(
         &self,
         body: Vec<u8>,
-        signature: Option<&str>,
+        headers: &[(&'static str, String)],
         deadline: Option<Instant>,
     ) -> Result<(), SendError> {
         let mut req = self
@@ -249,8 +278,8 @@ impl Delivery {
             .timeout(self.timeout)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(body);
-        if let Some(sig) = signature {
-            req = req.header(SIGNATURE_HEADER, sig);
+        for (name, value) in headers {
+            req = req.header(*name, value);
         }
         let send = async {
             let resp = req
@@ -261,14 +290,9 @@ impl Delivery {
             if status.is_success() {
                 return Ok(());
             }
-            let text = resp.text().await.unwrap_or_default();
-            let mut body: String = text.chars().take(256).collect();
-            if body.len() < text.len() {
-                body.push('…');
-            }
             Err(SendError::Status {
                 status: status.as_u16(),
-                body: body.trim().to_owned(),
+                body: error_body(resp).await,
             })
         };
         let result = match deadline {
@@ -335,6 +359,9 @@ impl Receivers {
         let client = reqwest::Client::builder()
             .user_agent(concat!("skewwatch/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
+            // A receiver that redirects is misconfigured; following it could send alerts
+            // (and their signature) somewhere nobody configured.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(AlertingError::Client)?;
         Ok(Receivers {
@@ -411,8 +438,10 @@ impl Receivers {
                 d,
                 w.hmac_secret.clone(),
                 external_url.clone(),
-                cfg.queue_capacity,
-                cfg.max_notification_age.as_secs_f64(),
+                webhook::Timing {
+                    repeat_interval: cfg.repeat_interval.as_secs_f64(),
+                    resolved_retention: cfg.max_notification_age.as_secs_f64(),
+                },
             );
             queues.push(Queue::new(&w.name, tx, true, ctx.metrics));
             let span = tracing::info_span!("webhook", receiver = %w.name);

@@ -107,8 +107,11 @@ pub struct AlertingConfig {
     pub backoff_initial: Duration,
     /// Largest retry delay.
     pub backoff_max: Duration,
-    /// Age after which an undelivered webhook notification is dropped.
+    /// How long a webhook retries the notification of a resolved alert before forgetting it.
     pub max_notification_age: Duration,
+    /// A webhook is notified again of a group that still fires after this long
+    /// (Alertmanager's `repeat_interval`).
+    pub repeat_interval: Duration,
     /// `generatorURL` / `externalURL`; `None` means `http://<HTTP listener>/api/v1/alerts`,
     /// resolved once the listener is bound.
     pub external_url: Option<String>,
@@ -126,7 +129,37 @@ impl Default for AlertingConfig {
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
             max_notification_age: Duration::from_secs(15 * 60),
+            repeat_interval: Duration::from_secs(4 * 3600),
             external_url: None,
+        }
+    }
+}
+
+/// Validated `http:` settings (plus the body limit, from `limits:`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// Time to receive a request's headers. The clock starts when the server waits for a
+    /// request, so on a keep-alive connection it is also the idle timeout.
+    pub header_read_timeout: Duration,
+    /// Time for a whole request, body included; past it the answer is 408.
+    pub request_timeout: Duration,
+    /// Connections served at once; a few more are admitted for health checks only.
+    pub max_connections: usize,
+    /// Ingest bodies read and parsed at once: with the body limit, it bounds the memory
+    /// ingest can hold in requests.
+    pub max_concurrent_ingest: usize,
+    /// Largest request body.
+    pub body_limit_bytes: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_connections: 256,
+            max_concurrent_ingest: 4,
+            body_limit_bytes: 1 << 20,
         }
     }
 }
@@ -142,8 +175,8 @@ pub struct Config {
     pub engine: EngineConfig,
     /// Top keys exported per group.
     pub exported_keys_per_group: usize,
-    /// Largest HTTP body.
-    pub http_body_limit_bytes: usize,
+    /// HTTP server limits.
+    pub http: HttpConfig,
     /// Ingest queue length in batches.
     pub ingest_queue_batches: usize,
     /// SO_RCVBUF for the StatsD socket.
@@ -151,6 +184,10 @@ pub struct Config {
     /// Bearer token required by ingest and admin endpoints; `None` leaves them open to
     /// whoever can reach the listener.
     pub token: Option<Secret>,
+    /// A listener off loopback may run without a token.
+    pub allow_unauthenticated: bool,
+    /// Where alert state and baselines are kept across restarts, if anywhere.
+    pub state: Option<crate::state::StateStore>,
     /// Alert delivery.
     pub alerting: AlertingConfig,
 }
@@ -174,6 +211,35 @@ impl Config {
             source,
         })?;
         Config::from_yaml_with_env(&text, &path.display().to_string(), env)
+    }
+
+    /// The configuration with the listeners moved (the command line's `--http-listen` and
+    /// `--statsd-listen`), checked again for listeners exposed without a token.
+    pub fn with_listeners(
+        mut self,
+        http: Option<SocketAddr>,
+        statsd: Option<SocketAddr>,
+    ) -> Result<Config, ConfigError> {
+        if let Some(a) = http {
+            self.http_listen = a;
+        }
+        if let Some(a) = statsd {
+            self.statsd_listen = Some(a);
+        }
+        let problems = validate::exposure_problems(
+            self.http_listen,
+            self.statsd_listen,
+            self.token.is_some(),
+            self.allow_unauthenticated,
+        );
+        if problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(ConfigError::Invalid {
+                origin: "command line".into(),
+                problems,
+            })
+        }
     }
 
     /// Parses and validates YAML text, reading secrets from the process environment;

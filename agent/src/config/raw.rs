@@ -65,6 +65,34 @@ pub struct RawAuth {
     pub bearer_token_file: Option<PathBuf>,
     /// Environment variable holding the bearer token.
     pub bearer_token_env: Option<String>,
+    /// Allow a listener off loopback without a token.
+    pub allow_unauthenticated: Option<bool>,
+}
+
+/// `state:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawState {
+    /// The state file; absent means no state is kept.
+    pub path: Option<PathBuf>,
+    /// Windows between writes.
+    pub save_every_windows: Option<u32>,
+    /// Oldest state restored.
+    pub max_age_secs: Option<f64>,
+}
+
+/// `http:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHttp {
+    /// Time to receive a request's headers (also the keep-alive idle time).
+    pub header_read_timeout_secs: Option<f64>,
+    /// Time for a whole request: body, handling and answer.
+    pub request_timeout_secs: Option<f64>,
+    /// Connections served at once.
+    pub max_connections: Option<usize>,
+    /// Ingest bodies read and parsed at once.
+    pub max_concurrent_ingest: Option<usize>,
 }
 
 /// One Alertmanager in `alerting.alertmanagers`.
@@ -116,8 +144,10 @@ pub struct RawAlerting {
     pub backoff_initial_secs: Option<f64>,
     /// Longest delay between retries.
     pub backoff_max_secs: Option<f64>,
-    /// A webhook notification older than this is dropped rather than retried.
+    /// How long a webhook keeps retrying the notification of a resolved alert.
     pub max_notification_age_secs: Option<f64>,
+    /// How often a webhook is notified again of a group that still fires.
+    pub repeat_interval_secs: Option<f64>,
     /// `generatorURL` of every alert and `externalURL` of webhook payloads.
     pub external_url: Option<String>,
 }
@@ -136,6 +166,10 @@ pub struct RawConfig {
     pub statsd: Option<RawStatsd>,
     /// Ingest authentication.
     pub auth: Option<RawAuth>,
+    /// HTTP server limits.
+    pub http: Option<RawHttp>,
+    /// State kept across restarts.
+    pub state: Option<RawState>,
     /// Detector thresholds and alert timing.
     pub detectors: Option<DetectorsConfig>,
     /// Alert delivery.

@@ -12,20 +12,18 @@ use skewwatch_detectors::engine::EngineConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
-    RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawLimits, RawListen, RawStatsd, RawWebhook,
-    RawWindow,
+    RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawHttp, RawLimits, RawListen, RawState,
+    RawStatsd, RawWebhook, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
-use super::{AlertingConfig, AlertmanagerTarget, Config, Problem, WebhookTarget};
+use super::{AlertingConfig, AlertmanagerTarget, Config, HttpConfig, Problem, WebhookTarget};
+use crate::state::StateStore;
 
 /// Largest timeout of one delivery POST, and largest retry delay.
 const MAX_DELIVERY_SECS: f64 = 300.0;
 
 /// Default timeout of one delivery POST.
 const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default largest HTTP request body.
-const DEFAULT_BODY_LIMIT_BYTES: usize = 1 << 20;
 
 /// Default ingest queue length, in batches: with the body limit it bounds queued memory
 /// (docs/performance.md has the measurement behind it).
@@ -49,12 +47,22 @@ impl RawConfig {
         );
         let limits = c.limits(self.limits.unwrap_or_default());
         let statsd_receive_buffer_bytes = c.statsd(self.statsd.unwrap_or_default());
-        let token = c.auth(self.auth.unwrap_or_default());
+        let http = c.http(self.http.unwrap_or_default(), limits.http_body_limit_bytes);
+        let auth = self.auth.unwrap_or_default();
+        let allow_unauthenticated = auth.allow_unauthenticated.unwrap_or(false);
+        let token = c.auth(auth);
+        if let Some(addr) = http_listen {
+            for p in exposure_problems(addr, statsd_listen, token.is_some(), allow_unauthenticated)
+            {
+                c.problems.push(p);
+            }
+        }
         let detectors = self.detectors.unwrap_or_default();
         for p in detectors.problems("detectors") {
             c.fail(&p.field, p.why);
         }
         let alerting = c.alerting(self.alerting.unwrap_or_default());
+        let state = c.state(self.state.unwrap_or_default());
 
         if !c.problems.is_empty() {
             return Err(c.problems);
@@ -64,10 +72,12 @@ impl RawConfig {
             statsd_listen,
             exported_keys_per_group: window.top_keys,
             engine: EngineConfig { window, detectors },
-            http_body_limit_bytes: limits.http_body_limit_bytes,
+            http,
             ingest_queue_batches: limits.ingest_queue_batches,
             statsd_receive_buffer_bytes,
             token,
+            allow_unauthenticated,
+            state,
             alerting,
         })
     }
@@ -276,7 +286,7 @@ impl Check<'_> {
             http_body_limit_bytes: self.range(
                 "limits.http_body_limit_bytes",
                 limits.http_body_limit_bytes,
-                DEFAULT_BODY_LIMIT_BYTES,
+                HttpConfig::default().body_limit_bytes,
                 1024,
                 1 << 30,
             ),
@@ -288,6 +298,71 @@ impl Check<'_> {
                 1 << 20,
             ),
         }
+    }
+
+    fn http(&mut self, http: RawHttp, body_limit_bytes: usize) -> HttpConfig {
+        let d = HttpConfig::default();
+        HttpConfig {
+            header_read_timeout: self.secs(
+                "http.header_read_timeout_secs",
+                http.header_read_timeout_secs,
+                d.header_read_timeout,
+                0.1,
+                3600.0,
+            ),
+            request_timeout: self.secs(
+                "http.request_timeout_secs",
+                http.request_timeout_secs,
+                d.request_timeout,
+                0.1,
+                3600.0,
+            ),
+            max_connections: self.range(
+                "http.max_connections",
+                http.max_connections,
+                d.max_connections,
+                1,
+                65_536,
+            ),
+            max_concurrent_ingest: self.range(
+                "http.max_concurrent_ingest",
+                http.max_concurrent_ingest,
+                d.max_concurrent_ingest,
+                1,
+                1024,
+            ),
+            body_limit_bytes,
+        }
+    }
+
+    fn state(&mut self, raw: RawState) -> Option<StateStore> {
+        let every_windows = self.range(
+            "state.save_every_windows",
+            raw.save_every_windows,
+            6,
+            1,
+            10_000,
+        );
+        let max_age = self.secs(
+            "state.max_age_secs",
+            raw.max_age_secs,
+            Duration::from_secs(3600),
+            1.0,
+            7.0 * 86_400.0,
+        );
+        let path = raw.path?;
+        if path.as_os_str().is_empty() || path.file_name().is_none() {
+            self.fail(
+                "state.path",
+                "name a file, e.g. /var/lib/skewwatch/state.json",
+            );
+            return None;
+        }
+        Some(StateStore {
+            path,
+            every_windows,
+            max_age,
+        })
     }
 
     fn statsd(&mut self, statsd: RawStatsd) -> usize {
@@ -352,6 +427,13 @@ impl Check<'_> {
             1.0,
             7.0 * 86_400.0,
         );
+        let repeat_interval = self.secs(
+            "alerting.repeat_interval_secs",
+            raw.repeat_interval_secs,
+            d.repeat_interval,
+            1.0,
+            7.0 * 86_400.0,
+        );
         let external_url = self.external_url(raw.external_url);
         AlertingConfig {
             alertmanagers,
@@ -363,6 +445,7 @@ impl Check<'_> {
             backoff_initial,
             backoff_max,
             max_notification_age,
+            repeat_interval,
             external_url,
         }
     }
@@ -539,6 +622,41 @@ impl Check<'_> {
         }
         seen.push(name.to_owned());
     }
+}
+
+/// Listeners reachable from off the machine without a token, unless the configuration allows
+/// it. StatsD over UDP has no token at all, so a StatsD listener off loopback always needs
+/// `auth.allow_unauthenticated: true`.
+pub fn exposure_problems(
+    http: SocketAddr,
+    statsd: Option<SocketAddr>,
+    has_token: bool,
+    allow_unauthenticated: bool,
+) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if allow_unauthenticated {
+        return out;
+    }
+    if !http.ip().is_loopback() && !has_token {
+        out.push(Problem {
+            field: "listen.http".into(),
+            why: format!(
+                "{http} is reachable from other machines and no auth.bearer_token_file or \
+                 auth.bearer_token_env is set: set a token, bind 127.0.0.1, or set \
+                 auth.allow_unauthenticated: true"
+            ),
+        });
+    }
+    if let Some(addr) = statsd.filter(|a| !a.ip().is_loopback()) {
+        out.push(Problem {
+            field: "listen.statsd".into(),
+            why: format!(
+                "{addr} is reachable from other machines and StatsD cannot carry a token: bind \
+                 127.0.0.1, or set auth.allow_unauthenticated: true"
+            ),
+        });
+    }
+    out
 }
 
 /// `url` with any password replaced, for messages.

@@ -9,12 +9,13 @@
 
 pub mod text;
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 use skewwatch_detectors::alert::{Alert, AlertState};
-use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
-use skewwatch_detectors::snapshot::{GroupSnapshot, WindowSnapshot};
+use skewwatch_detectors::observation::{OTHER_LABEL, key_label, label_value};
+use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
 
 /// The content type of text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -139,7 +140,7 @@ const GROUP_GAUGES: &[(&str, &str, GroupValue)] = &[
     (
         "skewwatch_group_shards",
         "Shards tracked in the last window, including idle ones, excluding __other__.",
-        |g| Some(g.shards.iter().filter(|s| s.shard != OTHER_LABEL).count() as f64),
+        |g| Some(g.tracked_shards().count() as f64),
     ),
     (
         "skewwatch_requests_per_second",
@@ -199,7 +200,7 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
         let mut f = Family::new(out, name, help);
         for g in &snap.groups {
             if let Some(v) = value(g) {
-                f.sample(&[("group", &g.group)], v);
+                f.sample(&[("group", &group_label(g))], v);
             }
         }
     }
@@ -211,10 +212,11 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
         );
         for g in &snap.groups {
             if let Some(s) = &g.skew {
-                f.sample(&[("group", &g.group), ("k", "1")], s.top1_share);
+                let group = group_label(g);
+                f.sample(&[("group", &group), ("k", "1")], s.top1_share);
                 if s.topk != 1 {
                     f.sample(
-                        &[("group", &g.group), ("k", &s.topk.to_string())],
+                        &[("group", &group), ("k", &s.topk.to_string())],
                         s.topk_share,
                     );
                 }
@@ -224,9 +226,10 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
     for &(name, help, value) in SHARD_GAUGES {
         let mut f = Family::new(out, name, help);
         for g in &snap.groups {
+            let group = group_label(g);
             for s in &g.shards {
                 if let Some(v) = value(s) {
-                    f.sample(&[("group", &g.group), ("shard", &s.shard)], v);
+                    f.sample(&[("group", &group), ("shard", &shard_label(s))], v);
                 }
             }
         }
@@ -240,15 +243,35 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
         if g.requests == 0 {
             continue;
         }
+        let group = group_label(g);
         let mut shown = 0.0;
         for k in g.top_keys.iter().take(exported_keys) {
-            f.sample(&[("group", &g.group), ("key", key_label(&k.key))], k.share);
+            f.sample(&[("group", &group), ("key", &key_label(&k.key))], k.share);
             shown += k.requests as f64;
         }
         let rest = (g.keyed_requests as f64 - shown).max(0.0) / g.requests as f64;
         if rest > 0.0 {
-            f.sample(&[("group", &g.group), ("key", OTHER_LABEL)], rest);
+            f.sample(&[("group", &group), ("key", OTHER_LABEL)], rest);
         }
+    }
+}
+
+/// A group's `group` label: `__other__` for the overflow group, the name (see
+/// [`label_value`]) for any other, so a group really named `__other__` stays apart.
+pub fn group_label(g: &GroupSnapshot) -> Cow<'_, str> {
+    if g.overflow {
+        Cow::Borrowed(OTHER_LABEL)
+    } else {
+        label_value(&g.group)
+    }
+}
+
+/// A shard's `shard` label, as [`group_label`] writes groups.
+pub fn shard_label(s: &ShardSnapshot) -> Cow<'_, str> {
+    if s.overflow {
+        Cow::Borrowed(OTHER_LABEL)
+    } else {
+        label_value(&s.shard)
     }
 }
 

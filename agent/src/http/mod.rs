@@ -1,22 +1,26 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`,
-//! `/api/v1/alerts` and `POST /api/v1/observations`.
+//! `/api/v1/alerts`, `POST /api/v1/observations` and `POST /-/reload`.
 //!
-//! - [`server`]: the accept loop and the bounded shutdown of connections.
+//! - [`server`]: the accept loop, its connection limit and timeouts, and the bounded shutdown
+//!   of connections.
+//! - [`guard`]: what every request passes first: the whole-request timeout, the bearer token
+//!   (checked before any body is read) and the content type of POST bodies.
+//! - [`ingest`]: `POST /api/v1/observations`.
+//! - [`status`]: the bounded `GET /api/v1/status`.
+//! - [`admin`]: `POST /-/reload`.
 //! - [`client`]: a minimal blocking HTTP/1.1 client, for `skewwatch bench`, the demo and the
 //!   end-to-end tests.
 //!
 //! Read endpoints render the latest immutable snapshot (and `/api/v1/alerts` the latest active
-//! alerts); the ingest endpoint parses the body,
-//! hands one batch to the pipeline and answers with accepted and rejected counts. Bodies over
-//! the configured limit get 413; a full ingest queue gets 503 with `Retry-After`.
+//! alerts) in the HTTP task that asks, never on the pipeline task.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prometheus::Registry;
@@ -24,16 +28,20 @@ use serde::Serialize;
 use skewwatch_detectors::alert::{Alert, AlertState, Labels};
 use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::clock::rfc3339;
 use crate::config::Secret;
 use crate::exposition;
-use crate::ingest::{self, QueueError, ndjson};
+use crate::pipeline::Heartbeat;
 use crate::telemetry::SourceMetrics;
 
+pub mod admin;
 pub mod client;
+pub mod guard;
+pub mod ingest;
 pub mod server;
+pub mod status;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -48,27 +56,66 @@ pub struct AppState {
     pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
     /// Where ingested batches go.
     pub batches: mpsc::Sender<Batch>,
-    /// Bearer token required for ingest, if any.
-    pub token: Option<Secret>,
-    /// True once every listener is bound.
+    /// Bearer token required for ingest and admin endpoints, if any; replaced on reload.
+    pub token: watch::Receiver<Option<Secret>>,
+    /// True once every listener is bound, false again once shutdown starts.
     pub ready: Arc<AtomicBool>,
+    /// When the pipeline last closed a window.
+    pub heartbeat: Heartbeat,
+    /// Ingest bodies read and parsed at once.
+    pub ingest_permits: Arc<Semaphore>,
+    /// Largest request body.
+    pub body_limit: usize,
+    /// Where `POST /-/reload` sends its request.
+    pub reload: admin::ReloadRequests,
     /// Top keys exported per group.
     pub exported_keys: usize,
     /// Window length, reported by the status endpoint.
     pub window_secs: f64,
 }
 
-/// Builds the router with the body limit applied.
-pub fn router(state: AppState, body_limit: usize) -> Router {
+/// The routes of a connection within the limit: everything, behind the guards.
+pub fn router(state: AppState, request_timeout: std::time::Duration) -> Router {
+    let guarded = Router::new()
+        .route("/api/v1/observations", post(ingest::observations))
+        .route("/-/reload", post(admin::reload))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_token,
+        ))
+        .route_layer(middleware::from_fn(guard::require_json_body));
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/api/v1/status", get(status))
+        .route("/api/v1/status", get(status::status))
         .route("/api/v1/alerts", get(alerts))
-        .route("/api/v1/observations", post(observations))
-        .layer(DefaultBodyLimit::max(body_limit))
+        .merge(guarded)
+        .merge(health_routes())
+        .layer(middleware::from_fn_with_state(
+            request_timeout,
+            guard::request_timeout,
+        ))
         .with_state(state)
+}
+
+/// The routes of a connection past the limit: the health endpoints, and 503 for the rest.
+pub fn health_router(state: AppState) -> Router {
+    health_routes()
+        .fallback(|| async {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::CONNECTION, "close")],
+                "too many connections; only health checks are answered\n",
+            )
+        })
+        .with_state(state)
+}
+
+fn health_routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/-/healthy", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/-/ready", get(readyz))
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
@@ -89,29 +136,24 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// Ready while the listeners are up and the pipeline keeps closing windows: one that has not
+/// closed a window for [`Heartbeat::STALE_WINDOWS`] windows is stuck, and a stuck agent should
+/// be taken out of service.
 async fn readyz(State(s): State<AppState>) -> Response {
-    if s.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
+    if !s.ready.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response();
     }
-}
-
-#[derive(Serialize)]
-struct Status<'a> {
-    version: &'static str,
-    window_secs: f64,
-    window: &'a WindowSnapshot,
-}
-
-async fn status(State(s): State<AppState>) -> Response {
-    let snap = s.snapshots.borrow().clone();
-    axum::Json(Status {
-        version: env!("CARGO_PKG_VERSION"),
-        window_secs: s.window_secs,
-        window: &snap,
-    })
-    .into_response()
+    match s.heartbeat.stale() {
+        None => (StatusCode::OK, "ready\n").into_response(),
+        Some(since) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the pipeline has not closed a window for {:.1} s\n",
+                since.as_secs_f64()
+            ),
+        )
+            .into_response(),
+    }
 }
 
 /// `GET /api/v1/alerts`, shaped like Prometheus' alerts API so tools that read one read both.
@@ -160,83 +202,6 @@ async fn alerts(State(s): State<AppState>) -> Response {
     axum::Json(alerts_reply(&alerts)).into_response()
 }
 
-#[derive(Serialize)]
-struct LineErrorBody {
-    line: usize,
-    reason: &'static str,
-    message: String,
-}
-
-#[derive(Serialize)]
-struct IngestReply {
-    accepted: usize,
-    rejected: u64,
-    errors: Vec<LineErrorBody>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
-fn authorized(token: Option<&Secret>, headers: &HeaderMap) -> bool {
-    let Some(token) = token else { return true };
-    let Some(given) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    token.matches(given.trim().as_bytes())
-}
-
-async fn observations(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if !authorized(s.token.as_ref(), &headers) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "a valid bearer token is required\n",
-        )
-            .into_response();
-    }
-    let mut batch = Batch::with_capacity(body.len() / 64 + 1);
-    let outcome = ndjson::parse_body(&body, &mut batch);
-    s.ingest_metrics.add_rejections(&outcome.rejected);
-    let errors = outcome
-        .errors
-        .iter()
-        .map(|e| LineErrorBody {
-            line: e.line,
-            reason: e.reason.as_str(),
-            message: e.reason.to_string(),
-        })
-        .collect();
-    let mut reply = IngestReply {
-        accepted: outcome.accepted,
-        rejected: outcome.rejected.total(),
-        errors,
-        error: None,
-    };
-    let mut code = if outcome.accepted == 0 && reply.rejected > 0 {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
-    if !batch.is_empty()
-        && let Err(e) = ingest::submit(&s.batches, &s.ingest_metrics, batch)
-    {
-        // Nothing of this body was taken: the client may retry it whole.
-        reply.accepted = 0;
-        reply.error = Some(e.to_string());
-        code = StatusCode::SERVICE_UNAVAILABLE;
-        let mut resp = (code, axum::Json(reply)).into_response();
-        if e == QueueError::Full {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        return resp;
-    }
-    (code, axum::Json(reply)).into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,24 +237,5 @@ mod tests {
                  "activeAt": "2024-05-01T12:00:00Z"}
             ]}})
         );
-    }
-
-    #[test]
-    fn bearer_token_must_match_exactly() {
-        let mut h = HeaderMap::new();
-        let token = Secret::new(b"s3cret");
-        let token = Some(&token);
-        assert!(authorized(None, &h));
-        assert!(!authorized(token, &h));
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer s3cre"),
-        );
-        assert!(!authorized(token, &h));
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer s3cret"),
-        );
-        assert!(authorized(token, &h));
     }
 }

@@ -56,6 +56,10 @@ pub const FLUSH_AFTER: Duration = Duration::from_millis(20);
 /// nap queues about 300 datagrams, under 1 MiB, a small part of the default
 /// `statsd.receive_buffer_bytes`.
 pub const IDLE_NAP: Duration = Duration::from_millis(2);
+/// First pause after a receive error; it doubles while errors last.
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(1);
+/// Longest pause after a receive error.
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How often the thread wakes to check for shutdown when no data arrives.
 const POLL_MS: u16 = 100;
 
@@ -235,6 +239,8 @@ fn receive_loop(
     let fd = socket.as_raw_fd();
     // Whether the last empty read came right after a nap.
     let mut napped = false;
+    // The pause after the last receive error, while errors last.
+    let mut errors: Option<Duration> = None;
     while !cancel.is_cancelled() {
         match datagrams.receive(fd) {
             Ok(dropped) => {
@@ -268,8 +274,23 @@ fn receive_loop(
             }
             Err(Errno::EINTR) => {}
             Err(error) => {
-                tracing::warn!(%error, "Receiving from the StatsD socket failed.");
+                // A persistent error (a socket in a bad state, a kernel out of memory) must
+                // not spin a core: wait, doubling up to a bound, and count every one.
+                metrics.statsd_receive_errors.inc();
+                if errors.is_none() {
+                    tracing::warn!(%error, "Receiving from the StatsD socket failed; backing off.");
+                }
+                let pause = errors.map_or(ERROR_BACKOFF_MIN, |p: Duration| {
+                    (p * 2).min(ERROR_BACKOFF_MAX)
+                });
+                errors = Some(pause);
+                pending.flush();
+                std::thread::sleep(pause);
+                continue;
             }
+        }
+        if errors.take().is_some() {
+            tracing::info!("Receiving from the StatsD socket works again.");
         }
     }
     pending.flush();

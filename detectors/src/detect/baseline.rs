@@ -5,6 +5,8 @@
 //! baseline-relative verdict before a baseline exists. Detectors stop updating a baseline while
 //! their alert for it is pending or firing, so an incident does not become the new normal.
 
+use serde::{Deserialize, Serialize};
+
 /// The EWMA weight of one window for a time constant `tau_secs`: `1 - exp(-window/tau)`.
 pub fn alpha_for(window_secs: f64, tau_secs: f64) -> f64 {
     if tau_secs <= 0.0 {
@@ -14,7 +16,7 @@ pub fn alpha_for(window_secs: f64, tau_secs: f64) -> f64 {
 }
 
 /// An exponentially weighted moving average that knows whether it is warm.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Ewma {
     value: f64,
     samples: u32,

@@ -73,9 +73,9 @@ use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, ms, num,
-    pct, times,
+    pct, persisted_in, times,
 };
-use crate::observation::{Outcome, key_label};
+use crate::observation::{Outcome, key_label, label_value, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::normal_quantile;
 
@@ -262,7 +262,7 @@ impl Conditions {
 }
 
 /// Baselines and counters of one group.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct GroupState {
     miss: Ewma,
     amp: Ewma,
@@ -350,6 +350,8 @@ impl DetectorKind for CacheHitCollapse {
 }
 
 impl Detector for CacheHitCollapse {
+    persisted_in!(groups);
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }
@@ -551,7 +553,7 @@ fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
     .annotate("windows", fig.windows.to_string());
     if let Some(h) = &fig.hot {
         f = f
-            .annotate("hot_shard", h.shard.as_str())
+            .annotate("hot_shard", label_value(&h.shard))
             .annotate("hot_shard_backend_share", pct(h.backend_share))
             .annotate("hot_shard_request_share", pct(h.request_share))
             .annotate("hot_shard_error_ratio", pct(h.error_ratio))
@@ -571,6 +573,7 @@ fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
 }
 
 fn summary(group: &str, fig: &Figures) -> String {
+    let group = quote(group);
     format!(
         "{group}: cache hit ratio {} (baseline {}), backend calls per request {} baseline: the \
          cache is feeding the fire",
@@ -581,6 +584,7 @@ fn summary(group: &str, fig: &Figures) -> String {
 }
 
 fn description(group: &str, fig: &Figures) -> String {
+    let group = quote(group);
     let (s, b) = (&fig.now, &fig.base);
     let distress = match (fig.cond.errors, fig.cond.latency) {
         (true, true) => format!(
@@ -599,14 +603,14 @@ fn description(group: &str, fig: &Figures) -> String {
         let key = h.key.as_ref().map_or(String::new(), |(k, share)| {
             format!(
                 ", and one key dominates it: {} (at least {} of its requests)",
-                key_label(k),
+                quote_key(k),
                 pct(*share)
             )
         });
         format!(
             " The hottest shard is {}: {} of the requests ({}x its fair share), {} of the \
              backend calls, {} of its requests failing{key}.",
-            h.shard,
+            quote(&h.shard),
             pct(h.request_share),
             num(h.fair_multiple),
             pct(h.backend_share),
@@ -659,10 +663,13 @@ fn mitigations(fig: &Figures) -> String {
         match &h.key {
             Some((k, _)) => m.push(format!(
                 "rate-limit or shed load on shard {} (key {})",
-                h.shard,
-                key_label(k)
+                quote(&h.shard),
+                quote_key(k)
             )),
-            None => m.push(format!("rate-limit or shed load on shard {}", h.shard)),
+            None => m.push(format!(
+                "rate-limit or shed load on shard {}",
+                quote(&h.shard)
+            )),
         }
     }
     if fig.shed_load {
@@ -846,7 +853,7 @@ mod tests {
         assert_eq!(a["phase"], "loop");
         assert!(a["summary"].contains("feeding the fire"), "{a:?}");
         assert!(a["mitigations"].contains("singleflight"), "{a:?}");
-        assert!(a["mitigations"].contains("rate-limit or shed load on shard s1 (key (empty))"));
+        assert!(a["mitigations"].contains("rate-limit or shed load on shard \"s1\" (key (empty))"));
         assert!(a["description"].contains("(1-h1)/(1-h0) = 10.0x"), "{a:?}");
     }
 

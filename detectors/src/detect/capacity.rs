@@ -40,7 +40,9 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+    persisted_in,
 };
+use crate::observation::quote;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -189,7 +191,7 @@ impl CapacityHeadroomConfig {
 }
 
 /// What the detector remembers about one shard with a capacity.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct ShardState {
     streak: u32,
     /// (window end, utilisation), oldest first, at most `projection_windows`.
@@ -319,11 +321,9 @@ fn render(group: &str, shard: &str, fig: &Figures) -> Finding {
         ),
         None => String::new(),
     };
-    let mut f = Finding::new(
-        CapacityHeadroom::ALERTNAME,
-        fig.severity,
-        &[("group", group), ("shard", shard)],
-    )
+    let labels = [("group", group), ("shard", shard)];
+    let (group, shard) = (quote(group), quote(shard));
+    let mut f = Finding::new(CapacityHeadroom::ALERTNAME, fig.severity, &labels)
     .annotate(
         "summary",
         format!(
@@ -387,6 +387,18 @@ impl DetectorKind for CapacityHeadroom {
 }
 
 impl Detector for CapacityHeadroom {
+    persisted_in!(state);
+
+    /// The projection fits utilisation against window ends; after a clock step those ends are
+    /// no longer evenly spaced, so the history starts over.
+    fn clock_stepped(&mut self) {
+        for shards in self.state.values_mut() {
+            for s in shards.values_mut() {
+                s.history.clear();
+            }
+        }
+    }
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }

@@ -33,9 +33,10 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, pct, times,
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, pct,
+    persisted_in, times,
 };
-use crate::observation::Outcome;
+use crate::observation::{Outcome, label_value, quote};
 use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
@@ -113,7 +114,7 @@ impl ErrorSurgeConfig {
 }
 
 /// Baselines and streak of one group.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct GroupState {
     ratio: Ewma,
     by_class: [Ewma; Outcome::COUNT],
@@ -231,12 +232,13 @@ fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
     }
     if let Some(s) = &fig.top_shard {
         f = f
-            .annotate("top_error_shard", s.shard.as_str())
+            .annotate("top_error_shard", label_value(&s.shard))
             .annotate("top_error_shard_error_share", pct(s.error_share))
             .annotate("top_error_shard_error_ratio", pct(s.error_ratio));
     }
     let summary = format!(
-        "{group}: error ratio {} (baseline {}), mostly {}",
+        "{}: error ratio {} (baseline {}), mostly {}",
+        quote(group),
         pct(fig.ratio),
         pct(fig.baseline),
         fig.grown.as_str()
@@ -246,6 +248,7 @@ fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
 }
 
 fn description(group: &str, fig: &Figures) -> String {
+    let group = quote(group);
     let factor = times(factor(fig.ratio, fig.baseline));
     let classes: Vec<String> = fig
         .classes
@@ -255,7 +258,7 @@ fn description(group: &str, fig: &Figures) -> String {
     let where_ = fig.top_shard.as_ref().map_or(String::new(), |s| {
         format!(
             " Shard {} returned {} of the errors ({} of its requests failed).",
-            s.shard,
+            quote(&s.shard),
             pct(s.error_share),
             pct(s.error_ratio)
         )
@@ -286,6 +289,8 @@ impl DetectorKind for ErrorSurge {
 }
 
 impl Detector for ErrorSurge {
+    persisted_in!(groups);
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }

@@ -43,8 +43,9 @@ use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, ms, num, pct,
+    persisted_in,
 };
-use crate::observation::Outcome;
+use crate::observation::{Outcome, quote};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.fast_failure_sink` settings.
@@ -144,7 +145,7 @@ impl DetectorSettings for FastFailureSinkConfig {
 }
 
 /// Baseline and streak of one shard.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct ShardState {
     share: Ewma,
     streak: u32,
@@ -309,11 +310,9 @@ fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> F
 /// description and mitigations written from them.
 fn render(cfg: &FastFailureSinkConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
     let v = &fig.verdict;
-    Finding::new(
-        FastFailureSink::ALERTNAME,
-        cfg.rule.severity,
-        &[("group", group), ("shard", shard)],
-    )
+    let labels = [("group", group), ("shard", shard)];
+    let (qgroup, qshard) = (quote(group), quote(shard));
+    Finding::new(FastFailureSink::ALERTNAME, cfg.rule.severity, &labels)
     .annotate(
         "share",
         format!(
@@ -338,7 +337,7 @@ fn render(cfg: &FastFailureSinkConfig, group: &str, shard: &str, fig: &Figures) 
     .annotate(
         "summary",
         format!(
-            "{group}/{shard} answers fast with errors ({} {}, p50 {} ms vs peers' {} ms) and \
+            "{qgroup}/{qshard} answers fast with errors ({} {}, p50 {} ms vs peers' {} ms) and \
              draws {} of the traffic (baseline {})",
             pct(fig.class_ratio),
             fig.class.as_str(),
@@ -352,7 +351,7 @@ fn render(cfg: &FastFailureSinkConfig, group: &str, shard: &str, fig: &Figures) 
     .annotate(
         "mitigations",
         format!(
-            "drain or eject {shard} now (outlier ejection on error ratio, not only on latency); \
+            "drain or eject {qshard} now (outlier ejection on error ratio, not only on latency); \
              count recent errors as load in the balancer so a fast error costs as much as a slow \
              success (SRE book ch. 20); make health checks verify answers, not just liveness; \
              find why it answers {}",
@@ -362,6 +361,7 @@ fn render(cfg: &FastFailureSinkConfig, group: &str, shard: &str, fig: &Figures) 
 }
 
 fn description(group: &str, shard: &str, fig: &Figures) -> String {
+    let (group, shard) = (quote(group), quote(shard));
     let v = &fig.verdict;
     format!(
         "Shard {shard} of {group} answers fast with errors, so least-loaded or latency-aware \
@@ -396,6 +396,8 @@ impl DetectorKind for FastFailureSink {
 }
 
 impl Detector for FastFailureSink {
+    persisted_in!(groups);
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }

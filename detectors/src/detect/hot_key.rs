@@ -63,9 +63,10 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct, ratio_2dp,
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+    persisted_in, ratio_2dp,
 };
-use crate::observation::key_label;
+use crate::observation::{quote, quote_key};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -180,7 +181,7 @@ impl DetectorSettings for HotKeyConfig {
 }
 
 /// An EWMA of a key's share that counts windows before the key first appeared as zeros.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 struct ShareBaseline {
     value: f64,
     samples: u32,
@@ -204,7 +205,7 @@ impl ShareBaseline {
 }
 
 /// What the detector remembers about one key in one scope (group or shard).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct KeyState {
     base: ShareBaseline,
     streak: u32,
@@ -213,14 +214,14 @@ struct KeyState {
 }
 
 /// The keys of one scope and how many windows with keyed traffic it has seen.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Scope {
     windows: u32,
     keys: BTreeMap<String, KeyState>,
 }
 
 /// The group scope and each shard's scope.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct GroupState {
     group: Scope,
     shards: BTreeMap<String, Scope>,
@@ -352,7 +353,7 @@ impl HotKey {
                 load: lb as f64 / total,
                 baseline: st.base.value,
             };
-            let labels = key_labels(&g.group, key_label(&k.key), st.shard.as_deref());
+            let labels = key_labels(&g.group, &k.key, st.shard.as_deref());
             let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
             let over = warm
                 && lb >= cfg.min_requests
@@ -372,7 +373,7 @@ impl HotKey {
         forget_unreported(scope, &reported, cfg.forget_share, alpha, |key, st| {
             ctx.alerts.is_active(
                 HotKey::ALERTNAME,
-                &key_labels(&g.group, key_label(key), st.shard.as_deref()),
+                &key_labels(&g.group, key, st.shard.as_deref()),
             )
         });
         scope.windows = scope.windows.saturating_add(1);
@@ -407,7 +408,7 @@ impl HotKey {
                     load: lb as f64 / group_total,
                     baseline: st.base.value,
                 };
-                let labels = key_labels(&g.group, key_label(&k.key), Some(&s.shard));
+                let labels = key_labels(&g.group, &k.key, Some(&s.shard));
                 let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
                 let over = warm
                     && lb >= cfg.min_shard_requests
@@ -425,7 +426,7 @@ impl HotKey {
             // 1/forget_share keys too.
             let forget_below = cfg.forget_share * s.requests as f64 / group_total;
             forget_unreported(scope, &reported, forget_below, alpha, |key, _| {
-                let labels = key_labels(&g.group, key_label(key), Some(&s.shard));
+                let labels = key_labels(&g.group, key, Some(&s.shard));
                 ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
             });
             scope.windows = scope.windows.saturating_add(1);
@@ -533,7 +534,7 @@ fn render(cfg: &HotKeyConfig, group: &str, fig: &Figures) -> Finding {
         Place::Group { home } => (home.as_ref().map(|(s, _)| s.as_str()), "group"),
         Place::Shard { shard, .. } => (Some(shard.as_str()), "shard"),
     };
-    let labels = key_labels(group, key_label(&fig.key), shard);
+    let labels = key_labels(group, &fig.key, shard);
     let f = Finding::new(HotKey::ALERTNAME, cfg.rule.severity, &labels)
         .annotate("summary", summary(group, fig))
         .annotate("description", description(group, fig))
@@ -542,24 +543,30 @@ fn render(cfg: &HotKeyConfig, group: &str, fig: &Figures) -> Finding {
 }
 
 fn summary(group: &str, fig: &Figures) -> String {
-    let (key, share) = (key_label(&fig.key), pct(fig.shares.share));
+    let (key, share) = (quote_key(&fig.key), pct(fig.shares.share));
+    let group = quote(group);
     match &fig.place {
         Place::Group { .. } => format!("Key {key} takes {share} of {group}'s load"),
         Place::Shard { shard, .. } => {
-            format!("Key {key} takes {share} of shard {shard} of {group}")
+            format!(
+                "Key {key} takes {share} of shard {} of {group}",
+                quote(shard)
+            )
         }
     }
 }
 
 fn description(group: &str, fig: &Figures) -> String {
-    let (key, share) = (key_label(&fig.key), pct(fig.shares.share));
+    let (key, share) = (quote_key(&fig.key), pct(fig.shares.share));
+    let group = quote(group);
     let ratio = ratio_text(&fig.shares);
     match &fig.place {
         Place::Group {
             home: Some((shard, of_shard)),
         } => format!(
             "key {key} takes at least {share} of {group}'s load, {ratio}; it lives on shard \
-             {shard}, where it is {} of the traffic",
+             {}, where it is {} of the traffic",
+            quote(shard),
             pct(*of_shard)
         ),
         Place::Group { home: None } => format!(
@@ -567,8 +574,9 @@ fn description(group: &str, fig: &Figures) -> String {
              several shards"
         ),
         Place::Shard { shard, shard_share } => format!(
-            "key {key} takes at least {share} of shard {shard}'s traffic in {group}, {ratio}; the \
+            "key {key} takes at least {share} of shard {}'s traffic in {group}, {ratio}; the \
              shard carries {} of the group's load",
+            quote(shard),
             pct(*shard_share)
         ),
     }
@@ -616,6 +624,8 @@ impl DetectorKind for HotKey {
 }
 
 impl Detector for HotKey {
+    persisted_in!(state);
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }

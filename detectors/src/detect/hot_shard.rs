@@ -100,9 +100,10 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct, ratio_2dp,
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+    persisted_in, ratio_2dp,
 };
-use crate::observation::key_label;
+use crate::observation::{key_label, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 
@@ -210,7 +211,7 @@ impl DetectorSettings for HotShardConfig {
 }
 
 /// What the detector remembers about one shard.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct ShardState {
     /// Baseline of the load ratio r = share·N.
     load: Ewma,
@@ -462,7 +463,9 @@ fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Find
     .annotate(
         "summary",
         format!(
-            "Shard {shard} of {group} is hot: {} of the load",
+            "Shard {} of {} is hot: {} of the load",
+            quote(shard),
+            quote(group),
             pct(sc.share)
         ),
     )
@@ -489,6 +492,7 @@ fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Find
 }
 
 fn description(group: &str, shard: &str, fig: &Figures) -> String {
+    let (group, shard) = (quote(group), quote(shard));
     let sc = &fig.score;
     let ratio_text = if sc.ratio.is_finite() {
         format!(
@@ -500,7 +504,7 @@ fn description(group: &str, shard: &str, fig: &Figures) -> String {
         "a shard that usually takes no load".to_owned()
     };
     let key_text = match &fig.top_key {
-        Some((key, share)) => format!("; key {} is {} of its traffic", key_label(key), pct(*share)),
+        Some((key, share)) => format!("; key {} is {} of its traffic", quote_key(key), pct(*share)),
         None => "; no keys reported".to_owned(),
     };
     format!(
@@ -526,6 +530,8 @@ impl DetectorKind for HotShard {
 }
 
 impl Detector for HotShard {
+    persisted_in!(state);
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }

@@ -47,7 +47,9 @@ use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
+    persisted_in,
 };
+use crate::observation::quote;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -132,7 +134,7 @@ impl DetectorSettings for LatencySkewConfig {
 }
 
 /// What the detector remembers about one shard.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct ShardState {
     p99: Ewma,
     streak: u32,
@@ -261,39 +263,37 @@ impl Figures {
 /// The finding for `shard` of `group`: summary, description and the figures as annotations.
 fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
     let ratio = fig.peer_ratio();
-    let mut f = Finding::new(
-        LatencySkew::ALERTNAME,
-        cfg.rule.severity,
-        &[("group", group), ("shard", shard)],
-    )
-    .annotate(
-        "summary",
-        format!(
-            "Shard {shard} of {group} is slow: p99 {} ms, {}x its peers'",
-            num(fig.p99),
-            num(ratio)
-        ),
-    )
-    .annotate(
-        "description",
-        format!(
-            "shard {shard} of {group} has a p99 latency of {} ms, {}x the median p99 of its \
+    let labels = [("group", group), ("shard", shard)];
+    let (group, shard) = (quote(group), quote(shard));
+    let mut f = Finding::new(LatencySkew::ALERTNAME, cfg.rule.severity, &labels)
+        .annotate(
+            "summary",
+            format!(
+                "Shard {shard} of {group} is slow: p99 {} ms, {}x its peers'",
+                num(fig.p99),
+                num(ratio)
+            ),
+        )
+        .annotate(
+            "description",
+            format!(
+                "shard {shard} of {group} has a p99 latency of {} ms, {}x the median p99 of its \
              peers ({} ms) and {}x its own usual p99 ({} ms); error ratio {}, {} of the group's \
              load",
-            num(fig.p99),
-            num(ratio),
-            num(fig.peers),
-            num(fig.baseline_ratio()),
-            num(fig.baseline),
-            pct(fig.error_ratio),
-            pct(fig.load_share)
-        ),
-    )
-    .annotate("p99_ms", format!("{:.1}", fig.p99))
-    .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
-    .annotate("baseline_p99_ms", format!("{:.1}", fig.baseline))
-    .annotate("ratio", format!("{ratio:.2}"))
-    .annotate("samples", fig.samples.to_string());
+                num(fig.p99),
+                num(ratio),
+                num(fig.peers),
+                num(fig.baseline_ratio()),
+                num(fig.baseline),
+                pct(fig.error_ratio),
+                pct(fig.load_share)
+            ),
+        )
+        .annotate("p99_ms", format!("{:.1}", fig.p99))
+        .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
+        .annotate("baseline_p99_ms", format!("{:.1}", fig.baseline))
+        .annotate("ratio", format!("{ratio:.2}"))
+        .annotate("samples", fig.samples.to_string());
     if let Some(p50) = fig.p50 {
         f = f.annotate("p50_ms", format!("{p50:.1}"));
     }
@@ -318,6 +318,8 @@ impl DetectorKind for LatencySkew {
 }
 
 impl Detector for LatencySkew {
+    persisted_in!(state);
+
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME
     }

@@ -20,6 +20,7 @@ pub mod baseline;
 // outside the macro because rustfmt only formats modules it sees declared outside macros.
 pub mod cache_collapse;
 pub mod capacity;
+pub mod cardinality;
 pub mod error_surge;
 pub mod fast_failure;
 pub mod hot_key;
@@ -59,7 +60,37 @@ pub trait Detector: Send + fmt::Debug {
     fn alertname(&self) -> &'static str;
     /// Examines one closed window and pushes a finding for every entity whose condition holds.
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>);
+    /// What it has learned (baselines, streaks, sums), as plain data, so it survives a restart
+    /// (the state file) or a reload (a detector rebuilt with new settings). Implemented with
+    /// [`persisted_in!`].
+    fn save_state(&self) -> serde_json::Value;
+    /// Takes back what [`Detector::save_state`] of the same kind returned. An error leaves the
+    /// detector as it was.
+    fn restore_state(&mut self, state: serde_json::Value) -> Result<(), String>;
+    /// The wall clock stepped between two windows: forget what depends on the spacing of
+    /// windows in time (a trend fitted over window ends, say). Baselines and streaks, which
+    /// count windows, stay.
+    fn clock_stepped(&mut self) {}
 }
+
+/// The [`Detector`] methods that save and restore what a detector has learned, kept in the
+/// field `$field` (a map of plain data that derives `Serialize` and `Deserialize`). Write it
+/// inside the detector's `impl Detector` block.
+macro_rules! persisted_in {
+    ($field:ident) => {
+        fn save_state(&self) -> serde_json::Value {
+            // Plain maps of numbers and strings always serialize; a non-finite number becomes
+            // null and fails the restore, which then starts that detector afresh.
+            serde_json::to_value(&self.$field).unwrap_or(serde_json::Value::Null)
+        }
+
+        fn restore_state(&mut self, state: serde_json::Value) -> Result<(), String> {
+            self.$field = serde_json::from_value(state).map_err(|e| e.to_string())?;
+            Ok(())
+        }
+    };
+}
+pub(crate) use persisted_in;
 
 /// A kind of detector: it names itself and its YAML section, owns a settings type, and builds
 /// the running [`Detector`] from those settings.
@@ -302,6 +333,8 @@ detectors! {
     fast_failure_sink: fast_failure::FastFailureSink,
     /// `CapacityHeadroom`.
     capacity_headroom: capacity::CapacityHeadroom,
+    /// `CardinalityOverflow`.
+    cardinality_overflow: cardinality::CardinalityOverflow,
 }
 
 /// Byte equality of two strings, usable in constants.
@@ -416,7 +449,8 @@ mod tests {
                 "LatencySkew",
                 "ErrorSurge",
                 "CacheHitCollapse",
-                "FastFailureSink"
+                "FastFailureSink",
+                "CardinalityOverflow"
             ]
         );
         cfg.capacity_headroom.capacities.push(Capacity {
@@ -427,7 +461,10 @@ mod tests {
         cfg.hot_key.rule.enabled = false;
         let built: Vec<&str> = cfg.build(10.0).iter().map(|d| d.alertname()).collect();
         assert_eq!(built.first(), Some(&"HotShard"));
-        assert_eq!(built.last(), Some(&"CapacityHeadroom"));
+        assert_eq!(
+            &built[built.len() - 2..],
+            ["CapacityHeadroom", "CardinalityOverflow"]
+        );
         assert!(!built.contains(&"HotKey"));
     }
 

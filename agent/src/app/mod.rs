@@ -14,7 +14,7 @@
 //! 5. whatever is still running when the grace time ends is aborted.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::Engine;
 use skewwatch_detectors::snapshot::WindowSnapshot;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -33,12 +33,16 @@ use tracing::Instrument;
 
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
-use crate::http::server::{Server, Stopped};
+use crate::config::{Config, ConfigError, Secret};
+use crate::http::admin::ReloadOutcome;
+use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
 use crate::ingest::udp;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Control, EvaluationHook, Pipeline};
+use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
+
+pub mod reload;
 
 /// How long shutdown may take in all, from the signal to the last task.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -103,6 +107,18 @@ pub struct Running {
     pipeline: JoinHandle<()>,
     pipeline_stop: CancellationToken,
     delivery: Vec<ReceiverTask>,
+    /// The token the HTTP guards check; replaced on reload.
+    token: watch::Sender<Option<Secret>>,
+    /// Reload requests from `POST /-/reload`.
+    reload_requests: mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
+    /// The configuration in force.
+    config: Config,
+    /// Self-metrics.
+    metrics: SelfMetrics,
+    /// Changes to the running pipeline.
+    control: mpsc::Sender<Control>,
+    /// Delivery tasks replaced by a reload, finishing what they owe.
+    retired: Vec<ReceiverTask>,
 }
 
 /// How each stage ended in [`Running::shutdown`].
@@ -138,10 +154,20 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     };
 
     let clock = SystemClock;
-    let engine = Engine::new(config.engine.clone(), clock.now());
-    let (mut pipeline, channels) =
-        Pipeline::new(engine, clock, config.ingest_queue_batches, metrics.clone());
-    let delivery = start_delivery(&config, receivers, &addrs, &metrics, &mut pipeline);
+    let mut engine = Engine::new(config.engine.clone(), clock.now());
+    if let Some(store) = &config.state {
+        restore_state(&mut engine, store, clock.now());
+    }
+    let (mut pipeline, channels) = Pipeline::new(
+        engine,
+        clock,
+        config.ingest_queue_batches,
+        metrics.clone(),
+        config.state.clone(),
+    );
+    let delivery = start_delivery(&config, receivers, &addrs, &metrics, |h| {
+        pipeline.on_evaluation(h);
+    });
     let pipeline_stop = CancellationToken::new();
     let pipeline = tokio::spawn(
         pipeline
@@ -152,20 +178,37 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .map(|socket| UdpReceiver::spawn(socket, &channels.batches, &metrics))
         .transpose()?;
     let ready = Arc::new(AtomicBool::new(false));
+    let (token_tx, token) = watch::channel(config.token.clone());
+    let (reload_tx, reload_rx) = mpsc::channel(4);
     let state = AppState {
         registry,
         ingest_metrics: metrics.source(Source::Http).clone(),
         snapshots: channels.snapshots.clone(),
         alerts: channels.alerts.clone(),
         batches: channels.batches,
-        token: config.token.clone(),
+        token,
         ready: ready.clone(),
+        heartbeat: channels.heartbeat,
+        ingest_permits: Arc::new(Semaphore::new(config.http.max_concurrent_ingest)),
+        body_limit: config.http.body_limit_bytes,
+        reload: reload_tx,
         exported_keys: config.exported_keys_per_group,
         window_secs: config.engine.window.window_secs,
     };
+    let limits = server::Limits {
+        max_connections: server::connection_budget(config.http.max_connections),
+        header_read_timeout: config.http.header_read_timeout,
+    };
+    let server_metrics = server::ServerMetrics {
+        open: metrics.http_connections_open.clone(),
+        refused: metrics.http_connections_refused.clone(),
+    };
     let http = Server::spawn(
         http_listener,
-        http::router(state, config.http_body_limit_bytes),
+        http::router(state.clone(), config.http.request_timeout),
+        http::health_router(state),
+        limits,
+        server_metrics,
     )?;
     ready.store(true, Ordering::Release);
     Ok(Running {
@@ -178,17 +221,51 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         pipeline,
         pipeline_stop,
         delivery,
+        token: token_tx,
+        reload_requests: reload_rx,
+        config,
+        metrics,
+        control: channels.control,
+        retired: Vec::new(),
     })
 }
 
-/// Spawns one delivery task per receiver and hands the pipeline its dispatcher. The tasks end
-/// after the pipeline: they stop once it drops the dispatcher and they have flushed.
-fn start_delivery<C: Clock>(
+/// Takes back the state a previous run saved, when there is a usable one; anything wrong with
+/// the file means a fresh start, with a warning.
+fn restore_state(engine: &mut Engine, store: &StateStore, now: f64) {
+    match store.load(now) {
+        Ok(state) => {
+            let r = engine.restore_state(state);
+            tracing::info!(
+                path = %store.path.display(),
+                alerts = r.alerts,
+                detectors = r.detectors.len(),
+                "Restored alerts and baselines from the state file."
+            );
+            for (detector, why) in r.failed {
+                tracing::warn!(
+                    detector,
+                    why,
+                    "A detector's saved state did not read back; it starts afresh."
+                );
+            }
+        }
+        Err(LoadError::Missing(path)) => {
+            tracing::info!(path = %path.display(), "No state file yet; starting fresh.");
+        }
+        Err(error) => tracing::warn!(%error, "Not restoring the state file."),
+    }
+}
+
+/// Spawns one delivery task per receiver and hands `install` the dispatcher's evaluation
+/// hook. The tasks end after the pipeline: they stop once it drops the dispatcher and they
+/// have flushed.
+fn start_delivery(
     config: &Config,
     receivers: Receivers,
     addrs: &BoundAddrs,
     metrics: &SelfMetrics,
-    pipeline: &mut Pipeline<C>,
+    install: impl FnOnce(EvaluationHook),
 ) -> Vec<ReceiverTask> {
     if receivers.is_empty() {
         return Vec::new();
@@ -204,7 +281,7 @@ fn start_delivery<C: Clock>(
         metrics,
         flush_timeout: DELIVERY_FLUSH,
     });
-    pipeline.on_evaluation(move |ev| dispatcher.offer(ev));
+    install(Box::new(move |ev| dispatcher.offer(ev)));
     tracing::info!(
         alertmanagers = config.alerting.alertmanagers.len(),
         webhooks = config.alerting.webhooks.len(),
@@ -227,6 +304,63 @@ impl Running {
     /// The active alerts after the latest evaluation.
     pub fn alerts(&self) -> watch::Receiver<Arc<Vec<Alert>>> {
         self.alerts.clone()
+    }
+
+    /// A long-lived task that has ended although shutdown has not begun: it panicked.
+    pub fn failed_task(&self) -> Option<&'static str> {
+        if self.pipeline.is_finished() {
+            return Some("pipeline");
+        }
+        if self.http.is_finished() {
+            return Some("HTTP server");
+        }
+        if self.udp.as_ref().is_some_and(|u| u.thread.is_finished()) {
+            return Some("StatsD receiver");
+        }
+        if self.delivery.iter().any(|t| t.handle.is_finished()) {
+            return Some("alert delivery");
+        }
+        None
+    }
+
+    /// Puts new window and detector settings in force in the pipeline, which keeps its open
+    /// window, baselines and alert state.
+    async fn reconfigure_engine(&mut self, cfg: skewwatch_detectors::engine::EngineConfig) {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .control
+            .send(Control::Reconfigure(Box::new(cfg), tx))
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+    }
+
+    /// Rebuilds alert delivery for `config`: new receiver tasks take the pipeline's
+    /// evaluations; the old ones finish what they owe and stop.
+    async fn replace_delivery(&mut self, config: &Config) {
+        let receivers = match Receivers::prepare(&config.alerting) {
+            Ok(r) => r,
+            Err(error) => {
+                tracing::error!(%error, "Alert delivery could not be rebuilt; keeping the old one.");
+                return;
+            }
+        };
+        let mut hook = None;
+        let tasks = start_delivery(config, receivers, &self.addrs, &self.metrics, |h| {
+            hook = Some(h)
+        });
+        if self.control.send(Control::Hook(hook)).await.is_ok() {
+            self.retired.append(&mut self.delivery);
+            self.delivery = tasks;
+        }
+    }
+
+    /// Re-reads the configuration and applies what can change while running (see
+    /// [`reload`]); a bad configuration keeps the current one.
+    pub async fn reload(&mut self, source: &ConfigSource) -> ReloadOutcome {
+        reload::apply(self, source).await
     }
 
     /// Stops the agent in order (see the module documentation), within `grace` in all.
@@ -253,7 +387,7 @@ impl Running {
         let pipeline_drained = finish(self.pipeline, deadline, "pipeline").await;
 
         let mut delivery_aborted = 0;
-        for task in self.delivery {
+        for task in self.retired.into_iter().chain(self.delivery) {
             if !finish(
                 task.handle,
                 deadline,
@@ -290,22 +424,52 @@ async fn finish(mut task: JoinHandle<()>, deadline: Instant, what: &str) -> bool
     }
 }
 
+/// Where the configuration comes from, so that a reload reads it the way start-up did: the
+/// file (or the embedded default) with the command line's listener overrides.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// The YAML file; `None` means the embedded default.
+    pub path: Option<PathBuf>,
+    /// `--http-listen`.
+    pub http_listen: Option<SocketAddr>,
+    /// `--statsd-listen`.
+    pub statsd_listen: Option<SocketAddr>,
+}
+
+impl ConfigSource {
+    /// Reads and validates the configuration, secrets included.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let config = match &self.path {
+            Some(p) => Config::load(p)?,
+            None => Config::embedded(),
+        };
+        config.with_listeners(self.http_listen, self.statsd_listen)
+    }
+}
+
 /// Options of `skewwatch run` that are not configuration.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
+    /// Where the configuration comes from.
+    pub source: ConfigSource,
     /// Where to write the bound addresses as JSON once every listener is bound.
-    pub addresses_file: Option<std::path::PathBuf>,
+    pub addresses_file: Option<PathBuf>,
 }
 
-/// Runs the agent until SIGTERM or SIGINT, or until `cancel` fires, then shuts it down within
-/// [`GRACE`].
+/// How often `run` checks that its long-lived tasks are still running.
+const TASK_CHECK: Duration = Duration::from_secs(1);
+
+/// Runs the agent on `config` until SIGTERM or SIGINT, or until `cancel` fires, then shuts it
+/// down within [`GRACE`]. SIGHUP and `POST /-/reload` re-read the configuration from
+/// `options.source`. A long-lived task that ends on its own (a panic) shuts the agent down and
+/// makes this an error, so the process exits non-zero and its supervisor restarts it.
 pub async fn run(
     config: Config,
     options: RunOptions,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let window_secs = config.engine.window.window_secs;
-    let running = start(config).await?;
+    let mut running = start(config).await?;
     let addrs = running.addrs();
     if let Some(path) = &options.addresses_file {
         addrs
@@ -318,27 +482,65 @@ pub async fn run(
         window_secs,
         "Listening."
     );
-    tokio::select! {
-        _ = shutdown_signal() => tracing::info!("Shutting down on signal."),
-        _ = cancel.cancelled() => tracing::info!("Shutting down."),
-    }
-    running.shutdown(GRACE).await;
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(error) => {
-            tracing::error!(%error, "Cannot listen for SIGTERM.");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let mut signals = Signals::new()?;
+    let mut check = tokio::time::interval(TASK_CHECK);
+    let failure = loop {
+        let event = tokio::select! {
+            _ = signals.term.recv() => Event::Stop("Shutting down on SIGTERM."),
+            _ = signals.int.recv() => Event::Stop("Shutting down on SIGINT."),
+            _ = cancel.cancelled() => Event::Stop("Shutting down."),
+            _ = signals.hup.recv() => Event::Reload(None),
+            Some(reply) = running.reload_requests.recv() => Event::Reload(Some(reply)),
+            _ = check.tick() => Event::Check,
+        };
+        match event {
+            Event::Stop(why) => {
+                tracing::info!("{why}");
+                break None;
+            }
+            Event::Reload(reply) => {
+                let outcome = running.reload(&options.source).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(outcome);
+                }
+            }
+            Event::Check => {
+                if let Some(failed) = running.failed_task() {
+                    tracing::error!(task = failed, "A task ended unexpectedly; shutting down.");
+                    break Some(failed);
+                }
+            }
         }
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    running.shutdown(GRACE).await;
+    match failure {
+        None => Ok(()),
+        Some(task) => anyhow::bail!("the {task} task ended unexpectedly (see the log)"),
+    }
+}
+
+/// What woke `run` up.
+enum Event {
+    Stop(&'static str),
+    Reload(Option<oneshot::Sender<ReloadOutcome>>),
+    Check,
+}
+
+/// The signals `run` reacts to.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+            hup: signal(SignalKind::hangup()).context("listening for SIGHUP")?,
+        })
     }
 }
 

@@ -1,0 +1,108 @@
+//! Reloading the configuration while running (SIGHUP, `POST /-/reload`).
+//!
+//! The file is read and validated as at start-up, secrets included. A configuration with any
+//! problem changes nothing: every problem is logged, `skewwatch_config_last_reload_successful`
+//! turns 0, and the previous configuration keeps running. A good one is applied part by part:
+//!
+//! - the bearer token, at once;
+//! - detector thresholds, alert timing and window settings, in the pipeline, which keeps its
+//!   open window, baselines and alert state (see [`crate::pipeline`]);
+//! - alert delivery: receivers whose settings changed are restarted, the others keep their
+//!   state;
+//! - listener addresses, HTTP limits, the StatsD buffer and the ingest queue are fixed when the
+//!   listeners are built: a change is reported as needing a restart and not applied.
+
+use super::{ConfigSource, Running};
+use crate::clock::wall_now;
+use crate::config::Config;
+use crate::http::admin::ReloadOutcome;
+
+/// Settings read once at start-up, by name, that differ between `old` and `new`.
+fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if old.http_listen != new.http_listen {
+        out.push("listen.http");
+    }
+    if old.statsd_listen != new.statsd_listen {
+        out.push("listen.statsd");
+    }
+    if old.http != new.http {
+        out.push("http / limits.http_body_limit_bytes");
+    }
+    if old.statsd_receive_buffer_bytes != new.statsd_receive_buffer_bytes {
+        out.push("statsd.receive_buffer_bytes");
+    }
+    if old.ingest_queue_batches != new.ingest_queue_batches {
+        out.push("limits.ingest_queue_batches");
+    }
+    if old.allow_unauthenticated != new.allow_unauthenticated {
+        out.push("auth.allow_unauthenticated");
+    }
+    out
+}
+
+/// Reads `source` and applies it to `running`.
+pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> ReloadOutcome {
+    let new = match source.load() {
+        Ok(c) => c,
+        Err(error) => {
+            running.metrics.config_last_reload_successful.set(0);
+            tracing::error!(
+                error = %error,
+                "Reloading the configuration failed; the previous configuration keeps running."
+            );
+            return Err(error.to_string());
+        }
+    };
+    let mut applied = Vec::new();
+    if new.token != running.config.token {
+        running.token.send_replace(new.token.clone());
+        applied.push("auth token");
+    }
+    let restart = restart_only(&running.config, &new);
+    if new.engine != running.config.engine {
+        running.reconfigure_engine(new.engine.clone()).await;
+        applied.push("window and detectors");
+    }
+    if new.alerting != running.config.alerting {
+        running.replace_delivery(&new).await;
+        applied.push("alerting");
+    }
+    // What needs a restart keeps its running value, so the next reload reports it again.
+    let mut kept = new;
+    kept.http_listen = running.config.http_listen;
+    kept.statsd_listen = running.config.statsd_listen;
+    kept.http = running.config.http.clone();
+    kept.statsd_receive_buffer_bytes = running.config.statsd_receive_buffer_bytes;
+    kept.ingest_queue_batches = running.config.ingest_queue_batches;
+    kept.allow_unauthenticated = running.config.allow_unauthenticated;
+    running.config = kept;
+    running.metrics.config_last_reload_successful.set(1);
+    running
+        .metrics
+        .config_last_reload_success_timestamp
+        .set(wall_now() as i64);
+    let summary = format!(
+        "configuration reloaded; applied: {}; needs a restart to apply: {}",
+        list(&applied),
+        list(&restart)
+    );
+    if restart.is_empty() {
+        tracing::info!(applied = %list(&applied), "Configuration reloaded.");
+    } else {
+        tracing::warn!(
+            applied = %list(&applied),
+            needs_restart = %list(&restart),
+            "Configuration reloaded; some settings need a restart to apply."
+        );
+    }
+    Ok(summary)
+}
+
+fn list(items: &[&str]) -> String {
+    if items.is_empty() {
+        "nothing".to_owned()
+    } else {
+        items.join(", ")
+    }
+}

@@ -1,0 +1,40 @@
+//! `POST /-/reload`: re-read the configuration, as Prometheus' endpoint of that name does.
+//! Token-protected like ingest. The reload itself happens in the agent's reload task; this
+//! endpoint asks it and waits for the outcome: 200 with what changed, or 500 with every
+//! problem (the previous configuration keeps running).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::{mpsc, oneshot};
+
+use super::AppState;
+
+/// What a reload did (`Ok`: a summary of what changed) or why it failed.
+pub type ReloadOutcome = Result<String, String>;
+
+/// Where reload requests go: each carries the channel its outcome is sent back on.
+pub type ReloadRequests = mpsc::Sender<oneshot::Sender<ReloadOutcome>>;
+
+/// The handler.
+pub async fn reload(State(s): State<AppState>) -> Response {
+    let (tx, rx) = oneshot::channel();
+    if s.reload.send(tx).await.is_err() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the agent is shutting down\n",
+        )
+            .into_response();
+    }
+    match rx.await {
+        Ok(Ok(summary)) => (StatusCode::OK, format!("{summary}\n")).into_response(),
+        Ok(Err(problems)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{problems}\n")).into_response()
+        }
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the agent is shutting down\n",
+        )
+            .into_response(),
+    }
+}

@@ -1,0 +1,131 @@
+//! `GET /api/v1/status?group=&limit=`: the last closed window as JSON, bounded.
+//!
+//! Per group: every statistic, the top keys, and the `limit` busiest shards (default
+//! [`DEFAULT_SHARDS`], at most [`MAX_SHARDS`]) with how many were left out, so the answer's
+//! size does not grow with the number of shards. `group` selects one group.
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use skewwatch_detectors::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot};
+use skewwatch_detectors::stats::SkewStats;
+
+use super::AppState;
+
+/// Shards listed per group when the request does not say.
+pub const DEFAULT_SHARDS: usize = 20;
+/// Most shards listed per group.
+pub const MAX_SHARDS: usize = 1000;
+
+/// The query string.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusQuery {
+    /// Only this group.
+    pub group: Option<String>,
+    /// Shards per group, busiest first.
+    pub limit: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct StatusReply<'a> {
+    version: &'static str,
+    window_secs: f64,
+    window: WindowView<'a>,
+}
+
+#[derive(Serialize)]
+struct WindowView<'a> {
+    start: f64,
+    end: f64,
+    groups: Vec<GroupView<'a>>,
+}
+
+/// A group with its busiest shards only; every other field as in the snapshot.
+#[derive(Serialize)]
+struct GroupView<'a> {
+    group: &'a str,
+    requests: u64,
+    requests_per_second: f64,
+    by_outcome: &'a [u64],
+    errors: u64,
+    error_ratio: Option<f64>,
+    cache_hits: u64,
+    cache_misses: u64,
+    cache_hit_ratio: Option<f64>,
+    latency: Option<LatencySummary>,
+    ok_latency: Option<LatencySummary>,
+    skew: Option<&'a SkewStats>,
+    fair_share: f64,
+    top_keys: &'a [KeyShare],
+    keys_certified: bool,
+    keyed_requests: u64,
+    key_error_bound: u64,
+    shards_total: usize,
+    shards_omitted: usize,
+    shards: Vec<&'a ShardSnapshot>,
+}
+
+impl<'a> GroupView<'a> {
+    fn new(g: &'a GroupSnapshot, limit: usize) -> Self {
+        let mut shards: Vec<&ShardSnapshot> = g.shards.iter().collect();
+        // Busiest first; names break ties so the answer is stable.
+        shards.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.shard.cmp(&b.shard)));
+        shards.truncate(limit);
+        GroupView {
+            group: &g.group,
+            requests: g.requests,
+            requests_per_second: g.requests_per_second,
+            by_outcome: &g.by_outcome,
+            errors: g.errors,
+            error_ratio: g.error_ratio,
+            cache_hits: g.cache_hits,
+            cache_misses: g.cache_misses,
+            cache_hit_ratio: g.cache_hit_ratio,
+            latency: g.latency,
+            ok_latency: g.ok_latency,
+            skew: g.skew.as_ref(),
+            fair_share: g.fair_share,
+            top_keys: &g.top_keys,
+            keys_certified: g.keys_certified,
+            keyed_requests: g.keyed_requests,
+            key_error_bound: g.key_error_bound,
+            shards_total: g.shards.len(),
+            shards_omitted: g.shards.len() - shards.len(),
+            shards,
+        }
+    }
+}
+
+/// The handler.
+pub async fn status(
+    State(s): State<AppState>,
+    query: Result<Query<StatusQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = query else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "query parameters: group=<name>, limit=<1..=1000>\n",
+        )
+            .into_response();
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_SHARDS).clamp(1, MAX_SHARDS);
+    let snap = s.snapshots.borrow().clone();
+    let groups = snap
+        .groups
+        .iter()
+        .filter(|g| q.group.as_deref().is_none_or(|want| g.group == want))
+        .map(|g| GroupView::new(g, limit))
+        .collect();
+    axum::Json(StatusReply {
+        version: env!("CARGO_PKG_VERSION"),
+        window_secs: s.window_secs,
+        window: WindowView {
+            start: snap.start,
+            end: snap.end,
+            groups,
+        },
+    })
+    .into_response()
+}
