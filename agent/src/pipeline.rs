@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::{Engine, EngineConfig, Evaluation};
-use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::ingest::{IngestQueue, Queued};
 use crate::state::StateStore;
 use crate::telemetry::SelfMetrics;
 
@@ -80,7 +80,7 @@ impl Heartbeat {
 #[derive(Debug)]
 pub struct PipelineChannels {
     /// Where ingest sends batches.
-    pub batches: mpsc::Sender<Batch>,
+    pub queue: IngestQueue,
     /// The latest closed window.
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     /// The active (pending and firing) alerts after the latest evaluation.
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Control {
 pub struct Pipeline<C: Clock> {
     engine: Engine,
     clock: C,
-    batches: mpsc::Receiver<Batch>,
+    batches: mpsc::Receiver<Queued>,
     snapshots: watch::Sender<Arc<WindowSnapshot>>,
     alerts: watch::Sender<Arc<Vec<Alert>>>,
     metrics: SelfMetrics,
@@ -129,15 +129,17 @@ pub struct Pipeline<C: Clock> {
 }
 
 impl<C: Clock> Pipeline<C> {
-    /// A pipeline around `engine` with a queue of `queue_batches` batches.
+    /// A pipeline around `engine` with a queue of at most `queue_batches` batches holding
+    /// `queue_bytes` bytes.
     pub fn new(
         engine: Engine,
         clock: C,
         queue_batches: usize,
+        queue_bytes: usize,
         metrics: SelfMetrics,
         state: Option<StateStore>,
     ) -> (Self, PipelineChannels) {
-        let (tx, rx) = mpsc::channel(queue_batches);
+        let (tx, rx) = IngestQueue::new(queue_batches, queue_bytes);
         let (stx, srx) = watch::channel(Arc::new(WindowSnapshot::empty(engine.window_start())));
         let (atx, arx) = watch::channel(Arc::new(Vec::new()));
         let heartbeat = Heartbeat::new(Duration::from_secs_f64(engine.window_secs()));
@@ -158,7 +160,7 @@ impl<C: Clock> Pipeline<C> {
                 saving: None,
             },
             PipelineChannels {
-                batches: tx,
+                queue: tx,
                 snapshots: srx,
                 alerts: arx,
                 heartbeat,
@@ -190,7 +192,7 @@ impl<C: Clock> Pipeline<C> {
                     next = self.next_tick();
                 }
                 batch = self.batches.recv() => match batch {
-                    Some(b) => self.engine.record_batch(&b),
+                    Some(q) => self.engine.record_batch(&q.batch),
                     None => break,
                 },
                 Some(c) = self.control.recv() => {
@@ -202,8 +204,8 @@ impl<C: Clock> Pipeline<C> {
         }
         // Take what ingest already queued; the ingest tasks stop first on shutdown.
         self.batches.close();
-        while let Ok(b) = self.batches.try_recv() {
-            self.engine.record_batch(&b);
+        while let Ok(q) = self.batches.try_recv() {
+            self.engine.record_batch(&q.batch);
         }
         self.save_state().await;
         tracing::info!("Pipeline stopped.");
@@ -262,7 +264,7 @@ impl<C: Clock> Pipeline<C> {
         self.metrics.last_window_end.set(ev.snapshot.end as i64);
         for g in &ev.snapshot.groups {
             let level = if g.overflow { "group" } else { "shard" };
-            self.metrics.folded(level).inc_by(g.folded_records);
+            crate::telemetry::saturating_inc(&self.metrics.folded(level), g.folded_records);
         }
         self.snapshots.send_replace(ev.snapshot.clone());
         self.alerts.send_replace(ev.alerts.clone());
@@ -309,4 +311,102 @@ impl<C: Clock> Pipeline<C> {
 /// a step: timer jitter on a loaded machine stays well within it.
 fn step_tolerance(window_secs: f64) -> f64 {
     (window_secs / 4.0).max(0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use prometheus::Registry;
+    use skewwatch_detectors::engine::EngineConfig;
+
+    use super::*;
+
+    /// A wall clock the test sets.
+    #[derive(Clone)]
+    struct FakeClock(Arc<Mutex<f64>>);
+
+    impl Clock for FakeClock {
+        fn now(&self) -> f64 {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    impl FakeClock {
+        fn add(&self, secs: f64) {
+            *self.0.lock().unwrap() += secs;
+        }
+    }
+
+    const T0: f64 = 1_700_000_000.0;
+
+    /// A running pipeline with 10 s windows at `T0`, its clock, its metrics and its ends.
+    fn start() -> (FakeClock, SelfMetrics, PipelineChannels, CancellationToken) {
+        let clock = FakeClock(Arc::new(Mutex::new(T0)));
+        let metrics = SelfMetrics::register(&Registry::new()).unwrap();
+        let engine = Engine::new(EngineConfig::default(), T0);
+        let (p, ch) = Pipeline::new(engine, clock.clone(), 8, 1 << 20, metrics.clone(), None);
+        let cancel = CancellationToken::new();
+        tokio::spawn(p.run(cancel.clone()));
+        (clock, metrics, ch, cancel)
+    }
+
+    /// Lets `secs` of monotonic and wall time pass together.
+    async fn pass(clock: &FakeClock, secs: f64) {
+        for _ in 0..(secs as u32) {
+            clock.add(1.0);
+            tokio::time::advance(Duration::from_secs(1)).await;
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_stepped_back_freezes_no_window() {
+        let (clock, metrics, ch, cancel) = start();
+        pass(&clock, 10.0).await;
+        assert_eq!(metrics.windows.get(), 1);
+        // The wall clock jumps back 30 s: windows keep closing every 10 s of real time.
+        clock.add(-30.0);
+        for n in 2..=4 {
+            pass(&clock, 10.0).await;
+            assert_eq!(metrics.windows.get(), n);
+            assert!(ch.heartbeat.stale().is_none());
+        }
+        assert_eq!(metrics.clock_steps("backward").get(), 1);
+        // Re-aligned: the last window ends on a multiple of 10 s of the new time.
+        let end = ch.snapshots.borrow().end;
+        assert_eq!(end % 10.0, 0.0);
+        assert!(
+            (clock.now() - end).abs() <= 10.0,
+            "{end} vs {}",
+            clock.now()
+        );
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_stepped_forward_a_year_closes_one_window_not_a_burst() {
+        let (clock, metrics, ch, cancel) = start();
+        pass(&clock, 10.0).await;
+        assert_eq!(metrics.windows.get(), 1);
+        clock.add(365.0 * 86_400.0);
+        pass(&clock, 10.0).await;
+        // One window at the step (closed at once) and at most one more since.
+        assert!(metrics.windows.get() <= 3, "{}", metrics.windows.get());
+        assert_eq!(metrics.clock_steps("forward").get(), 1);
+        pass(&clock, 10.0).await;
+        let end = ch.snapshots.borrow().end;
+        assert!(end > T0 + 365.0 * 86_400.0, "not re-aligned: {end}");
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_pipeline_goes_stale() {
+        let hb = Heartbeat::new(Duration::from_secs(1));
+        assert!(hb.stale().is_none());
+        tokio::time::advance(Duration::from_millis(3100)).await;
+        assert!(hb.stale().is_some());
+        hb.beat();
+        assert!(hb.stale().is_none());
+    }
 }

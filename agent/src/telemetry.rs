@@ -37,6 +37,15 @@ impl Source {
     }
 }
 
+/// Adds `n` to `counter`, stopping at `u64::MAX` instead of wrapping to a small number that
+/// `rate()` would read as a reset (a client can claim 2^40 requests per record, so 2^64 is
+/// reachable in seconds). The read and the add are not one atomic step: two writers adding at
+/// the very top at once could still wrap, which needs that same hostile volume from two
+/// connections at the same instant.
+pub fn saturating_inc(counter: &IntCounter, n: u64) {
+    counter.inc_by(n.min(u64::MAX - counter.get()));
+}
+
 /// Why a valid record was dropped before the pipeline: the `reason` label of
 /// `skewwatch_ingest_dropped_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -299,4 +299,110 @@ mod tests {
         assert!(ev.len() <= MAX_EMPTY_WINDOWS as usize + 1);
         assert_eq!(e.window_start(), 86_400.0 * 30.0);
     }
+
+    /// An engine with only ErrorSurge, quick to warm and to fire.
+    fn surge_engine(now: f64) -> Engine {
+        let mut cfg = EngineConfig::default();
+        let d = &mut cfg.detectors;
+        for rule in [
+            &mut d.hot_shard.rule,
+            &mut d.hot_key.rule,
+            &mut d.latency_skew.rule,
+            &mut d.cache_hit_collapse.rule,
+            &mut d.fast_failure_sink.rule,
+        ] {
+            rule.enabled = false;
+        }
+        d.error_surge.warmup_windows = 2;
+        d.error_surge.consecutive_windows = 1;
+        d.error_surge.min_requests = 10;
+        Engine::new(cfg, now)
+    }
+
+    fn window(e: &mut Engine, errors: u64) -> Evaluation {
+        let mut o = ObservationRef::new("db", "s");
+        o.count = 100 - errors;
+        e.record(&o);
+        if errors > 0 {
+            o.count = errors;
+            o.outcome = crate::observation::Outcome::Timeout;
+            e.record(&o);
+        }
+        e.close_window()
+    }
+
+    #[test]
+    fn a_forward_clock_step_closes_no_empty_windows_and_keeps_alerts_firing() {
+        let mut e = surge_engine(0.0);
+        for _ in 0..3 {
+            window(&mut e, 0);
+        }
+        let fired = window(&mut e, 50);
+        assert_eq!(fired.transitions.len(), 1, "{:?}", fired.transitions);
+        let baseline = e.save_state().detectors["ErrorSurge"]["db"]["ratio"].clone();
+        // A year forward: one realignment, no window closed for the gap.
+        let year = 365.0 * 86_400.0;
+        e.realign(align(40.0 + year, 10.0));
+        assert_eq!(e.window_start(), 40.0 + year);
+        let next = window(&mut e, 50);
+        assert!(next.transitions.is_empty(), "{:?}", next.transitions);
+        assert_eq!(e.alerts().firing().count(), 1);
+        // The frozen baseline learned nothing from a gap of empty windows.
+        assert_eq!(
+            e.save_state().detectors["ErrorSurge"]["db"]["ratio"],
+            baseline
+        );
+        // Time in the alert book moved with the clock: it resolves after keep_firing_for of
+        // real windows, not at once and not never.
+        let resolved: usize = (0..10).map(|_| window(&mut e, 0).transitions.len()).sum();
+        assert_eq!(resolved, 1);
+    }
+
+    #[test]
+    fn a_restored_state_keeps_alerts_and_baselines() {
+        let mut e = surge_engine(0.0);
+        for _ in 0..3 {
+            window(&mut e, 0);
+        }
+        window(&mut e, 50);
+        let saved = e.save_state();
+        let json = serde_json::to_string(&saved).unwrap();
+        let mut fresh = surge_engine(40.0);
+        let r = fresh.restore_state(serde_json::from_str(&json).unwrap());
+        assert_eq!(r.alerts, 1);
+        assert!(r.detectors.contains(&"ErrorSurge"), "{r:?}");
+        assert!(r.failed.is_empty());
+        // Still firing, no second firing transition, and judged at once (no warm-up).
+        let next = window(&mut fresh, 50);
+        assert!(next.transitions.is_empty(), "{:?}", next.transitions);
+        assert_eq!(fresh.alerts().firing().count(), 1);
+    }
+
+    #[test]
+    fn reconfigure_keeps_the_open_window_the_baselines_and_the_alerts() {
+        let mut e = surge_engine(0.0);
+        for _ in 0..3 {
+            window(&mut e, 0);
+        }
+        window(&mut e, 50);
+        e.record(&ObservationRef::new("db", "s"));
+        let mut cfg = EngineConfig::default();
+        cfg.detectors.error_surge.warmup_windows = 2;
+        cfg.detectors.error_surge.consecutive_windows = 1;
+        cfg.detectors.error_surge.min_requests = 10;
+        cfg.window.window_secs = 20.0;
+        assert!(e.reconfigure(cfg).is_empty());
+        assert_eq!(e.alerts().firing().count(), 1);
+        let ev = window(&mut e, 50);
+        assert_eq!(
+            ev.snapshot.groups[0].requests, 101,
+            "the open window was kept"
+        );
+        assert!(ev.transitions.is_empty());
+        // The new length applies from the next window: windows end on multiples of 20 s, so
+        // the first one may be shorter, and the ones after are whole.
+        assert_eq!(e.window_end() % 20.0, 0.0);
+        window(&mut e, 0);
+        assert_eq!(e.window_end() - e.window_start(), 20.0);
+    }
 }

@@ -405,6 +405,11 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Heap bytes the batch holds: what it costs while it waits in a queue.
+    pub fn heap_bytes(&self) -> usize {
+        self.arena.capacity() + self.records.capacity() * std::mem::size_of::<Packed>()
+    }
+
     /// An empty batch with room for `records` records of about 48 string bytes each.
     pub fn with_capacity(records: usize) -> Self {
         Batch {

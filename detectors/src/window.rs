@@ -30,7 +30,7 @@ const LATENCY_HIGH_US: u64 = 3_600_000_000;
 /// Default of [`WindowConfig::max_shards_total`]: what fits the default memory budget (a 256 MiB
 /// container, with room for everything else; `docs/configuration.md` has the arithmetic and
 /// the measurement).
-pub const DEFAULT_MAX_SHARDS_TOTAL: usize = 2048;
+pub const DEFAULT_MAX_SHARDS_TOTAL: usize = 1024;
 
 /// Sizes and caps of the windowing stage.
 #[derive(Debug, Clone, PartialEq, Serialize)]

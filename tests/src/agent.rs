@@ -33,6 +33,17 @@ pub fn binary() -> PathBuf {
     bin
 }
 
+/// How to start an agent beyond its configuration.
+#[derive(Debug, Default)]
+pub struct Options<'a> {
+    /// Extra environment variables for the child.
+    pub env: &'a [(&'a str, &'a str)],
+    /// An open-file limit (`ulimit -n`) for the agent alone.
+    pub open_files: Option<u32>,
+    /// `--http-listen` instead of `127.0.0.1:0`.
+    pub http_listen: Option<&'a str>,
+}
+
 /// A running agent, stopped with SIGTERM when dropped.
 pub struct Agent {
     child: Child,
@@ -76,22 +87,44 @@ impl Agent {
 
     /// Like [`Agent::start`], with extra environment variables for the child only.
     pub fn start_with_env(config_yaml: &str, env: &[(&str, &str)]) -> Agent {
+        Agent::start_with(
+            config_yaml,
+            &Options {
+                env,
+                ..Options::default()
+            },
+        )
+    }
+
+    /// Starts `skewwatch run` with `config_yaml` and `options`.
+    pub fn start_with(config_yaml: &str, options: &Options<'_>) -> Agent {
         let dir = TempDir::new("agent");
         let cfg = dir.0.join("config.yaml");
         let addrs_file = dir.0.join("addrs.json");
         std::fs::write(&cfg, config_yaml).unwrap();
-        let mut child = Command::new(binary())
+        // Through a shell when the open-file limit is to be lowered for the agent alone.
+        let mut cmd = match options.open_files {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")])
+                    .arg(binary());
+                c
+            }
+            None => Command::new(binary()),
+        };
+        let http = options.http_listen.unwrap_or("127.0.0.1:0");
+        let mut child = cmd
             .args(["run", "--config"])
             .arg(&cfg)
             .args([
                 "--http-listen",
-                "127.0.0.1:0",
+                http,
                 "--statsd-listen",
                 "127.0.0.1:0",
                 "--listen-addresses-file",
             ])
             .arg(&addrs_file)
-            .envs(env.iter().copied())
+            .envs(options.env.iter().copied())
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
@@ -164,6 +197,36 @@ impl Agent {
     /// The agent's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The configuration file the agent reads (rewrite it, then send SIGHUP, to reload).
+    pub fn config_path(&self) -> PathBuf {
+        self._dir.0.join("config.yaml")
+    }
+
+    /// Sends `signal` (`HUP`, `TERM`, ...) to the agent.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} failed");
+    }
+
+    /// True while the agent process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+
+    /// A line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`) in bytes.
+    pub fn memory(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .unwrap_or_else(|| panic!("no {field} in /proc status"))
     }
 
     /// Scrapes `/metrics`.

@@ -3,10 +3,12 @@
 //! generator that builds incident and benign traces.
 
 pub mod agent;
+pub mod alertmanager;
 /// The Prometheus text-format reader, shared with the agent.
 pub use skewwatch::exposition::text as prom;
 pub mod replay;
 pub mod scenario;
 pub mod scenarios;
+pub mod soak;
 pub mod tools;
 pub mod traffic;

@@ -6,115 +6,12 @@
 //! Without the Alertmanager binary the test is skipped with a loud message, except under CI
 //! (`CI` set), where a missing binary fails it.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use skewwatch_e2e::agent::{Agent, TempDir, http_request};
+use skewwatch_e2e::agent::Agent;
+use skewwatch_e2e::alertmanager::{Alertmanager, poll};
 use skewwatch_e2e::traffic::Traffic;
-
-/// Where Debian and upstream install Alertmanager.
-const BINARIES: [&str; 2] = ["prometheus-alertmanager", "alertmanager"];
-
-fn find_alertmanager() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| BINARIES.iter().map(move |b| dir.join(b)))
-        .find(|p| p.is_file())
-}
-
-/// A port free right now (the small race until Alertmanager binds it is accepted).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Polls `f` every 50 ms until it returns `Some` or `timeout` passes.
-fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A running Alertmanager, killed on drop.
-struct Alertmanager {
-    child: Child,
-    addr: SocketAddr,
-    _dir: TempDir,
-}
-
-impl Alertmanager {
-    fn start(bin: &PathBuf) -> Alertmanager {
-        let dir = TempDir::new("alertmanager");
-        let cfg = dir.0.join("alertmanager.yml");
-        std::fs::write(
-            &cfg,
-            "route:\n  receiver: \"null\"\nreceivers:\n  - name: \"null\"\n",
-        )
-        .unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut child = Command::new(bin)
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.path={}", dir.0.join("data").display()))
-            .arg("--cluster.listen-address=")
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start alertmanager");
-        let stderr = child.stderr.take().unwrap();
-        // Through eprintln!, so the test harness shows it only when the test fails.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[alertmanager] {line}");
-            }
-        });
-        let am = Alertmanager {
-            child,
-            addr,
-            _dir: dir,
-        };
-        let ready = poll(Duration::from_secs(30), || {
-            TcpStream::connect(addr).ok()?;
-            (http_request(addr, "GET", "/-/ready", &[], b"").0 == 200).then_some(())
-        });
-        assert!(
-            ready.is_some(),
-            "Alertmanager did not become ready on {addr}"
-        );
-        am
-    }
-
-    /// `GET /api/v2/alerts`: the alerts Alertmanager holds as active (unresolved).
-    fn alerts(&self) -> Vec<Value> {
-        let (code, body) = http_request(self.addr, "GET", "/api/v2/alerts", &[], b"");
-        assert_eq!(code, 200, "{body}");
-        match serde_json::from_str(&body).expect("alerts JSON") {
-            Value::Array(a) => a,
-            v => panic!("not an array: {v}"),
-        }
-    }
-}
-
-impl Drop for Alertmanager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One-second windows, ErrorSurge tuned to fire one window into a surge once two healthy
 /// windows taught it the baseline and to resolve at the first healthy window; the other
@@ -173,22 +70,9 @@ fn unix_now() -> f64 {
 
 #[test]
 fn error_surge_fires_and_resolves_in_a_real_alertmanager() {
-    let Some(bin) = find_alertmanager() else {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "the Alertmanager binary (prometheus-alertmanager) is missing; .ci/run installs it"
-            );
-        }
-        // Straight to stderr, past the harness' capture, so a skip is seen without --nocapture.
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n\n!!! SKIPPED error_surge_fires_and_resolves_in_a_real_alertmanager: no \
-             prometheus-alertmanager or alertmanager on PATH (apt-get install \
-             prometheus-alertmanager) !!!\n"
-        );
+    let Some(am) = Alertmanager::start() else {
         return;
     };
-    let am = Alertmanager::start(&bin);
     let agent = Agent::start(&agent_config(&format!(
         "  alertmanagers:\n    - url: \"http://{}\"\n      timeout_secs: 5\n",
         am.addr

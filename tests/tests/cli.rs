@@ -122,3 +122,44 @@ fn demo_detects_the_incident_it_simulates() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[test]
+fn replay_stops_at_a_record_far_in_the_future_with_its_line_number() {
+    let dir = TempDir::new("cli");
+    let trace = write(
+        &dir,
+        "trace.ndjson",
+        "{\"ts\":1700000000,\"group\":\"g\",\"shard\":\"s\"}\n\
+         {\"ts\":32503680000,\"group\":\"g\",\"shard\":\"s\"}\n\
+         {\"ts\":1700000001,\"group\":\"g\",\"shard\":\"s\"}\n",
+    );
+    let out = Command::new(binary())
+        .arg("replay")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("trace.ndjson:2:") && err.contains("max-future-secs"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_reads_secrets_as_run_does() {
+    let dir = TempDir::new("cli");
+    let cfg = write(
+        &dir,
+        "token.yaml",
+        "auth:\n  bearer_token_file: /nonexistent/skewwatch-token\n",
+    );
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("auth.bearer_token_file"), "{err}");
+}

@@ -85,11 +85,11 @@ struct UdpReceiver {
 impl UdpReceiver {
     fn spawn(
         socket: std::net::UdpSocket,
-        batches: &tokio::sync::mpsc::Sender<skewwatch_detectors::observation::Batch>,
+        queue: &crate::ingest::IngestQueue,
         metrics: &SelfMetrics,
     ) -> anyhow::Result<UdpReceiver> {
         let stop = CancellationToken::new();
-        let thread = udp::spawn(socket, batches.clone(), metrics.clone(), stop.clone())
+        let thread = udp::spawn(socket, queue.clone(), metrics.clone(), stop.clone())
             .context("starting the StatsD receiver thread")?;
         Ok(UdpReceiver { thread, stop })
     }
@@ -162,6 +162,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         engine,
         clock,
         config.ingest_queue_batches,
+        config.ingest_queue_bytes,
         metrics.clone(),
         config.state.clone(),
     );
@@ -175,7 +176,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .instrument(tracing::info_span!("pipeline")),
     );
     let udp = statsd_socket
-        .map(|socket| UdpReceiver::spawn(socket, &channels.batches, &metrics))
+        .map(|socket| UdpReceiver::spawn(socket, &channels.queue, &metrics))
         .transpose()?;
     let ready = Arc::new(AtomicBool::new(false));
     let (token_tx, token) = watch::channel(config.token.clone());
@@ -185,7 +186,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         ingest_metrics: metrics.source(Source::Http).clone(),
         snapshots: channels.snapshots.clone(),
         alerts: channels.alerts.clone(),
-        batches: channels.batches,
+        queue: channels.queue,
         token,
         ready: ready.clone(),
         heartbeat: channels.heartbeat,

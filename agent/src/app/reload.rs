@@ -32,8 +32,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.statsd_receive_buffer_bytes != new.statsd_receive_buffer_bytes {
         out.push("statsd.receive_buffer_bytes");
     }
-    if old.ingest_queue_batches != new.ingest_queue_batches {
-        out.push("limits.ingest_queue_batches");
+    if old.ingest_queue_batches != new.ingest_queue_batches
+        || old.ingest_queue_bytes != new.ingest_queue_bytes
+    {
+        out.push("limits.ingest_queue_batches / limits.ingest_queue_bytes");
     }
     if old.allow_unauthenticated != new.allow_unauthenticated {
         out.push("auth.allow_unauthenticated");
@@ -75,6 +77,7 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
     kept.http = running.config.http.clone();
     kept.statsd_receive_buffer_bytes = running.config.statsd_receive_buffer_bytes;
     kept.ingest_queue_batches = running.config.ingest_queue_batches;
+    kept.ingest_queue_bytes = running.config.ingest_queue_bytes;
     kept.allow_unauthenticated = running.config.allow_unauthenticated;
     running.config = kept;
     running.metrics.config_last_reload_successful.set(1);

@@ -179,6 +179,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Ingest queue length in batches.
     pub ingest_queue_batches: usize,
+    /// Ingest queue size in bytes (what the queued batches hold).
+    pub ingest_queue_bytes: usize,
     /// SO_RCVBUF for the StatsD socket.
     pub statsd_receive_buffer_bytes: usize,
     /// Bearer token required by ingest and admin endpoints; `None` leaves them open to

@@ -35,6 +35,10 @@ pub struct RawLimits {
     pub max_groups: Option<usize>,
     /// Shards tracked per group.
     pub max_shards_per_group: Option<usize>,
+    /// Shards tracked over every group: the memory budget.
+    pub max_shards_total: Option<usize>,
+    /// Groups always tracked, whatever `max_groups`.
+    pub pinned_groups: Option<Vec<String>>,
     /// Key summary slots per group.
     pub group_key_slots: Option<usize>,
     /// Key summary slots per shard.
@@ -47,6 +51,8 @@ pub struct RawLimits {
     pub http_body_limit_bytes: Option<usize>,
     /// Ingest queue length in batches.
     pub ingest_queue_batches: Option<usize>,
+    /// Ingest queue size in bytes.
+    pub ingest_queue_bytes: Option<usize>,
 }
 
 /// `statsd:` section.

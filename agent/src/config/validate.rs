@@ -22,12 +22,20 @@ use crate::state::StateStore;
 /// Largest timeout of one delivery POST, and largest retry delay.
 const MAX_DELIVERY_SECS: f64 = 300.0;
 
+/// Most groups `limits.pinned_groups` may list: pinned groups take slots beyond
+/// `limits.max_groups`, so their number must stay bounded too.
+const MAX_PINNED_GROUPS: usize = 64;
+
 /// Default timeout of one delivery POST.
 const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default ingest queue length, in batches: with the body limit it bounds queued memory
 /// (docs/performance.md has the measurement behind it).
 const DEFAULT_QUEUE_BATCHES: usize = 64;
+
+/// Default ingest queue size in bytes: what queued batches may hold while the pipeline is
+/// behind, part of the memory budget.
+const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
 
 /// Default StatsD socket receive buffer.
 const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
@@ -74,6 +82,7 @@ impl RawConfig {
             engine: EngineConfig { window, detectors },
             http,
             ingest_queue_batches: limits.ingest_queue_batches,
+            ingest_queue_bytes: limits.ingest_queue_bytes,
             statsd_receive_buffer_bytes,
             token,
             allow_unauthenticated,
@@ -87,6 +96,7 @@ impl RawConfig {
 struct Limits {
     http_body_limit_bytes: usize,
     ingest_queue_batches: usize,
+    ingest_queue_bytes: usize,
 }
 
 /// Collects problems while validating.
@@ -225,6 +235,14 @@ impl Check<'_> {
             1,
             100_000,
         );
+        let max_shards_total = self.range(
+            "limits.max_shards_total",
+            limits.max_shards_total,
+            d.max_shards_total,
+            1,
+            1 << 20,
+        );
+        let pinned_groups = self.pinned_groups(limits.pinned_groups.clone().unwrap_or_default());
         let (group_key_slots, shard_key_slots, top_keys) = self.key_slots(limits, &d);
         let latency_sigfig = self.range(
             "limits.latency_sigfig",
@@ -238,12 +256,41 @@ impl Check<'_> {
             shard_idle_windows,
             max_groups,
             max_shards_per_group,
+            max_shards_total,
+            pinned_groups,
             group_key_slots,
             shard_key_slots,
             top_keys,
             latency_sigfig,
             ..d
         }
+    }
+
+    /// Pinned group names: valid names, no repeats, at most [`MAX_PINNED_GROUPS`].
+    fn pinned_groups(&mut self, names: Vec<String>) -> Vec<String> {
+        if names.len() > MAX_PINNED_GROUPS {
+            self.fail(
+                "limits.pinned_groups",
+                format!(
+                    "{} groups: pin at most {MAX_PINNED_GROUPS}; raise limits.max_groups for more",
+                    names.len()
+                ),
+            );
+        }
+        for (i, n) in names.iter().enumerate() {
+            if n.is_empty() || n.len() > skewwatch_detectors::observation::MAX_NAME_BYTES {
+                self.fail(
+                    &format!("limits.pinned_groups[{i}]"),
+                    "a group name is 1 to 128 bytes",
+                );
+            } else if names[..i].contains(n) {
+                self.fail(
+                    &format!("limits.pinned_groups[{i}]"),
+                    format!("`{n}` is listed twice"),
+                );
+            }
+        }
+        names
     }
 
     /// Key summary slots per group and per shard, and the top keys exported per group.
@@ -289,6 +336,13 @@ impl Check<'_> {
                 HttpConfig::default().body_limit_bytes,
                 1024,
                 1 << 30,
+            ),
+            ingest_queue_bytes: self.range(
+                "limits.ingest_queue_bytes",
+                limits.ingest_queue_bytes,
+                DEFAULT_QUEUE_BYTES,
+                1 << 16,
+                1 << 31,
             ),
             ingest_queue_batches: self.range(
                 "limits.ingest_queue_batches",

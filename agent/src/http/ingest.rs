@@ -15,7 +15,7 @@ use serde::Serialize;
 use skewwatch_detectors::observation::Batch;
 
 use super::AppState;
-use crate::ingest::{self, QueueError, ndjson};
+use crate::ingest::{QueueError, ndjson};
 
 #[derive(Serialize)]
 struct LineErrorBody {
@@ -77,7 +77,7 @@ pub async fn observations(State(s): State<AppState>, body: Body) -> Response {
         StatusCode::OK
     };
     if !batch.is_empty()
-        && let Err(e) = ingest::submit(&s.batches, &s.ingest_metrics, batch)
+        && let Err(e) = s.queue.submit(&s.ingest_metrics, batch)
     {
         // Nothing of this body was taken: the client may retry it whole.
         reply.accepted = 0;

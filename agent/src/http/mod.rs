@@ -26,13 +26,13 @@ use axum::routing::{get, post};
 use prometheus::Registry;
 use serde::Serialize;
 use skewwatch_detectors::alert::{Alert, AlertState, Labels};
-use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 
 use crate::clock::rfc3339;
 use crate::config::Secret;
 use crate::exposition;
+use crate::ingest::IngestQueue;
 use crate::pipeline::Heartbeat;
 use crate::telemetry::SourceMetrics;
 
@@ -55,7 +55,7 @@ pub struct AppState {
     /// Active alerts after the latest evaluation.
     pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
     /// Where ingested batches go.
-    pub batches: mpsc::Sender<Batch>,
+    pub queue: IngestQueue,
     /// Bearer token required for ingest and admin endpoints, if any; replaced on reload.
     pub token: watch::Receiver<Option<Secret>>,
     /// True once every listener is bound, false again once shutdown starts.

@@ -1,7 +1,7 @@
 //! Ingest: the first stage of the live flow. Each input parses its wire format into
-//! [`skewwatch_detectors::observation::Batch`]es and hands them to the pipeline over a bounded
-//! channel without ever blocking: a full queue drops the batch and counts it in
-//! `skewwatch_ingest_dropped_total{reason="queue_full"}`.
+//! [`skewwatch_detectors::observation::Batch`]es and hands them to the pipeline over the
+//! [`IngestQueue`], bounded in batches and in bytes, without ever blocking: a full queue drops
+//! the batch and counts it in `skewwatch_ingest_dropped_total{reason="queue_full"}`.
 //!
 //! - [`statsd`]: StatsD / DogStatsD line parser.
 //! - [`udp`]: the UDP receiver thread that feeds it.
@@ -11,10 +11,12 @@ pub mod ndjson;
 pub mod statsd;
 pub mod udp;
 
-use skewwatch_detectors::observation::Batch;
-use tokio::sync::mpsc;
+use std::sync::Arc;
 
-use crate::telemetry::{DropReason, SourceMetrics};
+use skewwatch_detectors::observation::Batch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::telemetry::{DropReason, SourceMetrics, saturating_inc};
 
 /// Why a batch could not be queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -27,28 +29,77 @@ pub enum QueueError {
     Closed,
 }
 
-/// Hands a batch to the pipeline, counting it as accepted or dropped in `metrics` (the
-/// counters of the batch's source).
-pub fn submit(
-    tx: &mpsc::Sender<Batch>,
-    metrics: &SourceMetrics,
-    batch: Batch,
-) -> Result<(), QueueError> {
-    let records = batch.len() as u64;
-    let requests = batch.requests();
-    match tx.try_send(batch) {
-        Ok(()) => {
-            metrics.records.inc_by(records);
-            metrics.requests.inc_by(requests);
-            Ok(())
+/// A batch in the queue, holding its share of the queue's byte budget until the pipeline has
+/// recorded it.
+#[derive(Debug)]
+pub struct Queued {
+    /// The batch.
+    pub batch: Batch,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+impl Queued {
+    /// A batch outside any budget (tests, and callers that own the pipeline).
+    pub fn unbudgeted(batch: Batch) -> Queued {
+        Queued {
+            batch,
+            _bytes: None,
         }
-        Err(e) => {
-            let (reason, err) = match e {
-                mpsc::error::TrySendError::Full(_) => (DropReason::QueueFull, QueueError::Full),
-                mpsc::error::TrySendError::Closed(_) => (DropReason::Shutdown, QueueError::Closed),
-            };
-            metrics.dropped(reason, records);
-            Err(err)
+    }
+}
+
+/// The sending end of the ingest queue, bounded twice: by batches (the channel) and by the
+/// bytes the queued batches hold, so a flood of large batches cannot queue more memory than
+/// `limits.ingest_queue_bytes`.
+#[derive(Debug, Clone)]
+pub struct IngestQueue {
+    tx: mpsc::Sender<Queued>,
+    bytes: Arc<Semaphore>,
+    budget: usize,
+}
+
+impl IngestQueue {
+    /// A queue of at most `batches` batches and `bytes` bytes; the receiving end goes to the
+    /// pipeline.
+    pub fn new(batches: usize, bytes: usize) -> (IngestQueue, mpsc::Receiver<Queued>) {
+        let (tx, rx) = mpsc::channel(batches);
+        let q = IngestQueue {
+            tx,
+            bytes: Arc::new(Semaphore::new(bytes)),
+            budget: bytes,
+        };
+        (q, rx)
+    }
+
+    /// Hands a batch to the pipeline, counting it as accepted or dropped in `metrics` (the
+    /// counters of the batch's source). Never waits.
+    pub fn submit(&self, metrics: &SourceMetrics, batch: Batch) -> Result<(), QueueError> {
+        let records = batch.len() as u64;
+        let requests = batch.requests();
+        // A batch larger than the whole budget takes the whole budget, so it can still pass.
+        let cost = batch.heap_bytes().clamp(1, self.budget) as u32;
+        let result = match self.bytes.clone().try_acquire_many_owned(cost) {
+            Ok(permit) => self
+                .tx
+                .try_send(Queued {
+                    batch,
+                    _bytes: Some(permit),
+                })
+                .map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => QueueError::Full,
+                    mpsc::error::TrySendError::Closed(_) => QueueError::Closed,
+                }),
+            Err(tokio::sync::TryAcquireError::NoPermits) => Err(QueueError::Full),
+            Err(tokio::sync::TryAcquireError::Closed) => Err(QueueError::Closed),
+        };
+        match result {
+            Ok(()) => {
+                saturating_inc(&metrics.records, records);
+                saturating_inc(&metrics.requests, requests);
+            }
+            Err(QueueError::Full) => metrics.dropped(DropReason::QueueFull, records),
+            Err(QueueError::Closed) => metrics.dropped(DropReason::Shutdown, records),
         }
+        result
     }
 }

@@ -35,10 +35,9 @@ use nix::sys::socket::{
 };
 use skewwatch_detectors::observation::{Batch, Rejections};
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::ingest::{statsd, submit};
+use crate::ingest::{IngestQueue, statsd};
 use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
 
 /// Largest datagram read: a UDP payload is at most 65,507 bytes over IPv4. StatsD clients
@@ -94,13 +93,13 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize) -> io::Result<UdpSock
 /// batch.
 pub fn spawn(
     socket: UdpSocket,
-    tx: mpsc::Sender<Batch>,
+    queue: IngestQueue,
     metrics: SelfMetrics,
     cancel: CancellationToken,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("statsd-udp".into())
-        .spawn(move || receive_loop(&socket, &tx, &metrics, &cancel))
+        .spawn(move || receive_loop(&socket, &queue, &metrics, &cancel))
 }
 
 /// The receive buffers and what the kernel reported with the last datagrams.
@@ -175,7 +174,7 @@ impl Datagrams {
 
 /// The batch being filled and the counts that go with it.
 struct Pending<'a> {
-    tx: &'a mpsc::Sender<Batch>,
+    queue: &'a IngestQueue,
     metrics: &'a SelfMetrics,
     source: &'a SourceMetrics,
     batch: Batch,
@@ -215,20 +214,20 @@ impl Pending<'_> {
         if !self.batch.is_empty() {
             let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_RECORDS));
             // A full queue is counted inside `submit`; UDP has no one to tell.
-            let _ = submit(self.tx, self.source, full);
+            let _ = self.queue.submit(self.source, full);
         }
     }
 }
 
 fn receive_loop(
     socket: &UdpSocket,
-    tx: &mpsc::Sender<Batch>,
+    queue: &IngestQueue,
     metrics: &SelfMetrics,
     cancel: &CancellationToken,
 ) {
     let mut datagrams = Datagrams::new();
     let mut pending = Pending {
-        tx,
+        queue,
         metrics,
         source: metrics.source(Source::Statsd),
         batch: Batch::with_capacity(BATCH_RECORDS),
@@ -321,26 +320,27 @@ fn wait_for_data(socket: &UdpSocket, pending: &mut Pending<'_>) {
 mod tests {
     use super::*;
     use prometheus::Registry;
+    use tokio::sync::mpsc;
 
     fn agent_side() -> (
         UdpSocket,
         SelfMetrics,
-        mpsc::Receiver<Batch>,
-        mpsc::Sender<Batch>,
+        mpsc::Receiver<crate::ingest::Queued>,
+        IngestQueue,
     ) {
         let socket = bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
         let metrics = SelfMetrics::register(&Registry::new()).unwrap();
-        let (tx, rx) = mpsc::channel(1024);
+        let (tx, rx) = IngestQueue::new(1024, 1 << 30);
         (socket, metrics, rx, tx)
     }
 
     /// Receives batches until `records` records arrived or two seconds passed.
-    fn collect(rx: &mut mpsc::Receiver<Batch>, records: usize) -> usize {
+    fn collect(rx: &mut mpsc::Receiver<crate::ingest::Queued>, records: usize) -> usize {
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut got = 0;
         while got < records && Instant::now() < deadline {
             match rx.try_recv() {
-                Ok(b) => got += b.len(),
+                Ok(q) => got += q.batch.len(),
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }
         }
