@@ -34,6 +34,7 @@ use tracing::Instrument;
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::exposition::totals::{Accumulator, TotalsConfig};
 use crate::http::server::{Server, Stopped};
 use crate::http::{self, AppState};
 use crate::ingest::udp;
@@ -142,6 +143,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let (mut pipeline, channels) =
         Pipeline::new(engine, clock, config.ingest_queue_batches, metrics.clone());
     let delivery = start_delivery(&config, receivers, &addrs, &metrics, &mut pipeline);
+    let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_config(&config));
+    pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
     let pipeline_stop = CancellationToken::new();
     let pipeline = tokio::spawn(
         pipeline
@@ -157,6 +160,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         ingest_metrics: metrics.source(Source::Http).clone(),
         snapshots: channels.snapshots.clone(),
         alerts: channels.alerts.clone(),
+        totals: totals_rx,
         batches: channels.batches,
         token: config.token.clone(),
         ready: ready.clone(),

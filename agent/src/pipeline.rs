@@ -4,7 +4,8 @@
 //! wall clock, and publishes each closed window as an immutable `Arc<WindowSnapshot>` on a
 //! watch channel that `/metrics` and `/api/v1/status` read, and the active alerts as an
 //! `Arc<Vec<Alert>>` on a second one that `/api/v1/alerts` and `skewwatch_alert_firing` read.
-//! Alert delivery gets each evaluation through [`Pipeline::on_evaluation`]. Nothing else
+//! Alert delivery and the cumulative counters (`exposition::totals`) get each evaluation
+//! through [`Pipeline::on_evaluation`]. Nothing else
 //! touches the engine, so the hot path takes no lock.
 
 use std::sync::Arc;
@@ -42,7 +43,7 @@ pub struct Pipeline<C: Clock> {
     snapshots: watch::Sender<Arc<WindowSnapshot>>,
     alerts: watch::Sender<Arc<Vec<Alert>>>,
     metrics: SelfMetrics,
-    on_evaluation: Option<EvaluationHook>,
+    on_evaluation: Vec<EvaluationHook>,
 }
 
 impl<C: Clock> Pipeline<C> {
@@ -64,7 +65,7 @@ impl<C: Clock> Pipeline<C> {
                 snapshots: stx,
                 alerts: atx,
                 metrics,
-                on_evaluation: None,
+                on_evaluation: Vec::new(),
             },
             PipelineChannels {
                 batches: tx,
@@ -74,9 +75,10 @@ impl<C: Clock> Pipeline<C> {
         )
     }
 
-    /// Calls `f` for every closed window, after the snapshot is published.
+    /// Calls `f` for every closed window, after the snapshot is published; hooks run in the
+    /// order they were added (alert delivery, the cumulative counters).
     pub fn on_evaluation(&mut self, f: impl FnMut(&Evaluation) + Send + 'static) {
-        self.on_evaluation = Some(Box::new(f));
+        self.on_evaluation.push(Box::new(f));
     }
 
     /// Runs until `cancel` fires and the queue is drained.
@@ -109,7 +111,7 @@ impl<C: Clock> Pipeline<C> {
             self.metrics.last_window_end.set(ev.snapshot.end as i64);
             self.snapshots.send_replace(ev.snapshot.clone());
             self.alerts.send_replace(ev.alerts.clone());
-            if let Some(f) = &mut self.on_evaluation {
+            for f in &mut self.on_evaluation {
                 f(&ev);
             }
         }

@@ -8,6 +8,7 @@
 //! `(empty)` because Prometheus drops empty label values.
 
 pub mod text;
+pub mod totals;
 
 use std::fmt::Write as _;
 
@@ -52,6 +53,12 @@ fn escape_into(out: &mut String, s: &str) {
     }
 }
 
+/// Writes the `# HELP` and `# TYPE` lines of a family of type `kind`.
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// One gauge family being written.
 struct Family<'a> {
     out: &'a mut String,
@@ -60,8 +67,7 @@ struct Family<'a> {
 
 impl<'a> Family<'a> {
     fn new(out: &'a mut String, name: &'static str, help: &str) -> Self {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
+        header(out, name, help, "gauge");
         Family { out, name }
     }
 

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, watch};
 use crate::clock::rfc3339;
 use crate::config::Secret;
 use crate::exposition;
+use crate::exposition::totals::Totals;
 use crate::ingest::{self, QueueError, ndjson};
 use crate::telemetry::SourceMetrics;
 
@@ -46,6 +47,8 @@ pub struct AppState {
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     /// Active alerts after the latest evaluation.
     pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
+    /// The cumulative counters after the latest window.
+    pub totals: watch::Receiver<Arc<Totals>>,
     /// Where ingested batches go.
     pub batches: mpsc::Sender<Batch>,
     /// Bearer token required for ingest, if any.
@@ -74,7 +77,9 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
 async fn metrics(State(s): State<AppState>) -> Response {
     let snap = s.snapshots.borrow().clone();
     let alerts = s.alerts.borrow().clone();
-    let body = exposition::render(&s.registry, &snap, &alerts, s.exported_keys);
+    let totals = s.totals.borrow().clone();
+    let mut body = exposition::render(&s.registry, &snap, &alerts, s.exported_keys);
+    exposition::totals::render(&mut body, &totals);
     (
         [(
             header::CONTENT_TYPE,
