@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod dashboards;
 pub mod deploy;
+pub mod prometheus;
 /// The Prometheus text-format reader, shared with the agent.
 pub use skewwatch::exposition::text as prom;
 pub mod replay;
