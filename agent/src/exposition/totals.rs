@@ -293,26 +293,56 @@ impl Accumulator {
     }
 }
 
-/// Writes `value` with `labels` as one sample of `name` + `suffix`.
-fn sample(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], value: u64) {
-    sample_text(out, name, suffix, labels);
-    let _ = writeln!(out, "{value}");
-}
-
-fn sample_text(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)]) {
-    out.push_str(name);
-    out.push_str(suffix);
-    out.push('{');
-    for (i, (k, v)) in labels.iter().enumerate() {
+/// `k="v",...` with the values escaped. Written once per shard or key and reused on each of
+/// its lines: escaping is most of the cost of a line.
+fn label_text(pairs: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         out.push_str(k);
         out.push_str("=\"");
-        escape_into(out, v);
+        escape_into(&mut out, v);
+        out.push('"');
+    }
+    out
+}
+
+/// Starts one sample line, `<name><suffix>{<labels>[,<k>="<v>"]} `; `extra` is one of our own
+/// label values (an outcome, a cache result, a bucket bound), which needs no escaping.
+fn start_line(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &str,
+    extra: Option<(&str, &str)>,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    out.push('{');
+    out.push_str(labels);
+    if let Some((k, v)) = extra {
+        out.push(',');
+        out.push_str(k);
+        out.push_str("=\"");
+        out.push_str(v);
         out.push('"');
     }
     out.push_str("} ");
+}
+
+/// One sample line with an integer value.
+fn count_line(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &str,
+    extra: Option<(&str, &str)>,
+    n: u64,
+) {
+    start_line(out, name, suffix, labels, extra);
+    let _ = writeln!(out, "{n}");
 }
 
 const SHARD_REQUESTS: &str = "skewwatch_shard_requests_total";
@@ -322,18 +352,33 @@ const KEY_REQUESTS: &str = "skewwatch_key_requests_total";
 
 /// Writes the four cumulative families.
 pub fn render(out: &mut String, t: &Totals) {
+    // Every shard's escaped labels, once.
+    let shards: Vec<(String, &ShardTotals)> = t
+        .groups
+        .iter()
+        .flat_map(|(g, gt)| {
+            gt.shards
+                .iter()
+                .map(move |(s, st)| (label_text(&[("group", g), ("shard", s)]), st))
+        })
+        .collect();
     header(
         out,
         SHARD_REQUESTS,
         "Requests to each shard since the agent started, by outcome class. Counters: sum them across sidecars for the fleet's shares and error ratios.",
         "counter",
     );
-    for (g, gt) in &t.groups {
-        for (s, st) in &gt.shards {
-            for o in Outcome::ALL {
-                let labels = [("group", g.as_str()), ("shard", s), ("outcome", o.as_str())];
-                sample(out, SHARD_REQUESTS, "", &labels, st.by_outcome[o.index()]);
-            }
+    for (labels, st) in &shards {
+        for o in Outcome::ALL {
+            let n = st.by_outcome[o.index()];
+            count_line(
+                out,
+                SHARD_REQUESTS,
+                "",
+                labels,
+                Some(("outcome", o.as_str())),
+                n,
+            );
         }
     }
     header(
@@ -342,19 +387,15 @@ pub fn render(out: &mut String, t: &Totals) {
         "Look-aside cache results of each shard's requests since the agent started (result=\"miss\" is a backend call).",
         "counter",
     );
-    for (g, gt) in &t.groups {
-        for (s, st) in gt
-            .shards
-            .iter()
-            .filter(|(_, s)| s.cache_hits + s.cache_misses > 0)
-        {
-            for (result, n) in [("hit", st.cache_hits), ("miss", st.cache_misses)] {
-                let labels = [("group", g.as_str()), ("shard", s), ("result", result)];
-                sample(out, SHARD_CACHE, "", &labels, n);
-            }
+    for (labels, st) in shards
+        .iter()
+        .filter(|(_, s)| s.cache_hits + s.cache_misses > 0)
+    {
+        for (result, n) in [("hit", st.cache_hits), ("miss", st.cache_misses)] {
+            count_line(out, SHARD_CACHE, "", labels, Some(("result", result)), n);
         }
     }
-    render_histograms(out, t);
+    render_histograms(out, &t.cfg.latency_buckets_secs, &shards);
     header(
         out,
         KEY_REQUESTS,
@@ -363,43 +404,44 @@ pub fn render(out: &mut String, t: &Totals) {
     );
     for (g, gt) in &t.groups {
         for (k, kt) in &gt.keys {
-            let labels = [("group", g.as_str()), ("key", key_label(k))];
-            sample(out, KEY_REQUESTS, "", &labels, kt.requests);
+            let labels = label_text(&[("group", g), ("key", key_label(k))]);
+            count_line(out, KEY_REQUESTS, "", &labels, None, kt.requests);
         }
     }
 }
 
 /// Writes `skewwatch_shard_request_duration_seconds`: cumulative `_bucket`s ending with
 /// `le="+Inf"`, then `_sum` and `_count`.
-fn render_histograms(out: &mut String, t: &Totals) {
+fn render_histograms(out: &mut String, bounds: &[f64], shards: &[(String, &ShardTotals)]) {
     header(
         out,
         SHARD_DURATION,
         "Latency of each shard's requests (successes and errors) since the agent started; buckets are counted from HDR histograms, a request at most one resolution step above a bound may count under it.",
         "histogram",
     );
-    let les: Vec<String> = t
-        .cfg
-        .latency_buckets_secs
+    let les: Vec<String> = bounds
         .iter()
         .map(|b| format!("{b}"))
         .chain(std::iter::once("+Inf".to_owned()))
         .collect();
-    for (g, gt) in &t.groups {
-        for (s, st) in &gt.shards {
-            let Some(l) = &st.latency else { continue };
-            let mut cumulative = 0u64;
-            for (le, n) in les.iter().zip(&l.buckets) {
-                cumulative = cumulative.saturating_add(*n);
-                let labels = [("group", g.as_str()), ("shard", s), ("le", le)];
-                sample(out, SHARD_DURATION, "_bucket", &labels, cumulative);
-            }
-            let labels = [("group", g.as_str()), ("shard", s)];
-            sample_text(out, SHARD_DURATION, "_sum", &labels);
-            write_value(out, l.sum_secs);
-            out.push('\n');
-            sample(out, SHARD_DURATION, "_count", &labels, cumulative);
+    for (labels, st) in shards {
+        let Some(l) = &st.latency else { continue };
+        let mut cumulative = 0u64;
+        for (le, n) in les.iter().zip(&l.buckets) {
+            cumulative = cumulative.saturating_add(*n);
+            count_line(
+                out,
+                SHARD_DURATION,
+                "_bucket",
+                labels,
+                Some(("le", le)),
+                cumulative,
+            );
         }
+        start_line(out, SHARD_DURATION, "_sum", labels, None);
+        write_value(out, l.sum_secs);
+        out.push('\n');
+        count_line(out, SHARD_DURATION, "_count", labels, None, cumulative);
     }
 }
 
