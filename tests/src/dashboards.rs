@@ -342,6 +342,8 @@ fn per_shard(fn_name: &str, extra: &str) -> String {
     )
 }
 
+/// Long because it is a table: one entry per panel, its query beside its description, which
+/// read best together.
 fn skew_panels() -> Vec<Panel> {
     let shard_rate = per_shard("rate", "");
     let shard_count = per_shard("increase", "");
@@ -470,6 +472,8 @@ fn alert_panels() -> Vec<Panel> {
     ]
 }
 
+/// Long because it is a table: one entry per panel, its query beside its description, which
+/// read best together.
 fn ingest_panels() -> Vec<Panel> {
     vec![
         row("Sidecars and ingest"),
@@ -597,6 +601,8 @@ fn by_shard(metric: &str, extra: &str) -> String {
     )
 }
 
+/// Long because it is a table: one entry per panel, its query beside its description, which
+/// read best together.
 fn load_panels() -> Vec<Panel> {
     let group_total = format!("sum({})", rate(&format!("{REQ}{{group=\"$group\"}}")));
     let tracked = format!(
@@ -806,6 +812,8 @@ fn cache_loop() -> Value {
     )
 }
 
+/// Long because it is a table: one entry per panel, its query beside its description, which
+/// read best together.
 fn cache_panels() -> Vec<Panel> {
     let cache = |result: &str| {
         format!(

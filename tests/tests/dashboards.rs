@@ -108,12 +108,33 @@ fn overlap(a: &Value, b: &Value) -> bool {
     ax0 < bx1 && bx0 < ax1 && ay0 < by1 && by0 < ay1
 }
 
+/// The data source every panel and target must use.
+fn ds() -> Value {
+    serde_json::json!({"type": "prometheus", "uid": "${datasource}"})
+}
+
 /// Checks one dashboard; returns every problem found.
 fn lint(name: &str, d: &Value) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut fail = |what: String| problems.push(format!("{name}: {what}"));
-    let ds = serde_json::json!({"type": "prometheus", "uid": "${datasource}"});
+    let names = lint_dashboard(name, d, &mut problems);
+    let all = panels(d);
+    let mut ids = BTreeSet::new();
+    for (i, p) in all.iter().enumerate() {
+        if !ids.insert(p["id"].as_u64().unwrap()) {
+            problems.push(format!("panel id {} is used twice", p["id"]));
+        }
+        if all[..i].iter().any(|q| overlap(p, q)) {
+            problems.push(format!("{}: overlaps another panel", p["title"]));
+        }
+        lint_panel(p, &names, &mut problems);
+    }
+    problems.iter().map(|p| format!("{name}: {p}")).collect()
+}
 
+/// The dashboard-level conventions and its variables; returns the variable names a query may
+/// use.
+fn lint_dashboard(name: &str, d: &Value, problems: &mut Vec<String>) -> BTreeSet<String> {
+    let mut fail = |what: String| problems.push(what);
     for key in ["__inputs", "__requires"] {
         if d.get(key).is_some() {
             fail(format!(
@@ -128,7 +149,6 @@ fn lint(name: &str, d: &Value) -> Vec<String> {
     if d["schemaVersion"] != 39 || !d["id"].is_null() {
         fail("needs schemaVersion 39 and id null".into());
     }
-
     let vars = d["templating"]["list"].as_array().unwrap();
     let sources: Vec<&Value> = vars.iter().filter(|v| v["type"] == "datasource").collect();
     if sources.len() != 1
@@ -145,7 +165,7 @@ fn lint(name: &str, d: &Value) -> Vec<String> {
         fail("has no `group` variable".into());
     }
     for v in vars.iter().filter(|v| v["type"] == "query") {
-        if v["datasource"] != ds || v["refresh"] != 2 || v["definition"].as_str().is_none() {
+        if v["datasource"] != ds() || v["refresh"] != 2 || v["definition"].as_str().is_none() {
             fail(format!(
                 "variable {} must query ${{datasource}} and refresh on time-range change",
                 v["name"]
@@ -153,68 +173,60 @@ fn lint(name: &str, d: &Value) -> Vec<String> {
         }
     }
     names.extend(["__rate_interval".to_owned(), "datasource".to_owned()]);
+    names
+}
 
-    let all = panels(d);
-    let mut ids = BTreeSet::new();
-    for (i, p) in all.iter().enumerate() {
-        let title = p["title"].as_str().unwrap_or("?");
-        let kind = p["type"].as_str().unwrap_or("?");
-        if !ids.insert(p["id"].as_u64().unwrap()) {
-            fail(format!("panel id {} is used twice", p["id"]));
+/// One panel's conventions: a current type, inside the grid, and (rows aside) a description,
+/// a unit, `${datasource}`, and queries whose ranges follow `$__rate_interval` and whose
+/// variables exist.
+fn lint_panel(p: &Value, names: &BTreeSet<String>, problems: &mut Vec<String>) {
+    let title = p["title"].as_str().unwrap_or("?");
+    let mut fail = |what: String| problems.push(format!("{title}: {what}"));
+    let kind = p["type"].as_str().unwrap_or("?");
+    if !PANEL_TYPES.contains(&kind) {
+        fail(format!("panel type {kind} is not current (no `graph`)"));
+    }
+    let g = &p["gridPos"];
+    if g["x"].as_u64().unwrap() + g["w"].as_u64().unwrap() > 24 {
+        fail("wider than the grid".into());
+    }
+    if kind == "row" {
+        return;
+    }
+    if p["description"].as_str().is_none_or(str::is_empty) {
+        fail("no description".into());
+    }
+    if p["fieldConfig"]["defaults"]["unit"]
+        .as_str()
+        .is_none_or(str::is_empty)
+    {
+        fail("no unit".into());
+    }
+    if p["datasource"] != ds() {
+        fail("not on ${datasource}".into());
+    }
+    let targets = p["targets"].as_array().unwrap();
+    if targets.is_empty() {
+        fail("no query".into());
+    }
+    for t in targets {
+        let expr = t["expr"].as_str().unwrap_or("");
+        if t["datasource"] != ds() || expr.is_empty() {
+            fail("a target without a query on ${datasource}".into());
         }
-        if !PANEL_TYPES.contains(&kind) {
-            fail(format!(
-                "{title}: panel type {kind} is not current (no `graph`)"
-            ));
-        }
-        let g = &p["gridPos"];
-        if g["x"].as_u64().unwrap() + g["w"].as_u64().unwrap() > 24 {
-            fail(format!("{title}: wider than the grid"));
-        }
-        if all[..i].iter().any(|q| overlap(p, q)) {
-            fail(format!("{title}: overlaps another panel"));
-        }
-        if kind == "row" {
-            continue;
-        }
-        if p["description"].as_str().is_none_or(str::is_empty) {
-            fail(format!("{title}: no description"));
-        }
-        if p["fieldConfig"]["defaults"]["unit"]
-            .as_str()
-            .is_none_or(str::is_empty)
-        {
-            fail(format!("{title}: no unit"));
-        }
-        if p["datasource"] != ds {
-            fail(format!("{title}: not on ${{datasource}}"));
-        }
-        let targets = p["targets"].as_array().unwrap();
-        if targets.is_empty() {
-            fail(format!("{title}: no query"));
-        }
-        for t in targets {
-            let expr = t["expr"].as_str().unwrap_or("");
-            if t["datasource"] != ds || expr.is_empty() {
-                fail(format!(
-                    "{title}: a target without a query on ${{datasource}}"
-                ));
+        for r in ranges(expr) {
+            // Rates follow the scrape interval and the zoom; only a subquery's baseline
+            // window (`[1h:]`) is fixed.
+            if r != "$__rate_interval" && !r.contains(':') {
+                fail(format!("fixed range [{r}] in {expr}"));
             }
-            for r in ranges(expr) {
-                // Rates follow the scrape interval and the zoom; only a subquery's baseline
-                // window (`[1h:]`) is fixed.
-                if r != "$__rate_interval" && !r.contains(':') {
-                    fail(format!("{title}: fixed range [{r}] in {expr}"));
-                }
-            }
-            for v in variables(expr) {
-                if !names.contains(&v) {
-                    fail(format!("{title}: unknown variable ${v}"));
-                }
+        }
+        for v in variables(expr) {
+            if !names.contains(&v) {
+                fail(format!("unknown variable ${v}"));
             }
         }
     }
-    problems
 }
 
 #[test]

@@ -176,25 +176,7 @@ fn three_sidecars_add_up_in_a_real_prometheus() {
     assert!((mean - 0.2417).abs() < 0.02, "mean of the gauges {mean}");
     eprintln!("fleet share of s3 {share:.4} (mean of the sidecars' gauges {mean:.4})");
 
-    // The fleet hot-shard alert fires for s3, and for no other shard.
-    prom.wait_for(Duration::from_secs(60), |p| {
-        hot_shard_alerts(p)
-            .iter()
-            .any(|(g, s, state)| g == "g" && s == "s3" && state == "firing")
-            .then_some(())
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "no firing SkewwatchFleetHotShard for s3: {:?}",
-            hot_shard_alerts(&prom)
-        )
-    });
-    let named: BTreeSet<(String, String)> = hot_shard_alerts(&prom)
-        .into_iter()
-        .map(|(g, s, _)| (g, s))
-        .collect();
-    assert_eq!(named, BTreeSet::from([("g".to_owned(), "s3".to_owned())]));
-
+    check_hot_shard_alert(&prom);
     check_rules_evaluate(&prom);
     check_dashboard_queries(&prom);
     // Seconds later, with more samples in every rate, the share still holds.
@@ -207,6 +189,27 @@ fn three_sidecars_add_up_in_a_real_prometheus() {
         "fleet share of s3 {later:.4} at the end; the test took {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The fleet hot-shard alert fires for s3, and for no other shard.
+fn check_hot_shard_alert(prom: &Prometheus) {
+    prom.wait_for(Duration::from_secs(60), |p| {
+        hot_shard_alerts(p)
+            .iter()
+            .any(|(g, s, state)| g == "g" && s == "s3" && state == "firing")
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no firing SkewwatchFleetHotShard for s3: {:?}",
+            hot_shard_alerts(prom)
+        )
+    });
+    let named: BTreeSet<(String, String)> = hot_shard_alerts(prom)
+        .into_iter()
+        .map(|(g, s, _)| (g, s))
+        .collect();
+    assert_eq!(named, BTreeSet::from([("g".to_owned(), "s3".to_owned())]));
 }
 
 /// Every recording and alerting rule has been evaluated without an error.

@@ -344,7 +344,8 @@ fn statsd_and_ndjson_in_exact_statistics_out() {
 }
 
 /// Waits for the counters of the fixture's window (published just after its snapshot) and
-/// checks them exactly; returns the scrape that holds them.
+/// checks them exactly; returns the scrape that holds them. Long because every expected count
+/// sits beside the arithmetic of the fixture that gives it.
 fn check_counters(agent: &Agent, g: &str) -> Scrape {
     let s = agent
         .wait_for(Duration::from_secs(5), |a| {
