@@ -108,11 +108,14 @@ impl Latency {
         // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the
         // nearest microsecond like `round()` (up to one ulp at exact halves) without a libm
         // call on baseline x86-64.
-        // Values above the range clamp into the top bucket; counts saturate per bucket.
-        let us = ((latency_ms * 1000.0 + 0.5) as u64).min(LATENCY_HIGH_US);
+        let us = (latency_ms * 1000.0 + 0.5) as u64;
         let n = u32::try_from(count).unwrap_or(u32::MAX);
-        hist.saturating_record_n(us, n);
-        self.sum_us = self.sum_us.saturating_add(us.saturating_mul(u64::from(n)));
+        // Values above the range clamp into the top bucket; counts saturate per bucket.
+        hist.saturating_record_n(us.min(LATENCY_HIGH_US), n);
+        // At most 3.6e9 us times 2^32 - 1 fits a u64; only the window's sum can overflow.
+        self.sum_us = self
+            .sum_us
+            .saturating_add(us.min(LATENCY_HIGH_US) * u64::from(n));
     }
 
     fn count(&self) -> u64 {

@@ -6,6 +6,9 @@
 //! scrape costs one pass over the snapshot. `skewwatch_alert_firing` is written the same way
 //! from the latest active alerts. Label values are escaped; the empty key is rendered
 //! `(empty)` because Prometheus drops empty label values.
+//!
+//! [`totals`] writes the cumulative counters and the latency histogram that add up across
+//! sidecars, from the totals the pipeline publishes after each window.
 
 pub mod text;
 pub mod totals;
