@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The end-to-end figures of docs/performance.md: StatsD over UDP, HTTP NDJSON, replay, CPU at
-# sidecar load, memory at 1,000 shards and 1M keys, and /metrics at 1,000 shards. Each runs a
-# fresh release agent on loopback ports and `skewwatch bench` against it, bounded in time.
+# sidecar load, memory at 1,000 shards and 1M keys, /metrics at 1,000 shards, and the series
+# one sidecar exports at the default caps. Each runs a fresh release agent on loopback ports and
+# `skewwatch bench` (or a fixed StatsD fixture) against it, bounded in time.
 #
-#   scripts/perf-figures.sh [udp|http|replay|sidecar|memory|metrics]...   # default: all
+#   scripts/perf-figures.sh [udp|http|replay|sidecar|memory|metrics|series]...   # default: all
 #
 # Environment: DURATION (seconds per step, default 10), AGENT_CONFIG (a configuration file for
 # the agent, e.g. a larger statsd.receive_buffer_bytes), SKEWWATCH_BIN (default: build the
@@ -87,10 +88,11 @@ memory() {
   metrics_timing
 }
 
-# /metrics at the shard count of the last load: median and max of 20 scrapes.
+# /metrics at the shard count of the last load: size, series, and median and max of 20 scrapes.
 metrics_timing() {
-  echo "GET /metrics: $(curl -s "http://$HTTP/metrics" | wc -c) bytes,"\
-    "$(curl -s "http://$HTTP/metrics" | grep -c '^skewwatch_shard_share_ratio') shard series"
+  curl -s "http://$HTTP/metrics" >"$work/page.txt"
+  echo "GET /metrics: $(wc -c <"$work/page.txt") bytes, $(grep -vc '^#' "$work/page.txt") series,"\
+    "$(grep -c '^skewwatch_shard_share_ratio' "$work/page.txt") shards"
   for _ in $(seq 20); do
     curl -s -o /dev/null -w '%{time_total}\n' "http://$HTTP/metrics"
   done | sort -n | awk '{ t[NR] = $1 } END { printf "  median %.1f ms, max %.1f ms over %d scrapes\n", 1000 * t[int((NR + 1) / 2)], 1000 * t[NR], NR }'
@@ -101,6 +103,43 @@ metrics() {
   start_agent
   # Two windows of traffic over 1,000 shards, so the snapshot holds them all.
   bench 22 --mode statsd --rate 100k --shards 1000 --keys 10000 >/dev/null
+  metrics_timing
+}
+
+# Every series family, counted from a real scrape of an agent on the default configuration
+# fed one group with more shards than limits.max_shards_per_group (1,024), each with every
+# outcome class, cache hits and misses, latencies and more keys than are exported.
+series() {
+  header "Series of one sidecar at the default caps: one group, 1,100 shards, every family"
+  start_agent
+  python3 - "${STATSD%:*}" "${STATSD#*:}" 1100 <<'PY'
+import socket, sys
+host, port, shards = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+outcomes = ["ok", "error", "timeout", "not_found", "throttled", "unavailable"]
+datagram = []
+def flush():
+    if datagram:
+        sock.sendto("\n".join(datagram).encode(), (host, port))
+        datagram.clear()
+for i in range(shards):
+    tags = f"group:metadata-db,shard:shard-{i:04d},key:user:{i % 50}"
+    lines = [f"skewwatch.request:5|ms|#{tags},cache:hit"]
+    lines += [f"skewwatch.request:{10 * (j + 1)}|ms|#{tags},cache:miss,outcome:{o}"
+              for j, o in enumerate(outcomes)]
+    for line in lines:
+        if sum(len(x) + 1 for x in datagram) + len(line) > 1400:
+            flush()
+        datagram.append(line)
+flush()
+PY
+  # Wait for the window that holds the fixture (10 s windows).
+  for _ in $(seq 100); do
+    if [ "$(curl -s "http://$HTTP/metrics" | grep -c '^skewwatch_shard_requests_total')" -ge 6150 ]; then break; fi
+    sleep 0.25
+  done
+  curl -s "http://$HTTP/metrics" | grep -v '^#' | sed -E 's/[{ ].*//; s/_(bucket|sum|count)$//' |
+    sort | uniq -c | sort -rn | awk '{ printf "  %6d %s\n", $1, $2 }'
   metrics_timing
 }
 
@@ -116,11 +155,11 @@ replay() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(udp http replay sidecar memory metrics)
+[ ${#steps[@]} -gt 0 ] || steps=(udp http replay sidecar memory metrics series)
 echo "# skewwatch performance figures: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p'), kernel $(uname -r)"
 for s in "${steps[@]}"; do
   case "$s" in
-    udp | http | replay | sidecar | memory | metrics) "$s" ;;
+    udp | http | replay | sidecar | memory | metrics | series) "$s" ;;
     *) echo "unknown figure $s" >&2; exit 2 ;;
   esac
 done

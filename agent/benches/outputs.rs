@@ -3,6 +3,11 @@
 //! - `render_snapshot_1000_shards`: the derived skew series of one group of 1,000 shards
 //!   (shares, rates, p99s, error and cache ratios, key shares).
 //! - `render_page_1000_shards`: the whole page, including the self-metrics registry.
+//! - `render_counters_1000_shards`: the cumulative families of the same shards (requests by
+//!   outcome, cache results, the latency histogram, key counters), what a scrape adds to the
+//!   page.
+//! - `add_window_1000_shards`: adding one closed window to the counters and publishing them,
+//!   what the pipeline pays once per window.
 //!
 //! The HTTP round trip adds little on loopback; docs/performance.md has the end-to-end figure
 //! (`curl` against a loaded agent) beside these.
@@ -16,6 +21,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prometheus::Registry;
 use skewwatch::exposition;
+use skewwatch::exposition::totals::{Accumulator, Totals, TotalsConfig};
 use skewwatch::telemetry::SelfMetrics;
 
 fn render_benches(c: &mut Criterion) {
@@ -36,7 +42,32 @@ fn render_benches(c: &mut Criterion) {
     group.bench_function("render_page_1000_shards", |b| {
         b.iter(|| exposition::render(&registry, black_box(&snap), &[], 10).len())
     });
+    let cfg = TotalsConfig {
+        retention_secs: 3600.0,
+        max_groups: 64,
+        max_shards_per_group: 1024,
+        keys_per_group: 10,
+        latency_buckets_secs: snap_buckets(),
+    };
+    let mut totals = Totals::new(cfg.clone());
+    totals.add(&snap);
+    group.bench_function("render_counters_1000_shards", |b| {
+        b.iter(|| {
+            out.clear();
+            exposition::totals::render(&mut out, black_box(&totals));
+            out.len()
+        })
+    });
+    let (mut acc, _rx) = Accumulator::new(cfg);
+    group.bench_function("add_window_1000_shards", |b| {
+        b.iter(|| acc.add(black_box(&snap)))
+    });
     group.finish();
+}
+
+/// The bucket bounds the benchmark snapshot was counted with.
+fn snap_buckets() -> Vec<f64> {
+    skewwatch_detectors::window::WindowConfig::default().latency_buckets_secs
 }
 
 criterion_group!(benches, render_benches);

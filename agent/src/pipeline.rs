@@ -4,7 +4,8 @@
 //! wall clock, and publishes each closed window as an immutable `Arc<WindowSnapshot>` on a
 //! watch channel that `/metrics` and `/api/v1/status` read, and the active alerts as an
 //! `Arc<Vec<Alert>>` on a second one that `/api/v1/alerts` and `skewwatch_alert_firing` read.
-//! Alert delivery gets each evaluation through [`Pipeline::on_evaluation`]. Nothing else
+//! Alert delivery and the cumulative counters (`exposition::totals`) get each evaluation
+//! through [`Pipeline::on_evaluation`]. Nothing else
 //! touches the engine, so the hot path takes no lock.
 
 use std::sync::Arc;
@@ -121,7 +122,10 @@ pub struct Pipeline<C: Clock> {
     metrics: SelfMetrics,
     heartbeat: Heartbeat,
     control: mpsc::Receiver<Control>,
-    on_evaluation: Option<EvaluationHook>,
+    /// Alert delivery's hook; replaced when a reload rebuilds delivery.
+    delivery: Option<EvaluationHook>,
+    /// Other hooks (the cumulative counters), called after delivery's, in the order added.
+    observers: Vec<EvaluationHook>,
     /// Where the engine's state is saved, if anywhere.
     state: Option<StateStore>,
     windows_since_save: u32,
@@ -154,7 +158,8 @@ impl<C: Clock> Pipeline<C> {
                 metrics,
                 heartbeat: heartbeat.clone(),
                 control: crx,
-                on_evaluation: None,
+                delivery: None,
+                observers: Vec::new(),
                 state,
                 windows_since_save: 0,
                 saving: None,
@@ -169,9 +174,16 @@ impl<C: Clock> Pipeline<C> {
         )
     }
 
-    /// Calls `f` for every closed window, after the snapshot is published.
-    pub fn on_evaluation(&mut self, f: EvaluationHook) {
-        self.on_evaluation = Some(f);
+    /// Sets alert delivery's hook, called for every closed window after the snapshot is
+    /// published.
+    pub fn set_delivery(&mut self, f: EvaluationHook) {
+        self.delivery = Some(f);
+    }
+
+    /// Adds a hook called for every closed window, after delivery's; hooks run in the order
+    /// they were added.
+    pub fn on_evaluation(&mut self, f: impl FnMut(&Evaluation) + Send + 'static) {
+        self.observers.push(Box::new(f));
     }
 
     /// Runs until `cancel` fires and the queue is drained.
@@ -254,7 +266,7 @@ impl<C: Clock> Pipeline<C> {
                 }
                 let _ = reply.send(());
             }
-            Control::Hook(hook) => self.on_evaluation = hook,
+            Control::Hook(hook) => self.delivery = hook,
         }
     }
 
@@ -268,7 +280,10 @@ impl<C: Clock> Pipeline<C> {
         }
         self.snapshots.send_replace(ev.snapshot.clone());
         self.alerts.send_replace(ev.alerts.clone());
-        if let Some(f) = &mut self.on_evaluation {
+        if let Some(f) = &mut self.delivery {
+            f(&ev);
+        }
+        for f in &mut self.observers {
             f(&ev);
         }
         self.windows_since_save += 1;

@@ -68,6 +68,18 @@ pub struct ShardSnapshot {
     pub cache_hit_ratio: Option<f64>,
     /// Latency of all responses (merged success and error histograms).
     pub latency: Option<LatencySummary>,
+    /// Requests per latency bucket of `WindowConfig::latency_buckets_secs` (all responses):
+    /// entry `i` counts latencies in `(bound[i-1], bound[i]]`, the last entry those above the
+    /// last bound; they add up to `latency_samples`. A request within one HDR resolution step
+    /// above a bound (under 0.8% at 2 significant figures) may be counted under it; none at
+    /// or below a bound is counted above it. Not in `/api/v1/status`: the agent's cumulative
+    /// histogram is its reader.
+    #[serde(skip)]
+    pub latency_buckets: Vec<u64>,
+    /// Sum of all responses' latencies in seconds, as recorded (to the microsecond, clamped
+    /// at one hour like the histograms).
+    #[serde(skip)]
+    pub latency_sum_secs: f64,
     /// Latency of successful responses.
     pub ok_latency: Option<LatencySummary>,
     /// Latency of failed responses.

@@ -61,7 +61,16 @@ pub struct WindowConfig {
     pub latency_sigfig: u8,
     /// Significance level of the "skew beyond noise" dispersion test.
     pub dispersion_alpha: f64,
+    /// Upper bounds (seconds, ascending) of the latency buckets each shard snapshot counts
+    /// (`ShardSnapshot::latency_buckets`), for the agent's cumulative histogram.
+    pub latency_buckets_secs: Vec<f64>,
 }
+
+/// The default latency bucket bounds: 1 ms to 10 s in 1-2.5-5 steps, the span of a database
+/// or cache call from a hit to a timeout.
+pub const DEFAULT_LATENCY_BUCKETS_SECS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 impl Default for WindowConfig {
     fn default() -> Self {
@@ -78,6 +87,7 @@ impl Default for WindowConfig {
             shard_top_keys: 3,
             latency_sigfig: 2,
             dispersion_alpha: 1e-3,
+            latency_buckets_secs: DEFAULT_LATENCY_BUCKETS_SECS.to_vec(),
         }
     }
 }
@@ -96,10 +106,13 @@ impl BuildHasher for FixedState {
 
 type NameMap = HashMap<Box<str>, u32, FixedState>;
 
-/// One latency histogram, allocated on first use.
+/// One latency histogram, allocated on first use, and the exact sum of what it recorded.
 #[derive(Debug, Clone, Default)]
 struct Latency {
     hist: Option<Histogram<u32>>,
+    /// Sum of the recorded latencies in microseconds, as recorded (rounded and clamped like
+    /// the histogram's values), so a Prometheus `_sum` agrees with its buckets.
+    sum_us: u64,
 }
 
 impl Latency {
@@ -112,6 +125,10 @@ impl Latency {
         let n = u32::try_from(count).unwrap_or(u32::MAX);
         // Values above the range clamp into the top bucket; counts saturate per bucket.
         hist.saturating_record_n(us.min(LATENCY_HIGH_US), n);
+        // At most 3.6e9 us times 2^32 - 1 fits a u64; only the window's sum can overflow.
+        self.sum_us = self
+            .sum_us
+            .saturating_add(us.min(LATENCY_HIGH_US) * u64::from(n));
     }
 
     fn count(&self) -> u64 {
@@ -122,6 +139,7 @@ impl Latency {
         if let Some(h) = &mut self.hist {
             h.reset();
         }
+        self.sum_us = 0;
     }
 }
 
@@ -679,6 +697,37 @@ fn merged_summary(scratch: &mut Histogram<u32>, parts: &[&Latency]) -> Option<La
     latency_summary(scratch)
 }
 
+/// Requests per latency bucket: entry `i` counts the values in `(bounds[i-1], bounds[i]]`, the
+/// last entry those above every bound. Bounds are taken to the microsecond, the histogram's
+/// unit.
+///
+/// Exact to the histogram's precision: an HDR bucket is counted under the first bound at or
+/// above its *lowest* equivalent value, so every request at or below a bound is counted under
+/// it (none is ever pushed up), and a request above a bound is counted under it only when the
+/// bound falls inside its HDR bucket, i.e. within one resolution step (under 0.8% at 2
+/// significant figures). Latencies reported in whole milliseconds land exactly on bounds
+/// such as 10 ms or 1 s, which is why the lowest value decides rather than the midpoint.
+fn bucket_counts(merged: &Histogram<u32>, bounds_secs: &[f64]) -> Vec<u64> {
+    let mut counts = vec![0u64; bounds_secs.len() + 1];
+    if merged.is_empty() {
+        return counts;
+    }
+    let bounds_us: Vec<u64> = bounds_secs
+        .iter()
+        .map(|b| (b * 1e6).round() as u64)
+        .collect();
+    // Recorded values come in ascending order, so the bucket index only moves up.
+    let mut i = 0;
+    for v in merged.iter_recorded() {
+        let low = merged.lowest_equivalent(v.value_iterated_to());
+        while i < bounds_us.len() && low > bounds_us[i] {
+            i += 1;
+        }
+        counts[i] += u64::from(v.count_at_value());
+    }
+    counts
+}
+
 fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
@@ -706,6 +755,8 @@ fn snapshot_shard(
 ) -> ShardSnapshot {
     let requests = s.requests();
     let errors = requests.saturating_sub(s.by_outcome[Outcome::Ok.index()]);
+    // The merged histogram stays in `scratch` for the bucket counts.
+    let latency = merged_summary(scratch, &[&s.ok_latency, &s.err_latency]);
     ShardSnapshot {
         shard: name.to_string(),
         overflow: s.role == Role::Overflow,
@@ -718,7 +769,9 @@ fn snapshot_shard(
         cache_hits: s.cache_hits,
         cache_misses: s.cache_misses,
         cache_hit_ratio: ratio(s.cache_hits, s.cache_hits.saturating_add(s.cache_misses)),
-        latency: merged_summary(scratch, &[&s.ok_latency, &s.err_latency]),
+        latency,
+        latency_buckets: bucket_counts(scratch, &cfg.latency_buckets_secs),
+        latency_sum_secs: (s.ok_latency.sum_us.saturating_add(s.err_latency.sum_us)) as f64 / 1e6,
         ok_latency: s.ok_latency.hist.as_ref().and_then(latency_summary),
         error_latency: s.err_latency.hist.as_ref().and_then(latency_summary),
         latency_samples: s.ok_latency.count() + s.err_latency.count(),
@@ -1062,6 +1115,85 @@ mod tests {
         assert!(p99 <= 2000.0 * 1.01);
         let slow = g.shards.iter().find(|s| s.shard == "s0").unwrap();
         assert!((slow.latency.as_ref().unwrap().p99_ms - 2000.0).abs() < 20.0);
+    }
+
+    #[test]
+    fn latency_buckets_count_values_on_a_bound_under_it_and_sum_exactly() {
+        let cfg = WindowConfig {
+            latency_buckets_secs: vec![0.01, 0.1, 1.0],
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        // Whole milliseconds on the bounds, just above them, and beyond the last one; errors
+        // and successes land in the same (merged) buckets.
+        for (ms, count, outcome) in [
+            (10.0, 3, Outcome::Ok),
+            (10.2, 1, Outcome::Ok),
+            (100.0, 2, Outcome::Timeout),
+            (1000.0, 1, Outcome::Ok),
+            (1500.0, 4, Outcome::Error),
+        ] {
+            let mut o = obs("g", "s");
+            o.latency_ms = Some(ms);
+            o.count = count;
+            o.outcome = outcome;
+            w.record(&o);
+        }
+        w.record(&obs("g", "s")); // no latency: not in the histogram
+        let snap = w.close(10.0);
+        let s = &snap.groups[0].shards[0];
+        assert_eq!(s.latency_buckets, [3, 3, 1, 4]);
+        assert_eq!(s.latency_buckets.iter().sum::<u64>(), s.latency_samples);
+        let sum = 0.030 + 0.0102 + 0.2 + 1.0 + 6.0;
+        assert!(
+            (s.latency_sum_secs - sum).abs() < 1e-9,
+            "{}",
+            s.latency_sum_secs
+        );
+        // The next window starts from zero.
+        let next = w.close(20.0);
+        assert_eq!(next.groups[0].shards[0].latency_buckets, [0, 0, 0, 0]);
+        assert_eq!(next.groups[0].shards[0].latency_sum_secs, 0.0);
+    }
+
+    proptest::proptest! {
+        /// The cumulative count under each bound never misses a request at or below it and
+        /// takes in only requests within one HDR resolution step above it.
+        #[test]
+        fn latency_buckets_are_exact_to_the_histogram_precision(
+            latencies_us in proptest::collection::vec(0u64..20_000_000, 1..300),
+            sigfig in 1u8..=3,
+        ) {
+            let cfg = WindowConfig {
+                latency_sigfig: sigfig,
+                ..WindowConfig::default()
+            };
+            let bounds = cfg.latency_buckets_secs.clone();
+            let mut w = Windows::new(cfg, 0.0);
+            for &us in &latencies_us {
+                let mut o = obs("g", "s");
+                o.latency_ms = Some(us as f64 / 1000.0);
+                w.record(&o);
+            }
+            let snap = w.close(10.0);
+            let buckets = &snap.groups[0].shards[0].latency_buckets;
+            // One resolution step of an HDR histogram is at most 1/2^(bits below the top)
+            // of the value: 1/16, 1/128 and 1/1024 at 1, 2 and 3 significant figures.
+            let step = [1.0 / 16.0, 1.0 / 128.0, 1.0 / 1024.0][usize::from(sigfig) - 1];
+            let mut cumulative = 0;
+            for (i, b) in bounds.iter().enumerate() {
+                cumulative += buckets[i];
+                let b_us = (b * 1e6).round() as u64;
+                let at_or_below = latencies_us.iter().filter(|&&v| v <= b_us).count() as u64;
+                let near = latencies_us
+                    .iter()
+                    .filter(|&&v| v as f64 <= b_us as f64 * (1.0 + step) + 1.0)
+                    .count() as u64;
+                proptest::prop_assert!(cumulative >= at_or_below, "bound {b}: {cumulative} < {at_or_below}");
+                proptest::prop_assert!(cumulative <= near, "bound {b}: {cumulative} > {near}");
+            }
+            proptest::prop_assert_eq!(buckets.iter().sum::<u64>(), latencies_us.len() as u64);
+        }
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Test support for skewwatch's end-to-end tests: starting the real binary on loopback ports,
 //! scraping and matching Prometheus series regardless of line order, and the seeded scenario
-//! generator that builds incident and benign traces.
+//! generator that builds incident and benign traces, a real Prometheus to query, and the
+//! generators of the dashboards and the PrometheusRule.
 
 pub mod agent;
 pub mod alertmanager;
+pub mod dashboards;
+pub mod deploy;
+pub mod prometheus;
 /// The Prometheus text-format reader, shared with the agent.
 pub use skewwatch::exposition::text as prom;
 pub mod replay;

@@ -313,7 +313,9 @@ fn statsd_and_ndjson_in_exact_statistics_out() {
         0.0
     );
 
-    // The live scrape passes promtool's lint.
+    // The cumulative counters of the same window, and the live scrape with them (counters
+    // and histogram included) passes promtool's lint.
+    let s = check_counters(&agent, g);
     if let Some(promtool) = tools::require("promtool", &[]) {
         let mut child = Command::new(promtool)
             .args(["check", "metrics"])
@@ -339,6 +341,86 @@ fn statsd_and_ndjson_in_exact_statistics_out() {
             "promtool: {report}"
         );
     }
+}
+
+/// Waits for the counters of the fixture's window (published just after its snapshot) and
+/// checks them exactly; returns the scrape that holds them. Long because every expected count
+/// sits beside the arithmetic of the fixture that gives it.
+fn check_counters(agent: &Agent, g: &str) -> Scrape {
+    let s = agent
+        .wait_for(Duration::from_secs(5), |a| {
+            let s = a.scrape();
+            (s.sum("skewwatch_shard_requests_total", &[("group", g)]) > 0.0).then_some(s)
+        })
+        .expect("the fixture's window in the counters");
+    let requests = |shard: &str, outcome: &str| {
+        s.value(
+            "skewwatch_shard_requests_total",
+            &[("group", g), ("shard", shard), ("outcome", outcome)],
+        )
+    };
+    // a: 2 sampled + 3 cache hits ok, 1 timeout; b: 4 ok; c: 2 errors. Every outcome class of
+    // every shard is there from the first window.
+    assert_eq!(requests("a", "ok"), 5.0);
+    assert_eq!(requests("a", "timeout"), 1.0);
+    assert_eq!(requests("b", "ok"), 4.0);
+    assert_eq!(requests("c", "error"), 2.0);
+    assert_eq!(requests("c", "throttled"), 0.0);
+    assert_eq!(
+        s.sum("skewwatch_shard_requests_total", &[("group", g)]),
+        12.0
+    );
+    let cache = |shard: &str, result: &str| {
+        s.get(
+            "skewwatch_shard_cache_requests_total",
+            &[("group", g), ("shard", shard), ("result", result)],
+        )
+    };
+    assert_eq!(cache("a", "hit"), Some(3.0));
+    assert_eq!(cache("a", "miss"), Some(0.0));
+    assert_eq!(cache("b", "miss"), Some(4.0));
+    assert_eq!(cache("c", "hit"), None, "c had no cache result");
+    // Latencies on bucket bounds count under them: a 2 x 10 ms + 20 ms, b 4 x 100 ms,
+    // c 2 x 1 s.
+    let bucket = |shard: &str, le: &str| {
+        s.value(
+            "skewwatch_shard_request_duration_seconds_bucket",
+            &[("group", g), ("shard", shard), ("le", le)],
+        )
+    };
+    for (shard, le, n) in [
+        ("a", "0.005", 0.0),
+        ("a", "0.01", 2.0),
+        ("a", "0.025", 3.0),
+        ("a", "+Inf", 3.0),
+        ("b", "0.05", 0.0),
+        ("b", "0.1", 4.0),
+        ("c", "0.5", 0.0),
+        ("c", "1", 2.0),
+        ("c", "+Inf", 2.0),
+    ] {
+        assert_eq!(bucket(shard, le), n, "{shard} le={le}");
+    }
+    for (shard, sum, count) in [("a", 0.04, 3.0), ("b", 0.4, 4.0), ("c", 2.0, 2.0)] {
+        let labels = [("group", g), ("shard", shard)];
+        close(
+            s.value("skewwatch_shard_request_duration_seconds_sum", &labels),
+            sum,
+            1e-9,
+            "sum",
+        );
+        assert_eq!(
+            s.value("skewwatch_shard_request_duration_seconds_count", &labels),
+            count
+        );
+    }
+    // Keys: (empty) 3, k1 3 + 2, k2 4, all in the top list, so no `__other__`.
+    let key = |k: &str| s.get("skewwatch_key_requests_total", &[("group", g), ("key", k)]);
+    assert_eq!(key("(empty)"), Some(3.0));
+    assert_eq!(key("k1"), Some(5.0));
+    assert_eq!(key("k2"), Some(4.0));
+    assert_eq!(key("__other__"), None);
+    s
 }
 
 #[test]

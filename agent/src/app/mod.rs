@@ -34,6 +34,7 @@ use tracing::Instrument;
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError, Secret};
+use crate::exposition::totals::{Accumulator, TotalsConfig};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
@@ -167,8 +168,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config.state.clone(),
     );
     let delivery = start_delivery(&config, receivers, &addrs, &metrics, |h| {
-        pipeline.on_evaluation(h);
+        pipeline.set_delivery(h);
     });
+    let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_config(&config));
+    pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
     let pipeline_stop = CancellationToken::new();
     let pipeline = tokio::spawn(
         pipeline
@@ -187,6 +190,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         snapshots: channels.snapshots.clone(),
         alerts: channels.alerts.clone(),
         queue: channels.queue,
+        totals: totals_rx,
         token,
         ready: ready.clone(),
         heartbeat: channels.heartbeat,

@@ -9,8 +9,9 @@
 //!   open window, baselines and alert state (see [`crate::pipeline`]);
 //! - alert delivery: receivers whose settings changed are restarted, the others keep their
 //!   state;
-//! - listener addresses, HTTP limits, the StatsD buffer and the ingest queue are fixed when the
-//!   listeners are built: a change is reported as needing a restart and not applied.
+//! - listener addresses, HTTP limits, the StatsD buffer, the ingest queue and the cumulative
+//!   counters' buckets and retention are fixed at start-up: a change is reported as needing a
+//!   restart and not applied.
 
 use super::{ConfigSource, Running};
 use crate::clock::wall_now;
@@ -40,6 +41,12 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.allow_unauthenticated != new.allow_unauthenticated {
         out.push("auth.allow_unauthenticated");
     }
+    // The cumulative counters' buckets and retention are fixed when the accumulator is built.
+    if old.exposition != new.exposition
+        || old.engine.window.latency_buckets_secs != new.engine.window.latency_buckets_secs
+    {
+        out.push("exposition");
+    }
     out
 }
 
@@ -62,6 +69,10 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         applied.push("auth token");
     }
     let restart = restart_only(&running.config, &new);
+    let mut new = new;
+    // Kept as running, so the windows go on counting the buckets the counters expect.
+    new.engine.window.latency_buckets_secs =
+        running.config.engine.window.latency_buckets_secs.clone();
     if new.engine != running.config.engine {
         running.reconfigure_engine(new.engine.clone()).await;
         applied.push("window and detectors");
@@ -79,6 +90,7 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
     kept.ingest_queue_batches = running.config.ingest_queue_batches;
     kept.ingest_queue_bytes = running.config.ingest_queue_bytes;
     kept.allow_unauthenticated = running.config.allow_unauthenticated;
+    kept.exposition = running.config.exposition.clone();
     running.config = kept;
     running.metrics.config_last_reload_successful.set(1);
     running

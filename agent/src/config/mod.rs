@@ -164,6 +164,23 @@ impl Default for HttpConfig {
     }
 }
 
+/// Validated `exposition:` settings. The latency bucket bounds live in the window
+/// configuration (`WindowConfig::latency_buckets_secs`), where each closed window counts them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpositionConfig {
+    /// How long the cumulative counters of a shard, group or key that stopped appearing are
+    /// still exported (flat), so one that returns continues where it left off.
+    pub counter_retention: Duration,
+}
+
+impl Default for ExpositionConfig {
+    fn default() -> Self {
+        ExpositionConfig {
+            counter_retention: Duration::from_secs(3600),
+        }
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -192,6 +209,8 @@ pub struct Config {
     pub state: Option<crate::state::StateStore>,
     /// Alert delivery.
     pub alerting: AlertingConfig,
+    /// The cumulative series that add up across sidecars.
+    pub exposition: ExpositionConfig,
 }
 
 impl Config {
@@ -454,6 +473,46 @@ alerting:
     fn unknown_fields_are_rejected() {
         let err = Config::from_yaml("window:\n  window_sec: 5\n", "f.yaml").unwrap_err();
         assert!(err.to_string().contains("window_sec"), "{err}");
+    }
+
+    #[test]
+    fn exposition_buckets_and_retention_are_read_and_checked() {
+        let c = Config::embedded();
+        assert_eq!(
+            c.engine.window.latency_buckets_secs,
+            skewwatch_detectors::window::DEFAULT_LATENCY_BUCKETS_SECS
+        );
+        assert_eq!(c.exposition, ExpositionConfig::default());
+        let yaml = "exposition:\n  latency_buckets_secs: [0.005, 0.05, 0.5]\n  counter_retention_secs: 600\n";
+        let c = Config::from_yaml(yaml, "t").unwrap();
+        assert_eq!(c.engine.window.latency_buckets_secs, [0.005, 0.05, 0.5]);
+        assert_eq!(c.exposition.counter_retention, Duration::from_secs(600));
+        let none = Config::from_yaml("exposition:\n  latency_buckets_secs: []\n", "t").unwrap();
+        assert!(none.engine.window.latency_buckets_secs.is_empty());
+        for (bad, why) in [
+            ("[0.1, 0.05]", "ascending"),
+            ("[0.1, 0.1]", "ascending"),
+            ("[0, 1]", "out of range"),
+            ("[-1]", "out of range"),
+            ("[.inf]", "out of range"),
+        ] {
+            let yaml = format!("exposition:\n  latency_buckets_secs: {bad}\n");
+            let err = Config::from_yaml(&yaml, "f.yaml").unwrap_err().to_string();
+            assert!(
+                err.contains("f.yaml: exposition.latency_buckets_secs") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
+        let many: Vec<String> = (1..=31).map(|i| format!("{i}")).collect();
+        let yaml = format!(
+            "exposition:\n  latency_buckets_secs: [{}]\n",
+            many.join(", ")
+        );
+        let err = Config::from_yaml(&yaml, "f.yaml").unwrap_err().to_string();
+        assert!(err.contains("at most 30"), "{err}");
+        let yaml = "window:\n  window_secs: 60\nexposition:\n  counter_retention_secs: 100\n";
+        let err = Config::from_yaml(yaml, "f.yaml").unwrap_err().to_string();
+        assert!(err.contains("exposition.counter_retention_secs"), "{err}");
     }
 
     #[test]

@@ -63,6 +63,16 @@ pub struct RawStatsd {
     pub receive_buffer_bytes: Option<usize>,
 }
 
+/// `exposition:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawExposition {
+    /// Upper bounds of the per-shard latency histogram's buckets, seconds, ascending.
+    pub latency_buckets_secs: Option<Vec<f64>>,
+    /// How long the counters of a shard, group or key that stopped appearing stay exported.
+    pub counter_retention_secs: Option<f64>,
+}
+
 /// `auth:` section.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -170,6 +180,8 @@ pub struct RawConfig {
     pub limits: Option<RawLimits>,
     /// StatsD socket options.
     pub statsd: Option<RawStatsd>,
+    /// The cumulative series that add up across sidecars.
+    pub exposition: Option<RawExposition>,
     /// Ingest authentication.
     pub auth: Option<RawAuth>,
     /// HTTP server limits.

@@ -12,11 +12,14 @@ use skewwatch_detectors::engine::EngineConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
-    RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawHttp, RawLimits, RawListen, RawState,
-    RawStatsd, RawWebhook, RawWindow,
+    RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawExposition, RawHttp, RawLimits, RawListen,
+    RawState, RawStatsd, RawWebhook, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
-use super::{AlertingConfig, AlertmanagerTarget, Config, HttpConfig, Problem, WebhookTarget};
+use super::{
+    AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, Problem,
+    WebhookTarget,
+};
 use crate::state::StateStore;
 
 /// Largest timeout of one delivery POST, and largest retry delay.
@@ -49,10 +52,13 @@ impl RawConfig {
             env,
         };
         let (http_listen, statsd_listen) = c.listen(self.listen.unwrap_or_default());
-        let window = c.window(
+        let mut window = c.window(
             self.window.unwrap_or_default(),
             &self.limits.clone().unwrap_or_default(),
         );
+        let (latency_buckets_secs, exposition) =
+            c.exposition(self.exposition.unwrap_or_default(), window.window_secs);
+        window.latency_buckets_secs = latency_buckets_secs;
         let limits = c.limits(self.limits.unwrap_or_default());
         let statsd_receive_buffer_bytes = c.statsd(self.statsd.unwrap_or_default());
         let http = c.http(self.http.unwrap_or_default(), limits.http_body_limit_bytes);
@@ -88,6 +94,7 @@ impl RawConfig {
             allow_unauthenticated,
             state,
             alerting,
+            exposition,
         })
     }
 }
@@ -711,6 +718,71 @@ pub fn exposure_problems(
         });
     }
     out
+}
+
+/// Most latency buckets accepted: each bound is one more series per shard and sidecar.
+const MAX_LATENCY_BUCKETS: usize = 30;
+
+impl Check<'_> {
+    /// The latency bucket bounds (for the window configuration) and the counters' retention.
+    fn exposition(&mut self, raw: RawExposition, window_secs: f64) -> (Vec<f64>, ExpositionConfig) {
+        let d = ExpositionConfig::default();
+        let buckets = raw
+            .latency_buckets_secs
+            .unwrap_or_else(|| WindowConfig::default().latency_buckets_secs);
+        let field = "exposition.latency_buckets_secs";
+        if buckets.len() > MAX_LATENCY_BUCKETS {
+            self.fail(
+                field,
+                format!(
+                    "{} bounds: use at most {MAX_LATENCY_BUCKETS}; every bound is one more series \
+                     per shard on every sidecar",
+                    buckets.len()
+                ),
+            );
+        }
+        if let Some(b) = buckets
+            .iter()
+            .find(|b| !(b.is_finite() && (1e-6..=3600.0).contains(*b)))
+        {
+            self.fail(
+                field,
+                format!("{b} is out of range: every bound must be in 0.000001..=3600 seconds"),
+            );
+        } else if let Some(w) = buckets.windows(2).find(|w| w[0] >= w[1]) {
+            self.fail(
+                field,
+                format!(
+                    "{} is not above {}: list the bounds in ascending order without repeats",
+                    w[1], w[0]
+                ),
+            );
+        }
+        let retention = self.secs(
+            "exposition.counter_retention_secs",
+            raw.counter_retention_secs,
+            d.counter_retention,
+            60.0,
+            30.0 * 86_400.0,
+        );
+        if retention.as_secs_f64() < 2.0 * window_secs {
+            self.fail(
+                "exposition.counter_retention_secs",
+                format!(
+                    "{} is shorter than two windows ({} s): a shard would lose its counters \
+                     between two windows of traffic",
+                    retention.as_secs_f64(),
+                    2.0 * window_secs
+                ),
+            );
+        }
+        (
+            buckets,
+            ExpositionConfig {
+                counter_retention: retention,
+            },
+        )
+    }
 }
 
 /// `url` with any password replaced, for messages.

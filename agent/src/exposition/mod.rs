@@ -6,8 +6,12 @@
 //! scrape costs one pass over the snapshot. `skewwatch_alert_firing` is written the same way
 //! from the latest active alerts. Label values are escaped; the empty key is rendered
 //! `(empty)` because Prometheus drops empty label values.
+//!
+//! [`totals`] writes the cumulative counters and the latency histogram that add up across
+//! sidecars, from the totals the pipeline publishes after each window.
 
 pub mod text;
+pub mod totals;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -53,6 +57,12 @@ fn escape_into(out: &mut String, s: &str) {
     }
 }
 
+/// Writes the `# HELP` and `# TYPE` lines of a family of type `kind`.
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// One gauge family being written.
 struct Family<'a> {
     out: &'a mut String,
@@ -61,8 +71,7 @@ struct Family<'a> {
 
 impl<'a> Family<'a> {
     fn new(out: &'a mut String, name: &'static str, help: &str) -> Self {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
+        header(out, name, help, "gauge");
         Family { out, name }
     }
 

@@ -32,6 +32,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::clock::rfc3339;
 use crate::config::Secret;
 use crate::exposition;
+use crate::exposition::totals::Totals;
 use crate::ingest::IngestQueue;
 use crate::pipeline::Heartbeat;
 use crate::telemetry::SourceMetrics;
@@ -54,6 +55,8 @@ pub struct AppState {
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     /// Active alerts after the latest evaluation.
     pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
+    /// The cumulative counters after the latest window.
+    pub totals: watch::Receiver<Arc<Totals>>,
     /// Where ingested batches go.
     pub queue: IngestQueue,
     /// Bearer token required for ingest and admin endpoints, if any; replaced on reload.
@@ -121,7 +124,9 @@ fn health_routes() -> Router<AppState> {
 async fn metrics(State(s): State<AppState>) -> Response {
     let snap = s.snapshots.borrow().clone();
     let alerts = s.alerts.borrow().clone();
-    let body = exposition::render(&s.registry, &snap, &alerts, s.exported_keys);
+    let totals = s.totals.borrow().clone();
+    let mut body = exposition::render(&s.registry, &snap, &alerts, s.exported_keys);
+    exposition::totals::render(&mut body, &totals);
     (
         [(
             header::CONTENT_TYPE,
