@@ -566,6 +566,7 @@ fn send_batch(
     Ok(results.count())
 }
 
+/// The sender's pacing loop: post when due, count the answer, reconnect when the server closes.
 /// Posts bodies from `pool`, starting at `offset`, at `rate` records a second until
 /// `deadline`, on one keep-alive connection (reopened when the server closes it).
 fn send_http(

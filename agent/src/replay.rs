@@ -133,22 +133,8 @@ fn replay(
             why: r.to_string(),
         })?;
         let obs = record.observation();
-        let Some(ts) = obs.ts else {
-            return Err(ReplayError::BadLine {
-                line: line_no,
-                why: "ts is required in a replay trace".into(),
-            });
-        };
-        if engine.is_some() && ts > latest + max_future_secs {
-            return Err(ReplayError::BadLine {
-                line: line_no,
-                why: format!(
-                    "ts {ts} is {:.0} s after the trace's latest time {latest} (more than \
-                     --max-future-secs {max_future_secs}); fix the record or raise the bound",
-                    ts - latest
-                ),
-            });
-        }
+        let ts = trace_time(obs.ts, engine.is_some().then_some(latest), max_future_secs)
+            .map_err(|why| ReplayError::BadLine { line: line_no, why })?;
         latest = latest.max(ts);
         let engine = engine.get_or_insert_with(|| Engine::new(config.engine.clone(), ts));
         if ts >= engine.window_end() {
@@ -170,6 +156,20 @@ fn replay(
         }
     }
     Ok(())
+}
+
+/// A record's trace time: required, and not more than `max_future_secs` after the latest time
+/// the trace has reached (`None` before the first record).
+fn trace_time(ts: Option<f64>, latest: Option<f64>, max_future_secs: f64) -> Result<f64, String> {
+    let ts = ts.ok_or_else(|| "ts is required in a replay trace".to_owned())?;
+    match latest {
+        Some(latest) if ts > latest + max_future_secs => Err(format!(
+            "ts {ts} is {:.0} s after the trace's latest time {latest} (more than \
+             --max-future-secs {max_future_secs}); fix the record or raise the bound",
+            ts - latest
+        )),
+        _ => Ok(ts),
+    }
 }
 
 fn emit(out: &mut impl Write, ev: &Evaluation, summary: &mut Summary) -> io::Result<()> {

@@ -799,6 +799,9 @@ impl GroupWindow {
     }
 }
 
+/// A group's snapshot from its window: the shards, the skew statistics over the tracked ones,
+/// the group's totals and merged latencies, and its keys. One struct literal of every field is
+/// most of its length.
 fn snapshot_group(
     g: &GroupWindow,
     cfg: &WindowConfig,

@@ -34,12 +34,12 @@ use tracing::Instrument;
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError, Secret};
-use crate::exposition::totals::{Accumulator, TotalsConfig};
+use crate::exposition::totals::{Accumulator, Totals, TotalsConfig};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
 use crate::ingest::udp;
-use crate::pipeline::{Control, EvaluationHook, Pipeline};
+use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
 use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
 
@@ -134,44 +134,25 @@ pub struct ShutdownReport {
 }
 
 /// Binds every listener and starts every task of a validated configuration.
+///
+/// Longer than most functions on purpose: it reads as the start-up story in the order of the
+/// data flow (bind, pipeline, delivery, ingest, HTTP), each step one call, and ends with the
+/// field lists of what the handlers share and of what `Running` owns.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     let receivers = Receivers::prepare(&config.alerting).context("preparing alert delivery")?;
     let registry = Registry::new();
     let metrics = SelfMetrics::register(&registry).context("registering self-metrics")?;
 
-    let http_listener = tokio::net::TcpListener::bind(config.http_listen)
-        .await
-        .with_context(|| format!("binding the HTTP listener on {}", config.http_listen))?;
-    let statsd_socket = match config.statsd_listen {
-        Some(addr) => Some(
-            udp::bind(addr, config.statsd_receive_buffer_bytes)
-                .with_context(|| format!("binding the StatsD listener on {addr}"))?,
-        ),
-        None => None,
-    };
-    let addrs = BoundAddrs {
-        http: http_listener.local_addr()?,
-        statsd: statsd_socket.as_ref().map(|s| s.local_addr()).transpose()?,
-    };
+    let (http_listener, statsd_socket, addrs) = bind(&config).await?;
 
-    let clock = SystemClock;
-    let mut engine = Engine::new(config.engine.clone(), clock.now());
-    if let Some(store) = &config.state {
-        restore_state(&mut engine, store, clock.now());
-    }
-    let (mut pipeline, channels) = Pipeline::new(
-        engine,
-        clock,
-        config.ingest_queue_batches,
-        config.ingest_queue_bytes,
-        metrics.clone(),
-        config.state.clone(),
-    );
+    let Built {
+        mut pipeline,
+        channels,
+        totals: totals_rx,
+    } = build_pipeline(&config, &metrics);
     let delivery = start_delivery(&config, receivers, &addrs, &metrics, |h| {
         pipeline.set_delivery(h);
     });
-    let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_config(&config));
-    pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
     let pipeline_stop = CancellationToken::new();
     let pipeline = tokio::spawn(
         pipeline
@@ -184,6 +165,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let ready = Arc::new(AtomicBool::new(false));
     let (token_tx, token) = watch::channel(config.token.clone());
     let (reload_tx, reload_rx) = mpsc::channel(4);
+    let server_metrics = server::ServerMetrics {
+        open: metrics.http_connections_open.clone(),
+        refused: metrics.http_connections_refused.clone(),
+    };
     let state = AppState {
         registry,
         ingest_metrics: metrics.source(Source::Http).clone(),
@@ -200,21 +185,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         exported_keys: config.exported_keys_per_group,
         window_secs: config.engine.window.window_secs,
     };
-    let limits = server::Limits {
-        max_connections: server::connection_budget(config.http.max_connections),
-        header_read_timeout: config.http.header_read_timeout,
-    };
-    let server_metrics = server::ServerMetrics {
-        open: metrics.http_connections_open.clone(),
-        refused: metrics.http_connections_refused.clone(),
-    };
-    let http = Server::spawn(
-        http_listener,
-        http::router(state.clone(), config.http.request_timeout),
-        http::health_router(state),
-        limits,
-        server_metrics,
-    )?;
+    let http = spawn_http(&config, http_listener, state, server_metrics)?;
     ready.store(true, Ordering::Release);
     Ok(Running {
         addrs,
@@ -233,6 +204,86 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         control: channels.control,
         retired: Vec::new(),
     })
+}
+
+/// What [`build_pipeline`] makes.
+struct Built {
+    pipeline: Pipeline<SystemClock>,
+    channels: PipelineChannels,
+    /// Where the cumulative counters are published.
+    totals: watch::Receiver<Arc<Totals>>,
+}
+
+/// The pipeline around an engine that carries on from the state file (when one is set), with
+/// the cumulative counters hooked in.
+fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
+    let clock = SystemClock;
+    let mut engine = Engine::new(config.engine.clone(), clock.now());
+    if let Some(store) = &config.state {
+        restore_state(&mut engine, store, clock.now());
+    }
+    let (mut pipeline, channels) = Pipeline::new(
+        engine,
+        clock,
+        config.ingest_queue_batches,
+        config.ingest_queue_bytes,
+        metrics.clone(),
+        config.state.clone(),
+    );
+    let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_config(config));
+    pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
+    Built {
+        pipeline,
+        channels,
+        totals: totals_rx,
+    }
+}
+
+/// Binds the HTTP and StatsD listeners: the first thing start-up does, so a port in use fails
+/// before anything runs.
+async fn bind(
+    config: &Config,
+) -> anyhow::Result<(
+    tokio::net::TcpListener,
+    Option<std::net::UdpSocket>,
+    BoundAddrs,
+)> {
+    let http = tokio::net::TcpListener::bind(config.http_listen)
+        .await
+        .with_context(|| format!("binding the HTTP listener on {}", config.http_listen))?;
+    let statsd = match config.statsd_listen {
+        Some(addr) => Some(
+            udp::bind(addr, config.statsd_receive_buffer_bytes)
+                .with_context(|| format!("binding the StatsD listener on {addr}"))?,
+        ),
+        None => None,
+    };
+    let addrs = BoundAddrs {
+        http: http.local_addr()?,
+        statsd: statsd.as_ref().map(|s| s.local_addr()).transpose()?,
+    };
+    Ok((http, statsd, addrs))
+}
+
+/// Serves the routes on the bound HTTP listener, with the connection limit the open-file limit
+/// allows.
+fn spawn_http(
+    config: &Config,
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    metrics: server::ServerMetrics,
+) -> std::io::Result<Server> {
+    let limits = server::Limits {
+        max_connections: server::connection_budget(config.http.max_connections),
+        header_read_timeout: config.http.header_read_timeout,
+    };
+    Server::spawn(
+        listener,
+        http::router(state.clone(), config.http.request_timeout),
+        http::health_router(state),
+        limits,
+        metrics,
+    )
 }
 
 /// Takes back the state a previous run saved, when there is a usable one; anything wrong with

@@ -81,17 +81,7 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         running.replace_delivery(&new).await;
         applied.push("alerting");
     }
-    // What needs a restart keeps its running value, so the next reload reports it again.
-    let mut kept = new;
-    kept.http_listen = running.config.http_listen;
-    kept.statsd_listen = running.config.statsd_listen;
-    kept.http = running.config.http.clone();
-    kept.statsd_receive_buffer_bytes = running.config.statsd_receive_buffer_bytes;
-    kept.ingest_queue_batches = running.config.ingest_queue_batches;
-    kept.ingest_queue_bytes = running.config.ingest_queue_bytes;
-    kept.allow_unauthenticated = running.config.allow_unauthenticated;
-    kept.exposition = running.config.exposition.clone();
-    running.config = kept;
+    running.config = keep_restart_only(new, &running.config);
     running.metrics.config_last_reload_successful.set(1);
     running
         .metrics
@@ -112,6 +102,20 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         );
     }
     Ok(summary)
+}
+
+/// `new`, with what needs a restart kept at its running value, so the next reload reports it
+/// again until the agent restarts.
+fn keep_restart_only(mut new: Config, running: &Config) -> Config {
+    new.http_listen = running.http_listen;
+    new.statsd_listen = running.statsd_listen;
+    new.http = running.http.clone();
+    new.statsd_receive_buffer_bytes = running.statsd_receive_buffer_bytes;
+    new.ingest_queue_batches = running.ingest_queue_batches;
+    new.ingest_queue_bytes = running.ingest_queue_bytes;
+    new.allow_unauthenticated = running.allow_unauthenticated;
+    new.exposition = running.exposition.clone();
+    new
 }
 
 fn list(items: &[&str]) -> String {

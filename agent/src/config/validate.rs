@@ -445,6 +445,7 @@ impl Check<'_> {
         )
     }
 
+    /// Long because it is a table: one check per field of the section, in the file's order.
     fn alerting(&mut self, raw: RawAlerting) -> AlertingConfig {
         let d = AlertingConfig::default();
         let backoff = (raw.backoff_initial_secs, raw.backoff_max_secs);

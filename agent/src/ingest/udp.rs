@@ -219,6 +219,8 @@ impl Pending<'_> {
     }
 }
 
+/// The receiver's state machine in one place (read, dry and nap, idle in `poll`, error and
+/// back off), so its transitions can be read together; each state's work is a call.
 fn receive_loop(
     socket: &UdpSocket,
     queue: &IngestQueue,
@@ -273,18 +275,8 @@ fn receive_loop(
             }
             Err(Errno::EINTR) => {}
             Err(error) => {
-                // A persistent error (a socket in a bad state, a kernel out of memory) must
-                // not spin a core: wait, doubling up to a bound, and count every one.
-                metrics.statsd_receive_errors.inc();
-                if errors.is_none() {
-                    tracing::warn!(%error, "Receiving from the StatsD socket failed; backing off.");
-                }
-                let pause = errors.map_or(ERROR_BACKOFF_MIN, |p: Duration| {
-                    (p * 2).min(ERROR_BACKOFF_MAX)
-                });
-                errors = Some(pause);
                 pending.flush();
-                std::thread::sleep(pause);
+                errors = Some(back_off(error, errors, metrics));
                 continue;
             }
         }
@@ -294,6 +286,19 @@ fn receive_loop(
     }
     pending.flush();
     tracing::info!("StatsD receiver stopped.");
+}
+
+/// After a receive error: counts it, logs the first of a run, and sleeps. A persistent error (a
+/// socket in a bad state, a kernel out of memory) must not spin a core, so the pause doubles,
+/// up to a bound, while errors last. Returns the pause taken.
+fn back_off(error: Errno, last: Option<Duration>, metrics: &SelfMetrics) -> Duration {
+    metrics.statsd_receive_errors.inc();
+    if last.is_none() {
+        tracing::warn!(%error, "Receiving from the StatsD socket failed; backing off.");
+    }
+    let pause = last.map_or(ERROR_BACKOFF_MIN, |p| (p * 2).min(ERROR_BACKOFF_MAX));
+    std::thread::sleep(pause);
+    pause
 }
 
 /// Still dry after a nap: idle. Sleeps in `poll` until there is data, the batch is due, or it
