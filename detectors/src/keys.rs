@@ -9,22 +9,39 @@
 //!
 //! # Algorithm
 //!
-//! Space-Saving (Metwally, Agrawal, El Abbadi, ICDT 2005) with weighted updates. `m` slots each
-//! hold a key, a count and an error. A tracked key adds its weight to its count. An untracked
-//! key takes the slot with the smallest count `min`: it gets count `min + w` and error `min`,
-//! because the key may have been counted and evicted before. So for every tracked key
+//! Filtered Space-Saving (Homem and Carvalho, 2010) with weighted updates: Space-Saving
+//! (Metwally, Agrawal, El Abbadi, ICDT 2005) behind an admission filter.
+//!
+//! `m` slots each hold a monitored key, a count and an error. A monitored key adds its weight
+//! to its count. While slots are free, a new key takes one with count `w` and error 0.
+//!
+//! Once the summary is full, an unmonitored key goes to the filter: `4m` counters (rounded
+//! up to a power of two), one per bucket of key hashes, each an upper bound of the weight of
+//! every unmonitored key in its bucket. If the bucket's counter `c` plus `w` stays below the
+//! smallest monitored count `min`, the counter takes the weight and nothing else moves: a
+//! rare key costs one increment. Otherwise the key evicts the slot holding `min`, with count
+//! `c + w` and error `c`, and the evicted key's bucket counter rises to `max(its counter, min)`
+//! so that it still bounds the evicted key. So for every monitored key
 //!
 //! `count − error ≤ true weight ≤ count`,
 //!
-//! every untracked key has true weight ≤ [`KeySummary::max_error`] ≤ total/m, and so every key
-//! heavier than total/m is tracked. Summaries merge deterministically (Agarwal et al.,
-//! *Mergeable Summaries*, PODS 2012) with the same guarantees.
+//! and every unmonitored key has true weight ≤ [`KeySummary::max_error`] (the largest filter
+//! counter). That bound is ≤ `min` and ≤ total/m: a counter only reaches `min` by an eviction,
+//! and every step raises the sum of the monitored counts by at least the growth of the
+//! largest counter. Every key heavier than total/m is therefore monitored, as in plain
+//! Space-Saving; on skewed streams the filter keeps the bound several times tighter (the
+//! table below). Counters are 32 bits; a window whose counts outgrow them falls back to plain
+//! Space-Saving (every counter reads as the bound) until it is cleared. Summaries merge
+//! deterministically (Agarwal et al., *Mergeable Summaries*, PODS 2012) with the same
+//! guarantees.
 //!
-//! The smallest count is kept at the root of a binary min-heap of slots; a small open-addressing
-//! table finds a key's slot. The hot path (a tracked key) hashes the key, probes the table,
-//! adds, and sifts the slot down the heap: no allocation. An eviction reuses the evicted
-//! slot's key buffer, so it allocates only when the new key is longer than any key that slot
-//! held before.
+//! The smallest count is kept at the root of a binary min-heap of `(count, slot)` entries; a
+//! small open-addressing table finds a key's slot, comparing 32 hash bits stored in each bucket
+//! before reading any slot. Callers that feed one key to several summaries hash it once
+//! ([`KeyHash`], [`KeySummary::record_hashed`]). The hot path (a monitored key) probes the
+//! table, adds, and sifts the entry down the heap; a filtered key touches one counter. Neither
+//! allocates. An eviction reuses the evicted slot's key buffer, so it allocates only when the
+//! new key is longer than any key that slot held before.
 //!
 //! # Determinism
 //!
@@ -36,36 +53,44 @@
 //!
 //! # Memory
 //!
-//! About 70 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
-//! per key: a 56-byte slot, 4 bytes of heap and 8 bytes of index (up to 16 when the capacity is
-//! not a power of two). At the default capacity of 1024 that is about 120 KB with 32-byte keys
-//! and about 350 KB with the longest accepted keys (256 bytes). Slots are allocated as keys
-//! arrive, so a summary that sees few keys stays small; only the index is allocated up front.
+//! About 90 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
+//! per key: a 56-byte slot, a 16-byte heap entry, 16 bytes of index (8 per bucket, two buckets
+//! per slot, up to 32 when the capacity is not a power of two) and 16 bytes of filter (four
+//! 32-bit counters). At the default capacity of 1024 that is about 140 KB with 32-byte keys and
+//! about 370 KB with the longest accepted keys (256 bytes). Slots are allocated as keys
+//! arrive and the filter when the summary is first full, so a summary that sees few keys stays
+//! small; only the index is allocated up front.
 //!
 //! # Sizing and measured recall
 //!
 //! Plain Space-Saving needs about m ≥ 1.1/φ_k slots to find the top k exactly, where φ_k is the
-//! share of the k-th key. Measured on seeded i.i.d. Zipf streams over 10⁶ keys, 2·10⁶ events,
-//! 10 seeds per cell (release build); each cell is "reported top-10 is a true top-10" /
-//! "[`KeySummary::certified_top`]`(10)` was true", out of 10:
+//! share of the k-th key; the filter lowers that. Measured on seeded i.i.d. Zipf streams over
+//! 10⁶ keys, 2·10⁶ events, 10 seeds per cell (release build; `recall_table` in the tests
+//! regenerates it); each cell is "reported top-10 is a true top-10" /
+//! "[`KeySummary::certified_top`]`(10)` was true", out of 10, and the bound
+//! [`KeySummary::max_error`] as a share of the total at 1024 slots, with plain Space-Saving's
+//! from the same streams before the filter for comparison:
 //!
-//! | Zipf s | φ₁₀   | m = 64 | 128   | 256   | 512   | 1024  | max_error at 1024 |
-//! |--------|-------|--------|-------|-------|-------|-------|-------------------|
-//! | 0.8    | 0.21% | 0 / 0  | 0 / 0 | 0 / 0 | 10/10 | 10/10 | 0.093% of total   |
-//! | 1.0    | 0.70% | 0 / 0  | 10/5  | 10/10 | 10/10 | 10/10 | 0.069% of total   |
-//! | 1.2    | 1.20% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.033% of total   |
+//! | Zipf s | φ₁₀   | m = 64 | 128   | 256   | 512   | 1024  | max_error at 1024 (plain SS) |
+//! |--------|-------|--------|-------|-------|-------|-------|------------------------------|
+//! | 0.8    | 0.21% | 0 / 0  | 10/10 | 10/10 | 10/10 | 10/10 | 0.020% (0.093%)              |
+//! | 1.0    | 0.70% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.015% (0.069%)              |
+//! | 1.2    | 1.20% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.007% (0.033%)              |
 //!
-//! Streams of 2.5·10⁵ to 10⁶ events gave the same table, except that s = 0.8 at m = 512
-//! certified 8–9 times out of 10. The tests pin one seed each at
-//! 5·10⁵ events: s = 1.0 and s = 0.8 at 1024 slots, s = 1.2 at 64 slots, and four merged
-//! 1024-slot summaries of s = 1.0, all with top-10 recall 1.0 and certified.
+//! Plain Space-Saving needed 512 slots for s = 0.8 and certified s = 1.0 at 128 slots only half
+//! the time. The tests pin one seed each at 5·10⁵ events: s = 1.0 and s = 0.8 at 1024 slots,
+//! s = 1.2 at 64 slots, and four merged 1024-slot summaries of s = 1.0, all with top-10 recall
+//! 1.0 and certified.
 //!
-//! Recommended: [`DEFAULT_CAPACITY`] (1024) for the global tracker (exact top-10 for s ≥ 0.8);
-//! 128 per hot shard, which is exact for s ≥ 1.0 but certifies only about half the time at
-//! s = 1.0, so read [`KeySummary::certified_top`] before calling a key *the* hot key.
+//! Recommended: [`DEFAULT_CAPACITY`] (1024) for the global tracker; 128 per hot shard (exact and
+//! certified top-10 for s ≥ 0.8 in the table). Still read [`KeySummary::certified_top`] before
+//! calling a key *the* hot key: flat streams over many keys certify nothing.
 //!
-//! An update costs about 50–120 ns in release builds on a shared 2-vCPU VM (s = 1.2 down to
-//! 0.8 at 1024 slots); the flatter the stream, the more evictions, each a walk down the heap.
+//! Cost: a window records each keyed observation into two summaries (the group's and the
+//! shard's); `scripts/instructions.sh record_with_key` counts about 875 instructions per
+//! observation for both (1,291 before the filter and the single hash), on a stream of 10⁵ keys
+//! drawn as u² over 64 shards, where about half the updates still evict: the flatter the
+//! stream, the more evictions, each a walk down the heap.
 
 use std::hash::BuildHasher;
 
@@ -79,8 +104,29 @@ pub const DEFAULT_CAPACITY: usize = 1024;
 /// Fixed hash seed, so bucket placement (and with it, performance) is identical across runs.
 const HASH_SEED: u64 = 0x736b_6577_7761_7463; // "skewwatc"
 
-/// Marks an empty bucket in the slot index.
-const EMPTY: u32 = u32::MAX;
+/// Marks an empty bucket in the slot index (no slot has number `u32::MAX`).
+const EMPTY: u64 = u64::MAX;
+
+/// The most slots a summary takes: keeps the slot index within 2^32 buckets, so the 32 hash
+/// bits a bucket keeps find its home. The configuration allows at most 2^20.
+pub const MAX_CAPACITY: usize = 1 << 24;
+
+/// Admission-filter counters per slot (rounded up to a power of two in all). More buckets
+/// mean smaller counters, so fewer rare keys reach the threshold and evict; see the module
+/// docs for the measured trade-off.
+const FILTER_BUCKETS_PER_SLOT: usize = 4;
+
+/// A key's hash under the summaries' fixed seed. Every [`KeySummary`] hashes the same way, so
+/// a caller feeding one key to several summaries computes it once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash(u64);
+
+impl KeyHash {
+    /// The hash of `key`.
+    pub fn of(key: &str) -> Self {
+        KeyHash(FixedState::with_seed(HASH_SEED).hash_one(key))
+    }
+}
 
 /// What a summary knows about one key's total weight.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -101,45 +147,71 @@ impl KeyEstimate {
     }
 }
 
-/// One monitored key.
+/// One monitored key. Its count lives in its heap entry, where the heap compares it.
 #[derive(Debug, Clone)]
 struct Slot {
+    /// Up to 24 bytes inline, so comparing a short key reads no other cache line.
     key: String,
     /// Hash of `key`, kept so probing compares integers before strings and deletion can find
     /// the key's home bucket without rehashing.
     hash: u64,
-    count: u64,
     error: u64,
-    /// Position of this slot in the min-heap.
+    /// Position of this slot's entry in the min-heap.
     heap_pos: u32,
+}
+
+/// A heap entry: a slot's count beside its number, so sifting compares counts in one array
+/// without a detour through the slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeapEntry {
+    count: u64,
+    slot: u32,
 }
 
 /// Open-addressing index from key to slot number: linear probing, at most half full, deletion
 /// by backward shift (no tombstones, so it never degrades or needs rebuilding).
+///
+/// A bucket holds the top 32 bits of the key's hash beside the slot number, so a probe that
+/// passes other keys compares integers in this array and never reads their slots, and
+/// deletion finds each entry's home bucket from the bucket alone.
 #[derive(Debug, Clone)]
 struct SlotIndex {
-    buckets: Vec<u32>,
+    buckets: Vec<u64>,
     /// 64 − log2(buckets): a bucket is the top bits of the hash.
     shift: u32,
 }
 
-/// Space-Saving summary of key weights with a fixed number of slots. See the module docs for
-/// the guarantees, memory use and recommended sizes.
+/// A key, its bounds and hash, outside any summary: what merge and ranking work on.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    hash: u64,
+    count: u64,
+    error: u64,
+}
+
+/// Space-Saving summary of key weights with a fixed number of slots and an admission filter.
+/// See the module docs for the guarantees, memory use and recommended sizes.
 #[derive(Debug, Clone)]
 pub struct KeySummary {
     capacity: usize,
     /// Monitored keys; slot numbers are stable until [`KeySummary::clear`] or a merge.
     slots: Vec<Slot>,
-    /// Slot numbers as a binary min-heap on `count`.
-    heap: Vec<u32>,
+    /// The slots' counts as a binary min-heap.
+    heap: Vec<HeapEntry>,
     index: SlotIndex,
     /// Key buffers kept by `clear` and `merge` for reuse; `spare.len() + slots.len()` stays at
     /// most `capacity`.
     spare: Vec<String>,
-    /// Upper bound of the weight of any unmonitored key, and of every slot's error.
+    /// Admission filter: one counter per bucket of key hashes, each an upper bound of the
+    /// weight of every unmonitored key in its bucket. Empty (every counter reads as `floor`)
+    /// until the summary is full and an unmonitored key arrives, and again once `floor`
+    /// outgrows 32 bits: the summary is then plain Space-Saving until cleared.
+    filter: Vec<u32>,
+    /// Upper bound of the weight of any unmonitored key, and of every slot's error: the largest
+    /// filter counter.
     floor: u64,
     total: u64,
-    hasher: FixedState,
 }
 
 impl SlotIndex {
@@ -155,21 +227,32 @@ impl SlotIndex {
         self.buckets.len() - 1
     }
 
-    fn home(&self, hash: u64) -> usize {
-        (hash >> self.shift) as usize
+    /// The bucket content for `slot` with `hash`: the hash's top half, then the slot.
+    fn entry(hash: u64, slot: u32) -> u64 {
+        (hash & !0xffff_ffff) | u64::from(slot)
+    }
+
+    /// The home bucket of a bucket's content (or of a hash: only its top bits count). The
+    /// index has at most 2^32 buckets (capacity ≤ [`MAX_CAPACITY`]), so they suffice.
+    fn home(&self, entry: u64) -> usize {
+        (entry >> self.shift) as usize
     }
 
     /// The slot holding `key`, or `Err(bucket)` with the empty bucket where it would go.
     fn find(&self, slots: &[Slot], hash: u64, key: &str) -> Result<u32, usize> {
+        let tag = hash & !0xffff_ffff;
         let mut b = self.home(hash);
         loop {
-            let s = self.buckets[b];
-            if s == EMPTY {
+            let e = self.buckets[b];
+            if e == EMPTY {
                 return Err(b);
             }
-            let slot = &slots[s as usize];
-            if slot.hash == hash && slot.key == key {
-                return Ok(s);
+            if e & !0xffff_ffff == tag {
+                let s = e as u32;
+                let slot = &slots[s as usize];
+                if slot.hash == hash && slot.key == key {
+                    return Ok(s);
+                }
             }
             b = (b + 1) & self.mask();
         }
@@ -181,29 +264,30 @@ impl SlotIndex {
         while self.buckets[b] != EMPTY {
             b = (b + 1) & self.mask();
         }
-        self.buckets[b] = slot;
+        self.buckets[b] = Self::entry(hash, slot);
     }
 
     /// Removes `slot` (whose key hashes to `hash`), shifting later entries of the probe run back
     /// so every remaining key stays reachable from its home bucket.
-    fn remove(&mut self, slots: &[Slot], hash: u64, slot: u32) {
+    fn remove(&mut self, hash: u64, slot: u32) {
         let mask = self.mask();
+        let target = Self::entry(hash, slot);
         let mut hole = self.home(hash);
-        while self.buckets[hole] != slot {
+        while self.buckets[hole] != target {
             hole = (hole + 1) & mask;
         }
         let mut next = hole;
         loop {
             next = (next + 1) & mask;
-            let s = self.buckets[next];
-            if s == EMPTY {
+            let e = self.buckets[next];
+            if e == EMPTY {
                 break;
             }
             // The entry at `next` may fill the hole only if its home is not after the hole
             // (cyclically), or it would become unreachable.
-            let home = self.home(slots[s as usize].hash);
+            let home = self.home(e);
             if next.wrapping_sub(home) & mask >= next.wrapping_sub(hole) & mask {
-                self.buckets[hole] = s;
+                self.buckets[hole] = e;
                 hole = next;
             }
         }
@@ -215,7 +299,7 @@ impl SlotIndex {
     }
 }
 
-impl Slot {
+impl Entry {
     fn estimate(&self) -> KeyEstimate {
         KeyEstimate {
             key: self.key.clone(),
@@ -225,7 +309,7 @@ impl Slot {
     }
 
     /// Ranking order: count descending, then key ascending. Keys are unique, so it is total.
-    fn rank(&self, other: &Slot) -> std::cmp::Ordering {
+    fn rank(&self, other: &Entry) -> std::cmp::Ordering {
         other
             .count
             .cmp(&self.count)
@@ -240,21 +324,22 @@ impl Default for KeySummary {
 }
 
 impl KeySummary {
-    /// An empty summary with `capacity` slots (0 is raised to 1; at most `u32::MAX - 1`).
+    /// An empty summary with `capacity` slots (0 is raised to 1; at most [`MAX_CAPACITY`]).
     ///
-    /// Only the slot index (8 bytes per slot) is allocated up front; slots grow as keys arrive,
-    /// up to `capacity`. See the module docs for bytes per slot and recommended sizes.
+    /// Only the slot index (16 bytes per slot) is allocated up front; slots grow as keys
+    /// arrive, up to `capacity`, and the admission filter appears when the summary is first
+    /// full. See the module docs for bytes per slot and recommended sizes.
     pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.clamp(1, EMPTY as usize - 1);
+        let capacity = capacity.clamp(1, MAX_CAPACITY);
         Self {
             capacity,
             slots: Vec::new(),
             heap: Vec::new(),
             index: SlotIndex::new(capacity),
             spare: Vec::new(),
+            filter: Vec::new(),
             floor: 0,
             total: 0,
-            hasher: FixedState::with_seed(HASH_SEED),
         }
     }
 
@@ -280,16 +365,24 @@ impl KeySummary {
     /// Counts and the total saturate at `u64::MAX`. Keys are expected to be at most 256 bytes
     /// (longer keys work, but the memory figures in the module docs assume the limit).
     pub fn record(&mut self, key: &str, weight: u64) {
+        self.record_hashed(key, KeyHash::of(key), weight);
+    }
+
+    /// [`Self::record`] with the key's hash computed by the caller, so a key fed to several
+    /// summaries (its group's and its shard's) is hashed once. `hash` must be
+    /// [`KeyHash::of`]`(key)`.
+    pub fn record_hashed(&mut self, key: &str, hash: KeyHash, weight: u64) {
         if weight == 0 {
             return;
         }
+        debug_assert_eq!(hash, KeyHash::of(key));
+        let hash = hash.0;
         self.total = self.total.saturating_add(weight);
-        let hash = self.hasher.hash_one(key);
         match self.index.find(&self.slots, hash, key) {
             Ok(s) => {
-                let slot = &mut self.slots[s as usize];
-                slot.count = slot.count.saturating_add(weight);
-                let pos = slot.heap_pos as usize;
+                let pos = self.slots[s as usize].heap_pos as usize;
+                let entry = &mut self.heap[pos];
+                entry.count = entry.count.saturating_add(weight);
                 self.sift_down(pos);
             }
             Err(_) if self.slots.len() < self.capacity => {
@@ -297,7 +390,7 @@ impl KeySummary {
                 let floor = self.floor;
                 self.push_slot(key, hash, floor.saturating_add(weight), floor);
             }
-            Err(_) => self.replace_min(key, hash, weight),
+            Err(_) => self.admit_or_filter(key, hash, weight),
         }
     }
 
@@ -309,15 +402,20 @@ impl KeySummary {
     /// Bounds of `key`'s weight, or `None` if the key is not monitored; its true weight is then
     /// at most [`Self::max_error`].
     pub fn estimate(&self, key: &str) -> Option<KeyEstimate> {
-        let hash = self.hasher.hash_one(key);
+        let hash = KeyHash::of(key).0;
         let s = self.index.find(&self.slots, hash, key).ok()?;
-        Some(self.slots[s as usize].estimate())
+        let slot = &self.slots[s as usize];
+        Some(KeyEstimate {
+            key: slot.key.clone(),
+            count: self.heap[slot.heap_pos as usize].count,
+            error: slot.error,
+        })
     }
 
     /// The `k` monitored keys with the largest counts, by count descending, ties by key
     /// ascending. Fewer than `k` if fewer keys are monitored.
     pub fn top(&self, k: usize) -> Vec<KeyEstimate> {
-        self.ranked(k).into_iter().map(Slot::estimate).collect()
+        self.ranked(k).iter().map(Entry::estimate).collect()
     }
 
     /// Whether [`Self::top`]`(k)` is guaranteed to be exactly the k heaviest keys (up to ties
@@ -340,20 +438,22 @@ impl KeySummary {
     /// The guaranteed error bound: every monitored key's over-count (`error`) and every
     /// unmonitored key's true weight are at most this.
     ///
-    /// 0 until the first eviction; then the count of the last evicted key, which is at most the
-    /// smallest monitored count and at most `total / capacity`. After a merge, the bound also
-    /// covers keys the merge dropped; `total / capacity` still holds when every merged summary
-    /// had at least this summary's capacity.
+    /// 0 until the summary is full and an unmonitored key arrives; then the largest admission
+    /// filter counter, which is at most the smallest monitored count and at most
+    /// `total / capacity`. After a merge, the bound also covers keys the merge dropped;
+    /// `total / capacity` still holds when every merged summary had at least this summary's
+    /// capacity.
     pub fn max_error(&self) -> u64 {
         self.floor
     }
 
-    /// Forgets every key and the total, keeping the allocated memory (slots, heap, index and
-    /// key buffers) for the next window.
+    /// Forgets every key and the total, keeping the allocated memory (slots, heap, index,
+    /// filter and key buffers) for the next window.
     pub fn clear(&mut self) {
         self.spare.extend(self.slots.drain(..).map(|s| s.key));
         self.heap.clear();
         self.index.clear();
+        self.filter.fill(0);
         self.floor = 0;
         self.total = 0;
     }
@@ -367,28 +467,33 @@ impl KeySummary {
     /// streams, whatever the order of merging.
     pub fn merge(&mut self, other: &KeySummary) {
         // Both sides hash with the same fixed seed, so `other`'s stored hashes probe `self`.
-        let mut merged: Vec<Slot> = Vec::with_capacity(self.slots.len() + other.slots.len());
-        for o in &other.slots {
+        let mut merged: Vec<Entry> = Vec::with_capacity(self.slots.len() + other.slots.len());
+        for (j, o) in other.slots.iter().enumerate() {
             if self.index.find(&self.slots, o.hash, &o.key).is_err() {
-                merged.push(Slot {
+                merged.push(Entry {
                     key: self.take_buffer(&o.key),
                     hash: o.hash,
-                    count: o.count.saturating_add(self.floor),
+                    count: other.count_of(j as u32).saturating_add(self.floor),
                     error: o.error.saturating_add(self.floor),
-                    heap_pos: 0,
                 });
             }
         }
-        for mut s in std::mem::take(&mut self.slots) {
-            let (count, error) = match other.index.find(&other.slots, s.hash, &s.key) {
-                Ok(j) => (other.slots[j as usize].count, other.slots[j as usize].error),
+        let counts: Vec<u64> = (0..self.slots.len() as u32)
+            .map(|s| self.count_of(s))
+            .collect();
+        for (s, count) in std::mem::take(&mut self.slots).into_iter().zip(counts) {
+            let (c, e) = match other.index.find(&other.slots, s.hash, &s.key) {
+                Ok(j) => (other.count_of(j), other.slots[j as usize].error),
                 Err(_) => (other.floor, other.floor),
             };
-            s.count = s.count.saturating_add(count);
-            s.error = s.error.saturating_add(error);
-            merged.push(s);
+            merged.push(Entry {
+                key: s.key,
+                hash: s.hash,
+                count: count.saturating_add(c),
+                error: s.error.saturating_add(e),
+            });
         }
-        merged.sort_unstable_by(Slot::rank);
+        merged.sort_unstable_by(Entry::rank);
 
         let mut floor = self.floor.saturating_add(other.floor);
         if let Some(dropped) = merged.get(self.capacity) {
@@ -398,24 +503,45 @@ impl KeySummary {
         }
         self.heap.clear();
         self.index.clear();
-        for s in merged {
-            self.push_slot(s.key, s.hash, s.count, s.error);
+        for e in merged {
+            self.push_slot(e.key, e.hash, e.count, e.error);
         }
         self.floor = floor;
+        // The merged bound covers every unmonitored key, so every filter counter starts there.
+        self.filter.clear();
         self.total = self.total.saturating_add(other.total);
         // Keep at most `capacity` key buffers in all, as `record` and `clear` do.
         self.spare.truncate(self.capacity - self.slots.len());
     }
 
-    /// The `k` highest-ranked slots, in rank order.
-    fn ranked(&self, k: usize) -> Vec<&Slot> {
-        let mut order: Vec<&Slot> = self.slots.iter().collect();
+    /// The count of slot `s`.
+    fn count_of(&self, s: u32) -> u64 {
+        self.heap[self.slots[s as usize].heap_pos as usize].count
+    }
+
+    /// The `k` highest-ranked monitored keys, in rank order.
+    fn ranked(&self, k: usize) -> Vec<Entry> {
+        let mut order: Vec<(u64, &Slot)> = self
+            .heap
+            .iter()
+            .map(|e| (e.count, &self.slots[e.slot as usize]))
+            .collect();
+        let rank =
+            |a: &(u64, &Slot), b: &(u64, &Slot)| b.0.cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key));
         if k < order.len() {
-            order.select_nth_unstable_by(k, |a, b| a.rank(b));
+            order.select_nth_unstable_by(k, rank);
             order.truncate(k);
         }
-        order.sort_unstable_by(|a, b| a.rank(b));
+        order.sort_unstable_by(rank);
         order
+            .into_iter()
+            .map(|(count, slot)| Entry {
+                key: slot.key.clone(),
+                hash: slot.hash,
+                count,
+                error: slot.error,
+            })
+            .collect()
     }
 
     /// An owned copy of `key`, reusing a spare buffer when there is one.
@@ -437,50 +563,79 @@ impl KeySummary {
         self.slots.push(Slot {
             key,
             hash,
-            count,
             error,
             heap_pos: pos as u32,
         });
         self.index.insert(hash, s);
-        self.heap.push(s);
+        self.heap.push(HeapEntry { count, slot: s });
         self.sift_up(pos);
     }
 
-    /// Evicts the slot with the smallest count in favour of `key`.
-    fn replace_min(&mut self, key: &str, hash: u64, weight: u64) {
-        let s = self.heap[0];
-        let old_hash = self.slots[s as usize].hash;
-        self.index.remove(&self.slots, old_hash, s);
+    /// An unmonitored key arrives at a full summary. If its bucket's filter counter plus
+    /// `weight` stays under the smallest monitored count, the counter takes the weight and
+    /// nothing else moves: a rare key costs one increment. Otherwise the key evicts the
+    /// smallest slot with count `counter + weight` and error `counter`, and the evicted count
+    /// raises the evicted key's counter, which keeps that counter an upper bound for it.
+    fn admit_or_filter(&mut self, key: &str, hash: u64, weight: u64) {
+        let HeapEntry {
+            count: min,
+            slot: s,
+        } = self.heap[0];
+        // 32-bit counters keep the filter small enough to stay in cache; a window whose counts
+        // outgrow them (billions per key) falls back to plain Space-Saving, where every
+        // counter reads as `floor`.
+        let filtering = self.floor < u64::from(u32::MAX);
+        if filtering && self.filter.is_empty() {
+            let buckets = (FILTER_BUCKETS_PER_SLOT * self.capacity).next_power_of_two();
+            self.filter = vec![self.floor as u32; buckets];
+        } else if !filtering {
+            self.filter = Vec::new();
+        }
+        let mask = self.filter.len().wrapping_sub(1);
+        let counter = match self.filter.get(hash as usize & mask) {
+            Some(&c) => u64::from(c),
+            None => self.floor,
+        };
+        let with = counter.saturating_add(weight);
+        if with < min {
+            match self.filter.get_mut(hash as usize & mask) {
+                Some(c) if with < u64::from(u32::MAX) => *c = with as u32,
+                _ => self.filter = Vec::new(),
+            }
+            self.floor = self.floor.max(with);
+            return;
+        }
         let slot = &mut self.slots[s as usize];
-        // The evicted key's true weight is at most its count, which is the minimum.
-        self.floor = self.floor.max(slot.count);
+        let old_hash = slot.hash;
         slot.key.clear();
         slot.key.push_str(key);
         slot.hash = hash;
-        slot.count = self.floor.saturating_add(weight);
-        slot.error = self.floor;
+        slot.error = counter;
+        self.index.remove(old_hash, s);
         self.index.insert(hash, s);
+        // The evicted key's true weight is at most its count, the minimum.
+        match self.filter.get_mut(old_hash as usize & mask) {
+            Some(c) if min < u64::from(u32::MAX) => *c = (*c).max(min as u32),
+            _ => self.filter = Vec::new(),
+        }
+        self.floor = self.floor.max(min);
+        self.heap[0].count = with;
         self.sift_down(0);
     }
 
-    fn count_at(&self, pos: usize) -> u64 {
-        self.slots[self.heap[pos] as usize].count
-    }
-
-    /// Puts slot `s` at heap position `pos`.
-    fn place(&mut self, pos: usize, s: u32) {
-        self.heap[pos] = s;
-        self.slots[s as usize].heap_pos = pos as u32;
+    /// Puts `entry` at heap position `pos`.
+    fn place(&mut self, pos: usize, entry: HeapEntry) {
+        self.heap[pos] = entry;
+        self.slots[entry.slot as usize].heap_pos = pos as u32;
     }
 
     /// Restores heap order after the count at `pos` decreased or a slot was appended there.
-    /// Moves parents down into the hole and writes the moving slot once.
+    /// Moves parents down into the hole and writes the moving entry once.
     fn sift_up(&mut self, mut pos: usize) {
         let moving = self.heap[pos];
-        let count = self.slots[moving as usize].count;
         while pos > 0 {
             let parent = (pos - 1) / 2;
-            if count >= self.count_at(parent) {
+            if moving.count >= self.heap[parent].count {
                 break;
             }
             self.place(pos, self.heap[parent]);
@@ -492,21 +647,29 @@ impl KeySummary {
     /// Restores heap order after the count at `pos` increased. Equal counts stop the descent,
     /// so among equal minimums the one already nearest the root stays the eviction victim.
     fn sift_down(&mut self, mut pos: usize) {
-        let n = self.heap.len();
-        let moving = self.heap[pos];
-        let count = self.slots[moving as usize].count;
+        let heap = &self.heap[..];
+        let n = heap.len();
+        let moving = heap[pos];
+        // Fast exit: most increments leave the entry no larger than its children.
+        let left = 2 * pos + 1;
+        if left >= n
+            || (moving.count <= heap[left].count
+                && (left + 1 >= n || moving.count <= heap[left + 1].count))
+        {
+            return;
+        }
         loop {
             let left = 2 * pos + 1;
             if left >= n {
                 break;
             }
             let right = left + 1;
-            let child = if right < n && self.count_at(right) < self.count_at(left) {
+            let child = if right < n && self.heap[right].count < self.heap[left].count {
                 right
             } else {
                 left
             };
-            if self.count_at(child) >= count {
+            if self.heap[child].count >= moving.count {
                 break;
             }
             self.place(pos, self.heap[child]);
@@ -574,10 +737,10 @@ mod tests {
     fn check_invariants(s: &KeySummary) {
         assert!(s.slots.len() <= s.capacity);
         assert_eq!(s.heap.len(), s.slots.len());
-        for (pos, &slot) in s.heap.iter().enumerate() {
-            assert_eq!(s.slots[slot as usize].heap_pos as usize, pos);
+        for (pos, entry) in s.heap.iter().enumerate() {
+            assert_eq!(s.slots[entry.slot as usize].heap_pos as usize, pos);
             if pos > 0 {
-                assert!(s.count_at((pos - 1) / 2) <= s.count_at(pos), "heap order");
+                assert!(s.heap[(pos - 1) / 2].count <= entry.count, "heap order");
             }
         }
         assert!(
@@ -587,12 +750,17 @@ mod tests {
         let indexed = s.index.buckets.iter().filter(|&&b| b != EMPTY).count();
         assert_eq!(indexed, s.slots.len());
         for (i, slot) in s.slots.iter().enumerate() {
-            assert_eq!(slot.hash, s.hasher.hash_one(slot.key.as_str()));
+            assert_eq!(slot.hash, KeyHash::of(&slot.key).0);
             assert_eq!(s.index.find(&s.slots, slot.hash, &slot.key), Ok(i as u32));
-            assert!(slot.error <= slot.count, "error above count");
+            let count = s.count_of(i as u32);
+            assert!(slot.error <= count, "error above count");
             assert!(slot.error <= s.floor, "error above max_error");
-            assert!(slot.count >= s.floor, "count below max_error");
+            assert!(count >= s.floor, "count below max_error");
         }
+        assert!(
+            s.filter.iter().all(|&c| u64::from(c) <= s.floor),
+            "filter above max_error"
+        );
     }
 
     /// Checks that `s`'s bounds contain `truth` for every key, and the documented relations.
@@ -768,23 +936,88 @@ mod tests {
         }
     }
 
+    /// The filter bucket of `key` in a summary of `capacity` slots.
+    fn bucket(key: &str, capacity: usize) -> usize {
+        KeyHash::of(key).0 as usize & ((FILTER_BUCKETS_PER_SLOT * capacity).next_power_of_two() - 1)
+    }
+
     #[test]
     fn space_saving_worked_example() {
+        // The example below assumes b and c fall in different filter buckets.
+        assert_ne!(bucket("b", 2), bucket("c", 2));
         let mut s = KeySummary::new(2);
         s.record("a", 5);
         s.record("b", 3);
-        s.record("c", 1); // evicts b (3): c = 3 + 1 with error 3
-        assert_eq!(s.top(3), vec![est("a", 5, 0), est("c", 4, 3)]);
+        // c's counter (0) + 1 stays under the smallest count (b: 3): only the counter moves.
+        s.record("c", 1);
+        assert_eq!(s.top(3), vec![est("a", 5, 0), est("b", 3, 0)]);
+        assert_eq!(s.max_error(), 1);
+        assert!(s.certified_top(2)); // b: 3 − 0 ≥ max_error 1
+        // c's counter (1) + 2 reaches 3: c evicts b with count 3 and error 1; b's counter
+        // becomes its evicted count, 3.
+        s.record("c", 2);
+        assert_eq!(s.top(3), vec![est("a", 5, 0), est("c", 3, 1)]);
         assert_eq!(s.max_error(), 3);
-        assert!(s.certified_top(1)); // a: 5 − 0 ≥ 4
-        assert!(!s.certified_top(2)); // c: 4 − 3 = 1 < max_error 3
+        assert!(s.certified_top(1)); // a: 5 − 0 ≥ 3
+        assert!(!s.certified_top(2)); // c: 3 − 1 = 2 < max_error 3
         s.record("a", 0); // weight 0 is a no-op
         s.record("zzz", 0);
-        assert_eq!((s.total(), s.len()), (9, 2));
+        assert_eq!((s.total(), s.len()), (11, 2));
         assert_eq!(s.estimate("b"), None);
         assert_eq!(s.estimate("a"), Some(est("a", 5, 0)));
         assert_eq!(KeySummary::new(0).capacity(), 1);
         assert_eq!(KeySummary::default().capacity(), DEFAULT_CAPACITY);
+    }
+
+    #[test]
+    fn rare_keys_cost_a_counter_not_an_eviction() {
+        let mut s = KeySummary::new(16);
+        let heavy: Vec<String> = (0..16).map(|i| format!("hot{i}")).collect();
+        for k in &heavy {
+            s.record(k, 100);
+        }
+        let mut buf = String::new();
+        for id in 0..2_000 {
+            s.record(write_key(&mut buf, id), 1);
+        }
+        // Plain Space-Saving lets each rare key evict the smallest heavy one (2,000 evictions,
+        // every heavy key gone). Here a rare key only raises its bucket's counter (64 buckets,
+        // about 31 each), which stays under the smallest count, 100: nothing is evicted.
+        for k in &heavy {
+            assert_eq!(
+                s.estimate(k).map(|e| (e.count, e.error)),
+                Some((100, 0)),
+                "{k}"
+            );
+        }
+        assert!(s.max_error() < 100);
+        check_invariants(&s);
+        assert!(s.max_error() as u128 * 16 <= s.total() as u128);
+    }
+
+    #[test]
+    fn counts_beyond_32_bits_fall_back_to_plain_space_saving() {
+        let mut s = KeySummary::new(4);
+        let mut truth = BTreeMap::new();
+        let big = 3 * u64::from(u32::MAX);
+        let mut stream: Vec<(u16, u64)> = (0..4).map(|id| (id, big)).collect();
+        // Rare keys push the counters, then the floor, past 32 bits.
+        stream.extend((10..400).map(|id| (id, u64::from(u32::MAX) / 7)));
+        stream.extend((0..4).map(|id| (id, 1)));
+        feed(&mut s, &mut truth, &stream);
+        check_bounds(&s, &truth);
+        assert!(s.max_error() >= u64::from(u32::MAX), "fallback not reached");
+        assert!(s.filter.is_empty());
+        assert!(s.max_error() as u128 * 4 <= s.total() as u128);
+        s.clear();
+        let mut truth = BTreeMap::new();
+        feed(
+            &mut s,
+            &mut truth,
+            &[(1, 5), (2, 5), (3, 5), (4, 5), (9, 1)],
+        );
+        check_bounds(&s, &truth);
+        assert_eq!(s.max_error(), 1, "the filter is back after clear");
     }
 
     fn est(key: &str, count: u64, error: u64) -> KeyEstimate {
@@ -891,6 +1124,33 @@ mod tests {
     /// debug builds.
     const ZIPF_EVENTS: usize = 500_000;
 
+    /// Regenerates the module docs' recall table (10 seeds, 2·10⁶ events per cell):
+    /// `cargo test --release -p skewwatch-detectors --lib recall_table -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement of a few minutes, not a check; run it to refresh the docs"]
+    fn recall_table() {
+        for s_exp in [0.8, 1.0, 1.2] {
+            let zipf = Zipf::new(ZIPF_KEYS, s_exp);
+            let mut row = format!("s = {s_exp}:");
+            for m in [64, 128, 256, 512, 1024] {
+                let (mut exact, mut certified, mut err) = (0, 0, 0.0);
+                for seed in 0..10 {
+                    let (s, counts) = zipf_stream(&zipf, 100 + seed, 2_000_000, m);
+                    let mut by_count: Vec<u32> = counts.clone();
+                    by_count.sort_unstable_by(|a, b| b.cmp(a));
+                    let tenth = by_count[9];
+                    let is_top =
+                        |e: &KeyEstimate| counts[e.key[1..].parse::<usize>().unwrap()] >= tenth;
+                    exact += usize::from(s.top(10).iter().all(is_top));
+                    certified += usize::from(s.certified_top(10));
+                    err = s.max_error() as f64 / s.total() as f64;
+                }
+                row += &format!(" m={m} {exact}/{certified} ({:.3}%)", 100.0 * err);
+            }
+            println!("{row}");
+        }
+    }
+
     #[test]
     fn zipf_1_0_top10_is_exact_and_certified_at_default_capacity() {
         let zipf = Zipf::new(ZIPF_KEYS, 1.0);
@@ -947,7 +1207,8 @@ mod tests {
         let layout = |s: &KeySummary| -> Vec<(String, u64, u64)> {
             s.slots
                 .iter()
-                .map(|x| (x.key.clone(), x.count, x.error))
+                .enumerate()
+                .map(|(i, x)| (x.key.to_string(), s.count_of(i as u32), x.error))
                 .collect()
         };
         assert_eq!(layout(&a), layout(&b));

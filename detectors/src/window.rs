@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::keys::KeySummary;
+use crate::keys::{KeyHash, KeySummary};
 use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome};
 use crate::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, WindowSnapshot};
 use crate::stats::SkewStats;
@@ -592,13 +592,15 @@ impl Windows {
             }
         }
         if let Some(k) = obs.key {
+            // One hash for both summaries.
+            let hash = KeyHash::of(k);
             // The overflow group mixes unrelated systems: no per-shard keys there.
             if !g.overflow {
                 s.keys
                     .get_or_insert_with(|| KeySummary::new(shard_slots))
-                    .record(k, obs.count);
+                    .record_hashed(k, hash, obs.count);
             }
-            g.keys.record(k, obs.count);
+            g.keys.record_hashed(k, hash, obs.count);
             g.keyed_requests = g.keyed_requests.saturating_add(obs.count);
         }
     }
