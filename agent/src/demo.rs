@@ -318,6 +318,7 @@ fn introduce(http: SocketAddr, args: &Args) {
     let w = args.window_secs;
     println!("skewwatch demo: the real agent on its defaults, with {w} s windows.");
     println!("  metrics: curl http://{http}/metrics    alerts: curl http://{http}/api/v1/alerts");
+    println!("  live view: open http://{http}/ in a browser");
     println!(
         "  {GROUP}: {SHARDS} shards, {:.0} req/s behind a look-aside cache (95% hits); normal traffic for {} windows while baselines warm up.",
         RPS * w.max(1.0) / w,

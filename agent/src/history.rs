@@ -172,8 +172,11 @@ fn window_point(snap: &WindowSnapshot, previous: Option<&WindowPoint>, alpha: f6
 
 /// The previous window's names, so a repeating name shares one allocation.
 struct Names<'a> {
-    groups: HashMap<&'a str, (&'a Arc<str>, HashMap<&'a str, &'a Arc<str>>)>,
+    groups: HashMap<&'a str, GroupNames<'a>>,
 }
+
+/// A group's name and its shards' names, by name.
+type GroupNames<'a> = (&'a Arc<str>, HashMap<&'a str, &'a Arc<str>>);
 
 impl<'a> Names<'a> {
     fn from(previous: Option<&'a WindowPoint>) -> Self {

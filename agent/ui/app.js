@@ -113,6 +113,7 @@ function renderHeadline(d, last) {
 
 // Brightness of a cell: its share over fair share against the ratio noise explains.
 function heat(share, w) {
+  if (!(w.fair_share > 0)) return { level: 0, hot: false };
   const ratio = share / w.fair_share;
   const noise = w.top1_noise_floor !== null ? w.top1_noise_floor / w.fair_share : 1;
   if (ratio <= noise) return { level: 0.35 * Math.min(ratio / noise, 1), hot: false };
