@@ -111,6 +111,14 @@ function renderHeadline(d, last) {
     pct(last.error_ratio) + " · p99 " + num(last.p99_ms, 1) + " ms";
 }
 
+// A window's column: the newest on the right edge, each placed by its end time, so windows in
+// which the group had no traffic leave a gap rather than squeezing time together.
+function column(d, w) {
+  const newest = d.windows[d.windows.length - 1].end;
+  const back = Math.round((newest - w.end) / d.window_secs);
+  return Math.max(d.capacity, 1) - 1 - back;
+}
+
 // Brightness of a cell: its share over fair share against the ratio noise explains.
 function heat(share, w) {
   if (!(w.fair_share > 0)) return { level: 0, hot: false };
@@ -134,7 +142,6 @@ function renderHeatmap(d) {
   const ctx = canvas.getContext("2d");
   ctx.fillStyle = "#0b0d10";
   ctx.fillRect(0, 0, canvas.width, canvas.height);
-  const x0 = canvas.width - d.windows.length * cellW; // newest window on the right edge
   const matrix = d.shards.map(() => []);
   d.windows.forEach((w, c) => {
     w.cells.forEach((cell, r) => {
@@ -142,12 +149,12 @@ function renderHeatmap(d) {
       matrix[r].push(h ? Number(h.level.toFixed(4)) : null);
       if (!h) return;
       ctx.fillStyle = colour(h);
-      ctx.fillRect(x0 + c * cellW, r * ROW_PX, Math.ceil(cellW), ROW_PX - 1);
+      ctx.fillRect(column(d, w) * cellW, r * ROW_PX, Math.ceil(cellW), ROW_PX - 1);
     });
   });
   // What the tests and curious readers can check against the picture.
   canvas.dataset.matrix = JSON.stringify(matrix);
-  canvas.dataset.geometry = JSON.stringify({ x0, cellW, rowPx: ROW_PX });
+  canvas.dataset.geometry = JSON.stringify({ cellW, rowPx: ROW_PX, columns: cols });
   const rows = $("heatmap-rows");
   clear(rows);
   d.shards.forEach((s) => {
@@ -186,7 +193,6 @@ function renderSkew(d) {
   const ws = d.windows;
   const cols = Math.max(d.capacity, 1);
   const cellW = c.width / cols;
-  const x0 = c.width - ws.length * cellW;
   const vals = ws.flatMap((w) => [w.gini, w.gini_noise_floor, w.top1_share, w.top1_noise_floor]).filter((v) => v !== null);
   const top = Math.min(1, Math.max(0.1, ...vals) * 1.1);
   ctx.fillStyle = "#8b96a3";
@@ -199,10 +205,10 @@ function renderSkew(d) {
     ctx.lineWidth = dashed ? 1 : 2;
     ctx.beginPath();
     let open = false;
-    ws.forEach((w, i) => {
+    ws.forEach((w) => {
       const v = w[key];
       if (v === null) { open = false; return; }
-      const x = x0 + (i + 0.5) * cellW;
+      const x = (column(d, w) + 0.5) * cellW;
       const y = c.height - (v / top) * (c.height - 4);
       if (open) ctx.lineTo(x, y); else ctx.moveTo(x, y);
       open = true;

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use skewwatch::demo;
+use skewwatch::http::client;
 use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_e2e::agent::Agent;
 use skewwatch_e2e::tools;
@@ -145,6 +146,55 @@ fn the_live_view_shows_the_incident_in_a_real_browser() {
     stop.store(true, Ordering::Relaxed);
     feeder.join().unwrap();
     eprintln!("firing alerts checked on the page: {alerts:?}");
+}
+
+/// Without a browser: the page and its assets carry the security headers, the history answer
+/// has the group's windows and honours its bounds, and a bad query is refused.
+#[test]
+fn the_page_and_its_history_are_served_locked_down_and_bounded() {
+    let agent = Agent::start("window:\n  window_secs: 1\n");
+    for path in ["/", "/ui/app.js", "/ui/app.css"] {
+        let r = client::get(agent.http, path, Duration::from_secs(10)).unwrap();
+        assert_eq!(r.status, 200, "{path}");
+        let csp = r.header("content-security-policy").unwrap_or_default();
+        assert!(
+            csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+    let datagram = (0..6)
+        .map(|i| format!("skewwatch.request:5|ms|@0.1|#group:db,shard:s{i},key:k{i}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Traffic in at least two windows, so the ring holds two windows of the group.
+    let two = agent.wait_for(Duration::from_secs(20), |a| {
+        a.send_statsd(datagram.as_bytes());
+        let (_, body) = a.request("GET", "/api/v1/history?group=db", &[], b"");
+        let v: Value = serde_json::from_str(&body).ok()?;
+        (v["windows"].as_array()?.len() >= 2).then_some(v)
+    });
+    let v = two.expect("two windows of the group within 20 s");
+    assert_eq!(v["group"], "db");
+    assert_eq!(v["shards"].as_array().unwrap().len(), 6, "{v}");
+    let (code, body) = agent.request(
+        "GET",
+        "/api/v1/history?group=db&windows=1&shards=2",
+        &[],
+        b"",
+    );
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["windows"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["shards"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["shard_keys"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["shards_total"], 6, "{v}");
+    let (code, _) = agent.request("GET", "/api/v1/history?shards=many", &[], b"");
+    assert_eq!(code, 400);
 }
 
 /// Runs the page check; stops the agent when the script asks, then waits for its verdict.

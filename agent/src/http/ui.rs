@@ -100,6 +100,19 @@ mod tests {
         }
     }
 
+    /// The README and docs/live-view.md state the page's weight; a change to the assets
+    /// must update them.
+    #[test]
+    fn the_docs_state_the_page_weight() {
+        let n = page_bytes();
+        let figure = format!("{},{:03} bytes", n / 1000, n % 1000);
+        for doc in ["README.md", "docs/live-view.md"] {
+            let text = std::fs::read_to_string(format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
+            assert!(text.contains(&figure), "{doc} does not say {figure}");
+        }
+    }
+
     /// An attribute like ` onload=` or ` onerror =`.
     fn has_event_handler(html: &str) -> bool {
         html.match_indices(" on").any(|(i, _)| {
