@@ -8,6 +8,9 @@
 //!   page.
 //! - `add_window_1000_shards`: adding one closed window to the counters and publishing them,
 //!   what the pipeline pays once per window.
+//! - `history_answer_60x50`: the live view's `/api/v1/history` answer for 60 windows of a group
+//!   of 50 shards, serialized (its size is printed once); `history_record_50_shards`: adding a
+//!   window to a full 60-window ring and publishing it, what the pipeline pays once per window.
 //!
 //! The HTTP round trip adds little on loopback; docs/performance.md has the end-to-end figure
 //! (`curl` against a loaded agent) beside these.
@@ -22,6 +25,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prometheus::Registry;
 use skewwatch::exposition;
 use skewwatch::exposition::totals::{Accumulator, Totals, TotalsConfig};
+use skewwatch::history::Recorder;
+use skewwatch::http::history::{self, HistoryQuery};
 use skewwatch::telemetry::SelfMetrics;
 
 fn render_benches(c: &mut Criterion) {
@@ -70,5 +75,30 @@ fn snap_buckets() -> Vec<f64> {
     skewwatch_detectors::window::WindowConfig::default().latency_buckets_secs
 }
 
-criterion_group!(benches, render_benches);
+fn history_benches(c: &mut Criterion) {
+    let snap = common::snapshot(50);
+    let (mut recorder, rx) = Recorder::new(60, 1e-3);
+    for _ in 0..60 {
+        recorder.push(&snap);
+    }
+    let current = rx.borrow().clone();
+    let query = HistoryQuery::default();
+    let size = serde_json::to_vec(&history::reply(&current, &snap, &query, 10.0))
+        .expect("serializable")
+        .len();
+    eprintln!("history answer, 60 windows x 50 shards: {size} bytes");
+    let mut group = c.benchmark_group("outputs");
+    group.bench_function("history_answer_60x50", |b| {
+        b.iter(|| {
+            let reply = history::reply(black_box(&current), &snap, &query, 10.0);
+            serde_json::to_vec(&reply).expect("serializable").len()
+        })
+    });
+    group.bench_function("history_record_50_shards", |b| {
+        b.iter(|| recorder.push(black_box(&snap)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, render_benches, history_benches);
 criterion_main!(benches);

@@ -34,13 +34,16 @@ pub struct Args {
     pub warmup_windows: u32,
 }
 
-const GROUP: &str = "metadata-db";
+/// The demo's group.
+pub const GROUP: &str = "metadata-db";
 const SHARDS: usize = 16;
 const HOT: usize = 7;
+/// The shard the incident makes hot.
+pub const HOT_SHARD: &str = "shard-7";
 const RPS: f64 = 2000.0;
 /// Incident windows after warm-up, then recovery windows: alerts keep firing for 60 s after
 /// their condition clears (`keep_firing_for_secs`), so recovery outlasts that.
-const INCIDENT_WINDOWS: u32 = 60;
+pub const INCIDENT_WINDOWS: u32 = 60;
 const RECOVERY_WINDOWS: u32 = 75;
 
 /// The simulated system in one window.
@@ -169,8 +172,15 @@ fn window_lines(s: State, window_secs: f64, rng: &mut SplitMix64) -> Vec<String>
     lines
 }
 
+/// The StatsD lines of window `w` of the demo's incident after `warmup` normal windows: the
+/// traffic `skewwatch demo` sends, for tests and tools that want the same incident (the lines
+/// draw latencies from `rng`).
+pub fn incident_lines(w: u32, warmup: u32, window_secs: f64, rng: &mut SplitMix64) -> Vec<String> {
+    window_lines(state_at(w, warmup), window_secs, rng)
+}
+
 /// Sends lines in datagrams of at most ~1,400 bytes.
-fn send(sock: &UdpSocket, to: SocketAddr, lines: &[String]) -> std::io::Result<()> {
+pub fn send(sock: &UdpSocket, to: SocketAddr, lines: &[String]) -> std::io::Result<()> {
     let mut datagram = String::with_capacity(1500);
     for l in lines {
         if !datagram.is_empty() && datagram.len() + l.len() + 1 > 1400 {
@@ -308,6 +318,7 @@ fn introduce(http: SocketAddr, args: &Args) {
     let w = args.window_secs;
     println!("skewwatch demo: the real agent on its defaults, with {w} s windows.");
     println!("  metrics: curl http://{http}/metrics    alerts: curl http://{http}/api/v1/alerts");
+    println!("  live view: open http://{http}/ in a browser");
     println!(
         "  {GROUP}: {SHARDS} shards, {:.0} req/s behind a look-aside cache (95% hits); normal traffic for {} windows while baselines warm up.",
         RPS * w.max(1.0) / w,
@@ -339,11 +350,7 @@ fn play(running: &app::Running, statsd: SocketAddr, args: &Args) -> anyhow::Resu
                 f64::from(win) * w
             );
         }
-        send(
-            &sock,
-            statsd,
-            &window_lines(state_at(win, warmup), w, &mut rng),
-        )?;
+        send(&sock, statsd, &incident_lines(win, warmup, w, &mut rng))?;
         // Wait for this window to close, then read what the agent saw.
         let next = Duration::from_secs_f64(f64::from(win + 1) * w + 0.25 * w);
         if let Some(left) = next.checked_sub(start.elapsed()) {
@@ -386,5 +393,6 @@ mod tests {
         assert!(s.empty_share > 0.2 && s.hit < 0.55 && s.fail_hot > 0.7);
         let after = state_at(40 + INCIDENT_WINDOWS, 40);
         assert_eq!(after.hit, 0.95);
+        assert_eq!(HOT_SHARD, format!("shard-{HOT}"));
     }
 }

@@ -5,6 +5,7 @@
 //!             ├─> Batch ─> pipeline (Engine: windows, stats) ─> Arc<WindowSnapshot>
 //! HTTP NDJSON ┘     bounded channel   │                         └─> /api/v1/status
 //!                                     ├─> Arc<Vec<Alert>> ─> /api/v1/alerts, skewwatch_alert_firing
+//!                                     ├─> Arc<History> (history ring) ─> /api/v1/history, GET /
 //!                                     └─> Evaluation ─> alerting (bounded queues) ─> Alertmanagers, webhooks
 //! ```
 //!
@@ -14,6 +15,7 @@
 //! - [`pipeline`]: the one task that owns the engine and publishes snapshots.
 //! - [`exposition`] and [`http`]: what the outputs render, the HTTP server, and the small
 //!   client and text-format reader that `bench`, `demo` and the tests use to talk to an agent.
+//! - [`history`]: the bounded ring of per-window summaries the live view (`GET /`) draws.
 //! - [`alerting`]: alert delivery to Alertmanagers and webhooks.
 //! - [`telemetry`]: self-metrics, the agent's own counters.
 //! - [`app`]: the daemon assembled: [`app::start`] returns a [`app::Running`] agent that owns
@@ -31,6 +33,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod exposition;
+pub mod history;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;

@@ -35,6 +35,7 @@ use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ConfigError, Secret};
 use crate::exposition::totals::{Accumulator, Totals, TotalsConfig};
+use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
@@ -149,6 +150,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         mut pipeline,
         channels,
         totals: totals_rx,
+        history,
     } = build_pipeline(&config, &metrics);
     let delivery = start_delivery(&config, receivers, &addrs, &metrics, |h| {
         pipeline.set_delivery(h);
@@ -176,6 +178,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         alerts: channels.alerts.clone(),
         queue: channels.queue,
         totals: totals_rx,
+        history,
         token,
         ready: ready.clone(),
         heartbeat: channels.heartbeat,
@@ -212,10 +215,12 @@ struct Built {
     channels: PipelineChannels,
     /// Where the cumulative counters are published.
     totals: watch::Receiver<Arc<Totals>>,
+    /// Where the live view's history ring is published.
+    history: watch::Receiver<Arc<History>>,
 }
 
 /// The pipeline around an engine that carries on from the state file (when one is set), with
-/// the cumulative counters hooked in.
+/// the cumulative counters and the live view's history hooked in.
 fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
     let clock = SystemClock;
     let mut engine = Engine::new(config.engine.clone(), clock.now());
@@ -232,10 +237,16 @@ fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
     );
     let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_config(config));
     pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
+    let (mut recorder, history) = Recorder::new(
+        config.ui.history_windows,
+        config.engine.window.dispersion_alpha,
+    );
+    pipeline.on_evaluation(move |ev| recorder.record(ev));
     Built {
         pipeline,
         channels,
         totals: totals_rx,
+        history,
     }
 }
 

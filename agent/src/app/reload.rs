@@ -47,6 +47,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     {
         out.push("exposition");
     }
+    // The history ring is sized when it is built.
+    if old.ui != new.ui {
+        out.push("ui.history_windows");
+    }
     out
 }
 
@@ -115,6 +119,7 @@ fn keep_restart_only(mut new: Config, running: &Config) -> Config {
     new.ingest_queue_bytes = running.ingest_queue_bytes;
     new.allow_unauthenticated = running.allow_unauthenticated;
     new.exposition = running.exposition.clone();
+    new.ui = running.ui.clone();
     new
 }
 

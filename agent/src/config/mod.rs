@@ -211,6 +211,18 @@ pub struct Config {
     pub alerting: AlertingConfig,
     /// The cumulative series that add up across sidecars.
     pub exposition: ExpositionConfig,
+    /// The live view at `GET /`.
+    pub ui: UiConfig,
+}
+
+/// Most windows `ui.history_windows` may keep: four hours of 10-second windows.
+pub const MAX_HISTORY_WINDOWS: usize = 1440;
+
+/// `ui:`, the live view and its history ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UiConfig {
+    /// Windows the history ring keeps for `GET /api/v1/history` and the page.
+    pub history_windows: usize,
 }
 
 impl Config {

@@ -97,6 +97,14 @@ pub struct RawState {
     pub max_age_secs: Option<f64>,
 }
 
+/// `ui:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUi {
+    /// Windows kept for the live view.
+    pub history_windows: Option<usize>,
+}
+
 /// `http:` section.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -192,4 +200,6 @@ pub struct RawConfig {
     pub detectors: Option<DetectorsConfig>,
     /// Alert delivery.
     pub alerting: Option<RawAlerting>,
+    /// The live view.
+    pub ui: Option<RawUi>,
 }

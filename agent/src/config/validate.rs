@@ -13,12 +13,12 @@ use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
     RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawExposition, RawHttp, RawLimits, RawListen,
-    RawState, RawStatsd, RawWebhook, RawWindow,
+    RawState, RawStatsd, RawUi, RawWebhook, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
 use super::{
-    AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, Problem,
-    WebhookTarget,
+    AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS,
+    Problem, UiConfig, WebhookTarget,
 };
 use crate::state::StateStore;
 
@@ -77,6 +77,7 @@ impl RawConfig {
         }
         let alerting = c.alerting(self.alerting.unwrap_or_default());
         let state = c.state(self.state.unwrap_or_default());
+        let ui = c.ui(self.ui.unwrap_or_default());
 
         if !c.problems.is_empty() {
             return Err(c.problems);
@@ -95,6 +96,7 @@ impl RawConfig {
             state,
             alerting,
             exposition,
+            ui,
         })
     }
 }
@@ -424,6 +426,18 @@ impl Check<'_> {
             every_windows,
             max_age,
         })
+    }
+
+    fn ui(&mut self, raw: RawUi) -> UiConfig {
+        UiConfig {
+            history_windows: self.range(
+                "ui.history_windows",
+                raw.history_windows,
+                60,
+                1,
+                MAX_HISTORY_WINDOWS,
+            ),
+        }
     }
 
     fn statsd(&mut self, statsd: RawStatsd) -> usize {

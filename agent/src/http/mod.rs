@@ -1,5 +1,6 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`,
-//! `/api/v1/alerts`, `POST /api/v1/observations` and `POST /-/reload`.
+//! `/api/v1/alerts`, `/api/v1/history`, the live view at `/`, `POST /api/v1/observations` and
+//! `POST /-/reload`.
 //!
 //! - [`server`]: the accept loop, its connection limit and timeouts, and the bounded shutdown
 //!   of connections.
@@ -7,6 +8,8 @@
 //!   (checked before any body is read) and the content type of POST bodies.
 //! - [`ingest`]: `POST /api/v1/observations`.
 //! - [`status`]: the bounded `GET /api/v1/status`.
+//! - [`history`]: the bounded `GET /api/v1/history`, from the history ring.
+//! - [`ui`]: the live view, `GET /` and its script and style sheet, embedded in the binary.
 //! - [`admin`]: `POST /-/reload`.
 //! - [`client`]: a minimal blocking HTTP/1.1 client, for `skewwatch bench`, the demo and the
 //!   end-to-end tests.
@@ -33,6 +36,7 @@ use crate::clock::rfc3339;
 use crate::config::Secret;
 use crate::exposition;
 use crate::exposition::totals::Totals;
+use crate::history::History;
 use crate::ingest::IngestQueue;
 use crate::pipeline::Heartbeat;
 use crate::telemetry::SourceMetrics;
@@ -40,9 +44,11 @@ use crate::telemetry::SourceMetrics;
 pub mod admin;
 pub mod client;
 pub mod guard;
+pub mod history;
 pub mod ingest;
 pub mod server;
 pub mod status;
+pub mod ui;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -57,6 +63,8 @@ pub struct AppState {
     pub alerts: watch::Receiver<Arc<Vec<Alert>>>,
     /// The cumulative counters after the latest window.
     pub totals: watch::Receiver<Arc<Totals>>,
+    /// The live view's history ring after the latest window.
+    pub history: watch::Receiver<Arc<History>>,
     /// Where ingested batches go.
     pub queue: IngestQueue,
     /// Bearer token required for ingest and admin endpoints, if any; replaced on reload.
@@ -91,6 +99,8 @@ pub fn router(state: AppState, request_timeout: std::time::Duration) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/status", get(status::status))
         .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/history", get(history::history))
+        .merge(ui::routes())
         .merge(guarded)
         .merge(health_routes())
         .layer(middleware::from_fn_with_state(
