@@ -271,6 +271,8 @@ fn success(signal: Signal, encoding: Encoding, outcome: &OtlpOutcome) -> Respons
     let rejected = i64::try_from(outcome.rejected.total()).unwrap_or(i64::MAX);
     let message = outcome.first_error.clone().unwrap_or_default();
     let body = match signal {
+        // serde would write `{"partialSuccess":null}`; OTLP/JSON leaves unset fields out.
+        _ if rejected == 0 && encoding == Encoding::Json => b"{}".to_vec(),
         Signal::Traces => encode(
             encoding,
             &ExportTraceServiceResponse {
