@@ -203,45 +203,75 @@ const ERROR_TYPE: &str = "error.type";
 const GRPC_STATUS: &str = "rpc.grpc.status_code";
 const HTTP_STATUS: &str = "http.response.status_code";
 
-/// Keeps `value` in `slot` when `key` is in `names` at a better position than what it holds.
-fn pick<'a>(
-    slot: &mut Option<(usize, AttrValue<'a>)>,
-    names: &[String],
-    key: &[u8],
-    value: AttrValue<'a>,
-) {
-    if let Some(rank) = names.iter().position(|n| n.as_bytes() == key)
-        && slot.is_none_or(|(r, _)| rank < r)
-    {
-        *slot = Some((rank, value));
+/// The position of `key` in `names` when it would beat what `slot` holds.
+fn better(slot: &Option<(usize, AttrValue<'_>)>, names: &[String], key: &[u8]) -> Option<usize> {
+    // A slot filled by the first name of its list cannot be beaten: no comparison at all.
+    if matches!(slot, Some((0, _))) {
+        return None;
     }
+    names
+        .iter()
+        .position(|n| n.as_bytes() == key)
+        .filter(|&rank| slot.is_none_or(|(r, _)| rank < r))
 }
 
 impl Mapping {
     /// Offers one attribute of the span or data point being mapped.
     pub fn offer<'a>(&self, p: &mut Picked<'a>, key: &[u8], value: AttrValue<'a>) {
-        pick(&mut p.group, &self.group, key, value);
-        pick(&mut p.shard, &self.shard, key, value);
-        pick(&mut p.key, &self.key, key, value);
-        pick(&mut p.cache, &self.cache, key, value);
-        match (key, value) {
-            (k, AttrValue::Str(s)) if k == ERROR_TYPE.as_bytes() => p.error_type = Some(s),
-            (k, AttrValue::Int(i)) if k == GRPC_STATUS.as_bytes() => p.grpc_status = Some(i),
-            (k, AttrValue::Int(i)) if k == HTTP_STATUS.as_bytes() => p.http_status = Some(i),
-            // Some instrumentations write the codes as strings.
-            (k, AttrValue::Str(s)) if k == GRPC_STATUS.as_bytes() => {
-                p.grpc_status = s.parse().ok();
-            }
-            (k, AttrValue::Str(s)) if k == HTTP_STATUS.as_bytes() => {
-                p.http_status = s.parse().ok();
-            }
-            _ => {}
+        let _ = self.offer_with(p, key, || Ok::<_, std::convert::Infallible>(value));
+    }
+
+    /// Like [`Mapping::offer`], reading the value only when the attribute is wanted, so the
+    /// protobuf walker neither decodes nor checks the UTF-8 of attributes nobody maps.
+    pub fn offer_with<'a, E>(
+        &self,
+        p: &mut Picked<'a>,
+        key: &[u8],
+        value: impl FnOnce() -> Result<AttrValue<'a>, E>,
+    ) -> Result<(), E> {
+        let group = better(&p.group, &self.group, key);
+        let shard = better(&p.shard, &self.shard, key);
+        let k = better(&p.key, &self.key, key);
+        let cache = better(&p.cache, &self.cache, key);
+        let code = key == ERROR_TYPE.as_bytes()
+            || key == GRPC_STATUS.as_bytes()
+            || key == HTTP_STATUS.as_bytes();
+        if group.is_none() && shard.is_none() && k.is_none() && cache.is_none() && !code {
+            return Ok(());
         }
+        let v = value()?;
+        for (slot, rank) in [
+            (&mut p.group, group),
+            (&mut p.shard, shard),
+            (&mut p.key, k),
+            (&mut p.cache, cache),
+        ] {
+            if let Some(r) = rank {
+                *slot = Some((r, v));
+            }
+        }
+        if code {
+            codes(p, key, v);
+        }
+        Ok(())
     }
 
     /// Whether `name` is a metric this mapping takes.
     pub fn takes_metric(&self, name: &str) -> bool {
         self.metric_names.is_empty() || self.metric_names.iter().any(|n| n == name)
+    }
+}
+
+/// Keeps the outcome attributes: `error.type` and the gRPC and HTTP status codes.
+fn codes<'a>(p: &mut Picked<'a>, key: &[u8], value: AttrValue<'a>) {
+    match (key, value) {
+        (k, AttrValue::Str(s)) if k == ERROR_TYPE.as_bytes() => p.error_type = Some(s),
+        (k, AttrValue::Int(i)) if k == GRPC_STATUS.as_bytes() => p.grpc_status = Some(i),
+        (k, AttrValue::Int(i)) if k == HTTP_STATUS.as_bytes() => p.http_status = Some(i),
+        // Some instrumentations write the codes as strings.
+        (k, AttrValue::Str(s)) if k == GRPC_STATUS.as_bytes() => p.grpc_status = s.parse().ok(),
+        (k, AttrValue::Str(s)) if k == HTTP_STATUS.as_bytes() => p.http_status = s.parse().ok(),
+        _ => {}
     }
 }
 

@@ -96,20 +96,20 @@ fn read_span<'a>(span: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<Span
     Ok(head)
 }
 
-/// Reads one `KeyValue` and offers it to the mapping.
+/// Reads one `KeyValue` and offers it to the mapping, which reads the value only if it wants
+/// the key.
 fn read_attribute<'a>(kv: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<(), DecodeError> {
     let mut key: &[u8] = b"";
-    let mut value = AttrValue::Other;
+    let mut any: Option<&'a [u8]> = None;
     let mut f = Fields::new(kv);
     while let Some((field, v)) = f.next()? {
         match (field, v) {
             (1, Value::Bytes(k)) => key = k,
-            (2, Value::Bytes(any)) => value = read_any_value(any)?,
+            (2, Value::Bytes(a)) => any = Some(a),
             _ => {}
         }
     }
-    m.offer(p, key, value);
-    Ok(())
+    m.offer_with(p, key, || any.map_or(Ok(AttrValue::Other), read_any_value))
 }
 
 /// Reads an `AnyValue`: the string, bool and int cases; anything else is [`AttrValue::Other`].
