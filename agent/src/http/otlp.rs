@@ -85,6 +85,9 @@ impl Encoding {
     }
 }
 
+/// A plain-text refusal before the body is decoded: status and message.
+type Refusal = (StatusCode, String);
+
 /// `google.rpc.Status` codes used in answers.
 const INVALID_ARGUMENT: i32 = 3;
 const UNAVAILABLE: i32 = 14;
@@ -102,11 +105,11 @@ pub async fn metrics(State(s): State<AppState>, headers: HeaderMap, body: Body) 
 async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
     let encoding = match encoding_of(&headers) {
         Ok(e) => e,
-        Err(resp) => return resp,
+        Err(refusal) => return refusal.into_response(),
     };
     let gzip = match gzipped(&headers) {
         Ok(g) => g,
-        Err(resp) => return resp,
+        Err(refusal) => return refusal.into_response(),
     };
     let Ok(_permit) = s.ingest_permits.clone().acquire_owned().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
@@ -118,7 +121,7 @@ async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> 
     let body = if gzip {
         match gunzip(&raw, s.body_limit) {
             Ok(b) => Bytes::from(b),
-            Err(resp) => return resp,
+            Err(refusal) => return refusal.into_response(),
         }
     } else {
         raw
@@ -183,7 +186,7 @@ async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> 
 }
 
 /// The encoding the `Content-Type` names; 415 for the NDJSON types the guard also lets pass.
-fn encoding_of(headers: &HeaderMap) -> Result<Encoding, Response> {
+fn encoding_of(headers: &HeaderMap) -> Result<Encoding, Refusal> {
     let declared = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -199,14 +202,13 @@ fn encoding_of(headers: &HeaderMap) -> Result<Encoding, Response> {
         Some("application/json") => Ok(Encoding::Json),
         _ => Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "OTLP/HTTP takes Content-Type: application/x-protobuf or application/json\n",
-        )
-            .into_response()),
+            "OTLP/HTTP takes Content-Type: application/x-protobuf or application/json\n".into(),
+        )),
     }
 }
 
 /// Whether the body is gzip-compressed; 415 for any other content coding.
-fn gzipped(headers: &HeaderMap) -> Result<bool, Response> {
+fn gzipped(headers: &HeaderMap) -> Result<bool, Refusal> {
     match headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
@@ -217,29 +219,28 @@ fn gzipped(headers: &HeaderMap) -> Result<bool, Response> {
         Some(other) => Err((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("Content-Encoding {other} is not supported; send gzip or no encoding\n"),
-        )
-            .into_response()),
+        )),
     }
 }
 
 /// Decompresses a gzip body, at most `limit` bytes of output: more is 413, as a body over the
 /// limit would be, and a broken stream is 400.
-fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, Response> {
+fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, Refusal> {
     let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
     let mut reader = flate2::read::MultiGzDecoder::new(body).take(limit as u64 + 1);
     if let Err(e) = reader.read_to_end(&mut out) {
         return Err((
             StatusCode::BAD_REQUEST,
             format!("the gzip body cannot be decompressed: {e}\n"),
-        )
-            .into_response());
+        ));
     }
     if out.len() > limit {
         return Err((
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the decompressed body is larger than limits.http_body_limit_bytes ({limit} bytes)\n"),
-        )
-            .into_response());
+            format!(
+                "the decompressed body is larger than limits.http_body_limit_bytes ({limit} bytes)\n"
+            ),
+        ));
     }
     Ok(out)
 }

@@ -3,8 +3,8 @@
 //! - A histogram data point (`db.client.operation.duration`, say) becomes one record per
 //!   non-empty bucket: the bucket's count, at the bucket's midpoint latency (the overflow
 //!   bucket at its lower bound). A request's latency is thus off by at most half its bucket's
-//!   width; with the default bounds of the OpenTelemetry SDKs that is up to 2.5 ms below 10 ms
-//!   and up to 2.5 s for requests over 10 s.
+//!   width (the overflow bucket's by an unknown amount, always understated); docs/ingest.md
+//!   works the error out for the semantic conventions' bounds.
 //! - A monotonic sum data point becomes one record of its count, without latency.
 //! - Delta points count as they are. Cumulative points are turned into deltas against the
 //!   previous point of the same series, kept in [`Cumulative`]: bounded by

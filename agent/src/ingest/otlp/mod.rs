@@ -440,7 +440,8 @@ mod tests {
     #[test]
     fn the_outcome_table_of_the_docs_holds() {
         use AttrValue::{Int, Str};
-        let cases: &[(i32, &[(&str, AttrValue<'static>)], Outcome)] = &[
+        type Attrs = &'static [(&'static str, AttrValue<'static>)];
+        let cases: &[(i32, Attrs, Outcome)] = &[
             (0, &[], Outcome::Ok),
             (1, &[], Outcome::Ok),
             (2, &[], Outcome::Error),
