@@ -114,35 +114,13 @@ async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> 
     let Ok(_permit) = s.ingest_permits.clone().acquire_owned().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
-    let raw = match read_body(body, s.body_limit).await {
+    let body = match read_decompressed(body, gzip, s.body_limit).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
-    let body = if gzip {
-        match gunzip(&raw, s.body_limit) {
-            Ok(b) => Bytes::from(b),
-            Err(refusal) => return refusal.into_response(),
-        }
-    } else {
-        raw
-    };
     let otlp = &s.otlp;
     let mut batch = Batch::with_capacity(body.len() / 160 + 1);
-    let decoded = match signal {
-        Signal::Traces => match encoding {
-            Encoding::Protobuf => traces::decode_protobuf(&body, &otlp.mapping, &mut batch),
-            Encoding::Json => traces::decode_json(&body, &otlp.mapping, &mut batch),
-        },
-        Signal::Metrics => {
-            let mut c = otlp.cumulative.lock().unwrap_or_else(|p| p.into_inner());
-            match encoding {
-                Encoding::Protobuf => {
-                    metrics::decode_protobuf(&body, &otlp.mapping, &mut c, &mut batch)
-                }
-                Encoding::Json => metrics::decode_json(&body, &otlp.mapping, &mut c, &mut batch),
-            }
-        }
-    };
+    let decoded = decode(otlp, signal, encoding, &body, &mut batch);
     let outcome = match decoded {
         Ok(o) => o,
         Err(e) => {
@@ -183,6 +161,40 @@ async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> 
         return resp;
     }
     success(signal, encoding, &outcome)
+}
+
+/// Reads the body and decompresses it when it is gzip; `Err` is the 413 or 400 answer.
+async fn read_decompressed(body: Body, gzip: bool, limit: usize) -> Result<Bytes, Response> {
+    let raw = read_body(body, limit).await?;
+    if gzip {
+        gunzip(&raw, limit)
+            .map(Bytes::from)
+            .map_err(IntoResponse::into_response)
+    } else {
+        Ok(raw)
+    }
+}
+
+/// Decodes and maps one body into `batch`.
+fn decode(
+    otlp: &OtlpState,
+    signal: Signal,
+    encoding: Encoding,
+    body: &[u8],
+    batch: &mut Batch,
+) -> Result<OtlpOutcome, traces::DecodeError> {
+    let m = &otlp.mapping;
+    match (signal, encoding) {
+        (Signal::Traces, Encoding::Protobuf) => traces::decode_protobuf(body, m, batch),
+        (Signal::Traces, Encoding::Json) => traces::decode_json(body, m, batch),
+        (Signal::Metrics, _) => {
+            let mut c = otlp.cumulative.lock().unwrap_or_else(|p| p.into_inner());
+            match encoding {
+                Encoding::Protobuf => metrics::decode_protobuf(body, m, &mut c, batch),
+                Encoding::Json => metrics::decode_json(body, m, &mut c, batch),
+            }
+        }
+    }
 }
 
 /// The encoding the `Content-Type` names; 415 for the NDJSON types the guard also lets pass.

@@ -7,7 +7,7 @@
 //!
 //! - [`wire`]: a zero-copy protobuf field walker for `ExportTraceServiceRequest`, which reads
 //!   only the fields the mapping needs. Decoding whole messages with prost allocates every
-//!   attribute and string and ran at about a fifth of the walker's speed (docs/ingest.md).
+//!   attribute and string and ran at about a quarter of the walker's speed (docs/ingest.md).
 //! - [`traces`]: spans (protobuf through [`wire`], JSON through `opentelemetry-proto`'s serde
 //!   types) into a [`Batch`].
 //! - [`metrics`]: `ExportMetricsServiceRequest` (prost or JSON) into a [`Batch`], turning
