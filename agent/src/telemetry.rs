@@ -10,6 +10,8 @@ use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use skewwatch_detectors::observation::{RejectReason, Rejections};
 
+use crate::ingest::otlp::{SkipReason, Skips};
+
 /// Where records come from: the `source` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -17,17 +19,20 @@ pub enum Source {
     Statsd,
     /// HTTP NDJSON.
     Http,
+    /// OTLP/HTTP spans and metrics.
+    Otlp,
 }
 
 impl Source {
     /// Every source, in [`Source::index`] order.
-    pub const ALL: [Source; 2] = [Source::Statsd, Source::Http];
+    pub const ALL: [Source; 3] = [Source::Statsd, Source::Http, Source::Otlp];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Statsd => "statsd",
             Source::Http => "http",
+            Source::Otlp => "otlp",
         }
     }
 
@@ -79,6 +84,9 @@ pub struct SourceMetrics {
     pub dropped_queue_full: IntCounter,
     /// Valid records dropped because the pipeline had stopped.
     pub dropped_shutdown: IntCounter,
+    /// Skipped items by [`SkipReason`] (indexed by its discriminant); only the OTLP source
+    /// skips, the others have none.
+    skipped: Vec<IntCounter>,
 }
 
 impl SourceMetrics {
@@ -97,6 +105,22 @@ impl SourceMetrics {
             dropped_shutdown: m
                 .dropped
                 .with_label_values(&[s, DropReason::Shutdown.as_str()]),
+            skipped: match source {
+                Source::Otlp => SkipReason::ALL
+                    .iter()
+                    .map(|r| m.skipped.with_label_values(&[s, r.as_str()]))
+                    .collect(),
+                Source::Statsd | Source::Http => Vec::new(),
+            },
+        }
+    }
+
+    /// Adds a decoder's skip counts.
+    pub fn add_skips(&self, skipped: &Skips) {
+        for (reason, n) in skipped.iter() {
+            if let Some(c) = self.skipped.get(reason as usize) {
+                c.inc_by(n);
+            }
         }
     }
 
@@ -127,6 +151,8 @@ pub struct SelfMetrics {
     pub rejected: IntCounterVec,
     /// Valid records dropped before the pipeline, by source and reason.
     pub dropped: IntCounterVec,
+    /// Valid telemetry that describes no shard call, by source and reason.
+    pub skipped: IntCounterVec,
     /// UDP datagrams received.
     pub datagrams: IntCounter,
     /// Kernel receive-queue drops reported for the StatsD socket (SO_RXQ_OVFL).
@@ -218,6 +244,11 @@ impl SelfMetrics {
             dropped: r.counters(
                 "skewwatch_ingest_dropped_total",
                 "Valid records dropped before the pipeline, by source and reason.",
+                &["source", "reason"],
+            )?,
+            skipped: r.counters(
+                "skewwatch_ingest_skipped_total",
+                "Valid spans or metric points that describe no shard call (not a client span, no shard or group attribute, a metric without per-request counts), by source and reason.",
                 &["source", "reason"],
             )?,
             alert_deliveries: r.counters(

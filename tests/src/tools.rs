@@ -1,5 +1,6 @@
-//! Real external components the tests use (promtool, Alertmanager): found on PATH, or skipped
-//! with a loud message locally and failed in CI, where `.ci/run` installs them.
+//! Real external components the tests use (promtool, Alertmanager, Python client libraries):
+//! found on PATH, or skipped with a loud message locally and failed in CI, where `.ci/run`
+//! installs them.
 
 use std::path::PathBuf;
 
@@ -15,8 +16,30 @@ pub fn require(name: &str, alternatives: &[&str]) -> Option<PathBuf> {
             }
         }
     }
+    missing(&format!("`{name}` is not installed"))
+}
+
+/// A `python3` on PATH that imports every module of `modules` (`.ci/run` installs them into a
+/// virtual environment it puts first on PATH). `None` when missing outside CI; panics in CI.
+pub fn require_python(modules: &[&str]) -> Option<PathBuf> {
+    let python = require("python3", &[])?;
+    let imports = format!("import {}", modules.join(", "));
+    let ok = std::process::Command::new(&python)
+        .args(["-c", &imports])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Some(python)
+    } else {
+        missing(&format!("the Python modules {modules:?} are not installed"))
+    }
+}
+
+/// Skips loudly outside CI, fails in CI.
+fn missing(what: &str) -> Option<PathBuf> {
     let msg = format!(
-        "\n\n!!!!! SKIPPING: `{name}` is not installed. `.ci/run` installs it; in CI this is a failure. !!!!!\n"
+        "\n\n!!!!! SKIPPING: {what}. `.ci/run` installs it; in CI this is a failure. !!!!!\n"
     );
     if std::env::var_os("CI").is_some() {
         panic!("{msg}");

@@ -187,6 +187,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         reload: reload_tx,
         exported_keys: config.exported_keys_per_group,
         window_secs: config.engine.window.window_secs,
+        otlp: http::otlp::OtlpState::new(&config.otlp, metrics.source(Source::Otlp)),
     };
     let http = spawn_http(&config, http_listener, state, server_metrics)?;
     ready.store(true, Ordering::Release);

@@ -10,7 +10,7 @@
 //! - alert delivery: receivers whose settings changed are restarted, the others keep their
 //!   state;
 //! - listener addresses, HTTP limits, the StatsD buffer, the ingest queue and the cumulative
-//!   counters' buckets and retention are fixed at start-up: a change is reported as needing a
+//!   counters' buckets and retention, and the OTLP mapping are fixed at start-up: a change is reported as needing a
 //!   restart and not applied.
 
 use super::{ConfigSource, Running};
@@ -50,6 +50,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     // The history ring is sized when it is built.
     if old.ui != new.ui {
         out.push("ui.history_windows");
+    }
+    // The OTLP mapping is shared by the HTTP handlers, built once with them.
+    if old.otlp != new.otlp {
+        out.push("otlp");
     }
     out
 }
@@ -120,6 +124,7 @@ fn keep_restart_only(mut new: Config, running: &Config) -> Config {
     new.allow_unauthenticated = running.allow_unauthenticated;
     new.exposition = running.exposition.clone();
     new.ui = running.ui.clone();
+    new.otlp = running.otlp.clone();
     new
 }
 

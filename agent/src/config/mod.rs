@@ -211,6 +211,8 @@ pub struct Config {
     pub alerting: AlertingConfig,
     /// The cumulative series that add up across sidecars.
     pub exposition: ExpositionConfig,
+    /// How OTLP spans and metric points map to observations.
+    pub otlp: crate::ingest::otlp::Mapping,
     /// The live view at `GET /`.
     pub ui: UiConfig,
 }

@@ -176,6 +176,26 @@ pub struct RawAlerting {
     pub external_url: Option<String>,
 }
 
+/// `otlp:` section: how OpenTelemetry spans and metric points map to observations.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawOtlp {
+    /// Attributes naming the group, first present wins.
+    pub group_attributes: Option<Vec<String>>,
+    /// Attributes naming the shard, first present wins.
+    pub shard_attributes: Option<Vec<String>>,
+    /// Attributes naming the key, first present wins.
+    pub key_attributes: Option<Vec<String>>,
+    /// Attributes giving the cache result, first present wins.
+    pub cache_attributes: Option<Vec<String>>,
+    /// Take only spans of kind CLIENT.
+    pub client_spans_only: Option<bool>,
+    /// Metrics taken from `POST /v1/metrics`; empty takes all.
+    pub metric_names: Option<Vec<String>>,
+    /// Cumulative metric series tracked to compute deltas.
+    pub max_cumulative_series: Option<usize>,
+}
+
 /// The configuration as written, before validation.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -202,4 +222,6 @@ pub struct RawConfig {
     pub alerting: Option<RawAlerting>,
     /// The live view.
     pub ui: Option<RawUi>,
+    /// OTLP/HTTP receiver mapping.
+    pub otlp: Option<RawOtlp>,
 }

@@ -13,14 +13,19 @@ use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
     RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawExposition, RawHttp, RawLimits, RawListen,
-    RawState, RawStatsd, RawUi, RawWebhook, RawWindow,
+    RawOtlp, RawState, RawStatsd, RawUi, RawWebhook, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
 use super::{
     AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS,
     Problem, UiConfig, WebhookTarget,
 };
+use crate::ingest::otlp::Mapping;
 use crate::state::StateStore;
+
+/// Most attribute or metric names one `otlp:` list may hold: each is compared with every
+/// attribute of every span.
+const MAX_OTLP_NAMES: usize = 16;
 
 /// Largest timeout of one delivery POST, and largest retry delay.
 const MAX_DELIVERY_SECS: f64 = 300.0;
@@ -78,6 +83,7 @@ impl RawConfig {
         let alerting = c.alerting(self.alerting.unwrap_or_default());
         let state = c.state(self.state.unwrap_or_default());
         let ui = c.ui(self.ui.unwrap_or_default());
+        let otlp = c.otlp(self.otlp.unwrap_or_default());
 
         if !c.problems.is_empty() {
             return Err(c.problems);
@@ -97,6 +103,7 @@ impl RawConfig {
             alerting,
             exposition,
             ui,
+            otlp,
         })
     }
 }
@@ -437,6 +444,49 @@ impl Check<'_> {
                 1,
                 MAX_HISTORY_WINDOWS,
             ),
+        }
+    }
+
+    fn otlp(&mut self, raw: RawOtlp) -> Mapping {
+        let d = Mapping::default();
+        let mut names =
+            |field: &str, v: Option<Vec<String>>, default: Vec<String>, required: bool| {
+                let field = format!("otlp.{field}");
+                let v = v.unwrap_or(default);
+                if required && v.is_empty() {
+                    self.fail(&field, "list at least one attribute name");
+                }
+                if v.len() > MAX_OTLP_NAMES {
+                    self.fail(
+                        &field,
+                        format!("{} names: list at most {MAX_OTLP_NAMES}", v.len()),
+                    );
+                }
+                if let Some(bad) = v.iter().find(|n| n.is_empty() || n.len() > 255) {
+                    self.fail(&field, format!("`{bad}`: a name takes 1..=255 bytes"));
+                }
+                v
+            };
+        let group = names("group_attributes", raw.group_attributes, d.group, true);
+        let shard = names("shard_attributes", raw.shard_attributes, d.shard, true);
+        let key = names("key_attributes", raw.key_attributes, d.key, false);
+        let cache = names("cache_attributes", raw.cache_attributes, d.cache, false);
+        let metric_names = names("metric_names", raw.metric_names, d.metric_names, false);
+        let max_cumulative_series = self.range(
+            "otlp.max_cumulative_series",
+            raw.max_cumulative_series,
+            d.max_cumulative_series,
+            1,
+            1_000_000,
+        );
+        Mapping {
+            group,
+            shard,
+            key,
+            cache,
+            client_spans_only: raw.client_spans_only.unwrap_or(d.client_spans_only),
+            metric_names,
+            max_cumulative_series,
         }
     }
 

@@ -1,12 +1,13 @@
 //! The HTTP listener: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`,
-//! `/api/v1/alerts`, `/api/v1/history`, the live view at `/`, `POST /api/v1/observations` and
-//! `POST /-/reload`.
+//! `/api/v1/alerts`, `/api/v1/history`, the live view at `/`, `POST /api/v1/observations`,
+//! `POST /v1/traces`, `POST /v1/metrics` and `POST /-/reload`.
 //!
 //! - [`server`]: the accept loop, its connection limit and timeouts, and the bounded shutdown
 //!   of connections.
 //! - [`guard`]: what every request passes first: the whole-request timeout, the bearer token
 //!   (checked before any body is read) and the content type of POST bodies.
 //! - [`ingest`]: `POST /api/v1/observations`.
+//! - [`otlp`]: the OTLP/HTTP receiver, `POST /v1/traces` and `POST /v1/metrics`.
 //! - [`status`]: the bounded `GET /api/v1/status`.
 //! - [`history`]: the bounded `GET /api/v1/history`, from the history ring.
 //! - [`ui`]: the live view, `GET /` and its script and style sheet, embedded in the binary.
@@ -46,6 +47,7 @@ pub mod client;
 pub mod guard;
 pub mod history;
 pub mod ingest;
+pub mod otlp;
 pub mod server;
 pub mod status;
 pub mod ui;
@@ -83,12 +85,16 @@ pub struct AppState {
     pub exported_keys: usize,
     /// Window length, reported by the status endpoint.
     pub window_secs: f64,
+    /// The OTLP receiver's mapping, counters and cumulative-series map.
+    pub otlp: otlp::OtlpState,
 }
 
 /// The routes of a connection within the limit: everything, behind the guards.
 pub fn router(state: AppState, request_timeout: std::time::Duration) -> Router {
     let guarded = Router::new()
         .route("/api/v1/observations", post(ingest::observations))
+        .route("/v1/traces", post(otlp::traces))
+        .route("/v1/metrics", post(otlp::metrics))
         .route("/-/reload", post(admin::reload))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

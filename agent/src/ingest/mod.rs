@@ -6,8 +6,10 @@
 //! - [`statsd`]: StatsD / DogStatsD line parser.
 //! - [`udp`]: the UDP receiver thread that feeds it.
 //! - [`ndjson`]: NDJSON body parser for `POST /api/v1/observations` and `replay`.
+//! - [`otlp`]: OpenTelemetry spans and metrics (`POST /v1/traces`, `POST /v1/metrics`).
 
 pub mod ndjson;
+pub mod otlp;
 pub mod statsd;
 pub mod udp;
 

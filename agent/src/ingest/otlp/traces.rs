@@ -1,0 +1,398 @@
+//! `ExportTraceServiceRequest` bodies into observations: protobuf through the [`wire`] walker,
+//! JSON through `opentelemetry-proto`'s serde types. Both feed the same [`emit`], so a span
+//! maps the same whichever encoding carried it (the tests check it).
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+use skewwatch_detectors::observation::{Batch, RejectReason};
+
+use super::wire::{Fields, Value, WireError};
+use super::{AttrValue, Call, Mapping, OtlpOutcome, Picked, Scratch, SkipReason, emit, outcome};
+
+/// `Span.kind` of a client call.
+pub const SPAN_KIND_CLIENT: i32 = 3;
+
+/// A body that cannot be read at all: the whole request is refused with 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not valid protobuf.
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    /// A string field that is not UTF-8.
+    #[error("malformed protobuf: a string field is not valid UTF-8")]
+    Utf8,
+    /// Not valid OTLP JSON.
+    #[error("malformed OTLP JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Not a valid protobuf message of the expected type (prost's verdict).
+    #[error("malformed protobuf: {0}")]
+    Prost(#[from] prost::DecodeError),
+}
+
+/// The fields of one span besides its attributes.
+#[derive(Debug, Default, Clone, Copy)]
+struct SpanHead {
+    kind: i32,
+    start_ns: u64,
+    end_ns: u64,
+    status: i32,
+}
+
+/// Maps every span of a protobuf `ExportTraceServiceRequest` into `batch`.
+pub fn decode_protobuf(
+    body: &[u8],
+    m: &Mapping,
+    batch: &mut Batch,
+) -> Result<OtlpOutcome, DecodeError> {
+    let mut out = OtlpOutcome::default();
+    let mut scratch = Scratch::default();
+    let mut index = 0usize;
+    let mut request = Fields::new(body);
+    while let Some((field, value)) = request.next()? {
+        let (1, Value::Bytes(resource_spans)) = (field, value) else {
+            continue;
+        };
+        let mut rs = Fields::new(resource_spans);
+        while let Some((field, value)) = rs.next()? {
+            let (2, Value::Bytes(scope_spans)) = (field, value) else {
+                continue;
+            };
+            let mut ss = Fields::new(scope_spans);
+            while let Some((field, value)) = ss.next()? {
+                let (2, Value::Bytes(span)) = (field, value) else {
+                    continue;
+                };
+                let mut picked = Picked::default();
+                let head = read_span(span, m, &mut picked)?;
+                map_span(head, &picked, m, &mut scratch, batch, &mut out, index);
+                index += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the kind, times, status and picked attributes of one span.
+fn read_span<'a>(span: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<SpanHead, DecodeError> {
+    let mut head = SpanHead::default();
+    let mut f = Fields::new(span);
+    while let Some((field, value)) = f.next()? {
+        match (field, value) {
+            (6, Value::Varint(k)) => head.kind = k as i32,
+            (7, Value::Fixed64(t)) => head.start_ns = t,
+            (8, Value::Fixed64(t)) => head.end_ns = t,
+            (9, Value::Bytes(kv)) => read_attribute(kv, m, p)?,
+            (15, Value::Bytes(status)) => {
+                let mut s = Fields::new(status);
+                while let Some((field, value)) = s.next()? {
+                    if let (3, Value::Varint(c)) = (field, value) {
+                        head.status = c as i32;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(head)
+}
+
+/// Reads one `KeyValue` and offers it to the mapping, which reads the value only if it wants
+/// the key.
+fn read_attribute<'a>(kv: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<(), DecodeError> {
+    let mut key: &[u8] = b"";
+    let mut any: Option<&'a [u8]> = None;
+    let mut f = Fields::new(kv);
+    while let Some((field, v)) = f.next()? {
+        match (field, v) {
+            (1, Value::Bytes(k)) => key = k,
+            (2, Value::Bytes(a)) => any = Some(a),
+            _ => {}
+        }
+    }
+    m.offer_with(p, key, || any.map_or(Ok(AttrValue::Other), read_any_value))
+}
+
+/// Reads an `AnyValue`: the string, bool and int cases; anything else is [`AttrValue::Other`].
+fn read_any_value(any: &[u8]) -> Result<AttrValue<'_>, DecodeError> {
+    let mut value = AttrValue::Other;
+    let mut f = Fields::new(any);
+    while let Some((field, v)) = f.next()? {
+        value = match (field, v) {
+            (1, Value::Bytes(s)) => {
+                AttrValue::Str(std::str::from_utf8(s).map_err(|_| DecodeError::Utf8)?)
+            }
+            (2, Value::Varint(b)) => AttrValue::Bool(b != 0),
+            (3, Value::Varint(i)) => AttrValue::Int(i as i64),
+            _ => AttrValue::Other,
+        };
+    }
+    Ok(value)
+}
+
+/// Maps every span of an OTLP/JSON `ExportTraceServiceRequest` into `batch`.
+pub fn decode_json(
+    body: &[u8],
+    m: &Mapping,
+    batch: &mut Batch,
+) -> Result<OtlpOutcome, DecodeError> {
+    let request: ExportTraceServiceRequest = serde_json::from_slice(body)?;
+    Ok(map_request(&request, m, batch))
+}
+
+/// Maps every span of a decoded request (the JSON path, and the reference the protobuf walker
+/// is tested against).
+pub fn map_request(
+    request: &ExportTraceServiceRequest,
+    m: &Mapping,
+    batch: &mut Batch,
+) -> OtlpOutcome {
+    let mut out = OtlpOutcome::default();
+    let mut scratch = Scratch::default();
+    let spans = request
+        .resource_spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans);
+    for (index, span) in spans.enumerate() {
+        let mut picked = Picked::default();
+        for kv in &span.attributes {
+            m.offer(
+                &mut picked,
+                kv.key.as_bytes(),
+                attr_value(kv.value.as_ref()),
+            );
+        }
+        let head = SpanHead {
+            kind: span.kind,
+            start_ns: span.start_time_unix_nano,
+            end_ns: span.end_time_unix_nano,
+            status: span.status.as_ref().map_or(0, |s| s.code),
+        };
+        map_span(head, &picked, m, &mut scratch, batch, &mut out, index);
+    }
+    out
+}
+
+/// An attribute value of a decoded message as the mapping sees it.
+pub fn attr_value(v: Option<&AnyValue>) -> AttrValue<'_> {
+    match v.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => AttrValue::Str(s),
+        Some(any_value::Value::BoolValue(b)) => AttrValue::Bool(*b),
+        Some(any_value::Value::IntValue(i)) => AttrValue::Int(*i),
+        _ => AttrValue::Other,
+    }
+}
+
+/// One span into a record, or a skip or a rejection.
+fn map_span(
+    head: SpanHead,
+    picked: &Picked<'_>,
+    m: &Mapping,
+    scratch: &mut Scratch,
+    batch: &mut Batch,
+    out: &mut OtlpOutcome,
+    index: usize,
+) {
+    if m.client_spans_only && head.kind != SPAN_KIND_CLIENT {
+        return out.skipped.add(SkipReason::NotClient);
+    }
+    let latency_ms = if head.end_ns >= head.start_ns {
+        (head.end_ns - head.start_ns) as f64 / 1e6
+    } else if picked_is_shard_call(picked) {
+        return out.reject(RejectReason::BadLatency, &format!("span {index}"));
+    } else {
+        0.0
+    };
+    let call = Call {
+        count: 1,
+        latency_ms: Some(latency_ms),
+        outcome: outcome(head.status, picked),
+    };
+    emit(picked, call, scratch, batch, out, &|| {
+        format!("span {index}")
+    });
+}
+
+/// Whether the span would be taken (has a shard and a group): a bad duration on a span that
+/// is skipped anyway is not worth a rejection.
+fn picked_is_shard_call(p: &Picked<'_>) -> bool {
+    p.shard.is_some() && p.group.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::KeyValue;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+    use prost::Message;
+    use skewwatch_detectors::observation::{ObservationRef, Outcome};
+
+    fn kv(key: &str, v: any_value::Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(v) }),
+            ..KeyValue::default()
+        }
+    }
+
+    fn s(key: &str, v: &str) -> KeyValue {
+        kv(key, any_value::Value::StringValue(v.into()))
+    }
+
+    fn span(kind: i32, attrs: Vec<KeyValue>, dur_ns: u64, status: i32) -> Span {
+        Span {
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            name: "SELECT users".into(),
+            kind,
+            start_time_unix_nano: 1_700_000_000_000_000_000,
+            end_time_unix_nano: 1_700_000_000_000_000_000 + dur_ns,
+            attributes: attrs,
+            status: Some(Status {
+                message: String::new(),
+                code: status,
+            }),
+            ..Span::default()
+        }
+    }
+
+    fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..ScopeSpans::default()
+                }],
+                ..ResourceSpans::default()
+            }],
+        }
+    }
+
+    /// Spans of every kind the mapping distinguishes.
+    fn sample() -> ExportTraceServiceRequest {
+        let db = |shard: &str, extra: Vec<KeyValue>| {
+            let mut a = vec![
+                s("db.system.name", "postgresql"),
+                s("db.namespace", "users"),
+                s("server.address", shard),
+                s("skewwatch.key", "tenant-1"),
+            ];
+            a.extend(extra);
+            a
+        };
+        request(vec![
+            span(3, db("pg-1", vec![]), 2_500_000, 0),
+            span(
+                3,
+                db(
+                    "pg-2",
+                    vec![kv("rpc.grpc.status_code", any_value::Value::IntValue(5))],
+                ),
+                1_000_000,
+                2,
+            ),
+            span(
+                3,
+                db(
+                    "pg-2",
+                    vec![
+                        kv("skewwatch.cache", any_value::Value::BoolValue(true)),
+                        kv("http.response.status_code", any_value::Value::IntValue(503)),
+                    ],
+                ),
+                0,
+                2,
+            ),
+            span(2, db("pg-1", vec![]), 1_000_000, 0),
+            span(3, vec![s("db.namespace", "users")], 1_000_000, 0),
+            span(
+                3,
+                db("pg-3", vec![kv("x", any_value::Value::DoubleValue(1.5))]),
+                86_400_000_000_001,
+                0,
+            ),
+        ])
+    }
+
+    fn records(b: &Batch) -> Vec<ObservationRef<'_>> {
+        b.iter().collect()
+    }
+
+    #[test]
+    fn spans_map_to_observations_skips_and_rejections() {
+        let mut b = Batch::default();
+        let out = decode_protobuf(&sample().encode_to_vec(), &Mapping::default(), &mut b).unwrap();
+        assert_eq!(out.accepted, 3);
+        assert_eq!(out.skipped.get(SkipReason::NotClient), 1);
+        assert_eq!(out.skipped.get(SkipReason::NoShard), 1);
+        assert_eq!(out.rejected.get(RejectReason::BadLatency), 1);
+        assert_eq!(
+            out.first_error.as_deref(),
+            Some("span 5: latency_ms must be a finite number in 0..=86400000")
+        );
+        let r = records(&b);
+        assert_eq!(
+            (r[0].group, r[0].shard, r[0].key),
+            ("users", "pg-1", Some("tenant-1"))
+        );
+        assert_eq!(r[0].latency_ms, Some(2.5));
+        assert_eq!(r[0].outcome, Outcome::Ok);
+        assert_eq!(r[1].outcome, Outcome::NotFound);
+        assert_eq!(r[2].outcome, Outcome::Unavailable);
+        assert_eq!(
+            r[2].cache,
+            Some(skewwatch_detectors::observation::CacheResult::Hit)
+        );
+    }
+
+    #[test]
+    fn the_walker_agrees_with_prost_and_json_on_the_same_spans() {
+        let req = sample();
+        let m = Mapping::default();
+        let (mut a, mut b, mut c) = (Batch::default(), Batch::default(), Batch::default());
+        let wa = decode_protobuf(&req.encode_to_vec(), &m, &mut a).unwrap();
+        let decoded = ExportTraceServiceRequest::decode(req.encode_to_vec().as_slice()).unwrap();
+        let wb = map_request(&decoded, &m, &mut b);
+        let json = serde_json::to_vec(&req).unwrap();
+        let wc = decode_json(&json, &m, &mut c).unwrap();
+        assert_eq!(records(&a), records(&b));
+        assert_eq!(records(&a), records(&c));
+        for w in [&wb, &wc] {
+            assert_eq!(
+                (wa.accepted, wa.rejected, wa.skipped),
+                (w.accepted, w.rejected, w.skipped)
+            );
+        }
+    }
+
+    #[test]
+    fn json_ints_may_be_strings_as_the_otlp_json_encoding_writes_them() {
+        let body = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"kind":3,
+            "startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000000004000000",
+            "status":{"code":2},
+            "attributes":[{"key":"db.namespace","value":{"stringValue":"kv"}},
+                          {"key":"server.address","value":{"stringValue":"kv-9"}},
+                          {"key":"rpc.grpc.status_code","value":{"intValue":"8"}}]}]}]}]}"#;
+        let mut b = Batch::default();
+        let out = decode_json(body, &Mapping::default(), &mut b).unwrap();
+        assert_eq!(out.accepted, 1);
+        let r = records(&b);
+        assert_eq!(
+            (r[0].shard, r[0].latency_ms, r[0].outcome),
+            ("kv-9", Some(4.0), Outcome::Throttled)
+        );
+    }
+
+    #[test]
+    fn every_truncation_of_a_body_is_refused_or_read_safely() {
+        let body = sample().encode_to_vec();
+        for cut in 0..body.len() {
+            let mut b = Batch::default();
+            // Must not panic; a cut at a field boundary may still decode.
+            let _ = decode_protobuf(&body[..cut], &Mapping::default(), &mut b);
+        }
+        let mut b = Batch::default();
+        assert!(decode_protobuf(b"\x0a\x05abc", &Mapping::default(), &mut b).is_err());
+        assert!(decode_json(b"{\"resourceSpans\": 3}", &Mapping::default(), &mut b).is_err());
+    }
+}
