@@ -17,17 +17,20 @@ pub enum Source {
     Statsd,
     /// HTTP NDJSON.
     Http,
+    /// `scrape:` jobs (Prometheus targets).
+    Scrape,
 }
 
 impl Source {
     /// Every source, in [`Source::index`] order.
-    pub const ALL: [Source; 2] = [Source::Statsd, Source::Http];
+    pub const ALL: [Source; 3] = [Source::Statsd, Source::Http, Source::Scrape];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Statsd => "statsd",
             Source::Http => "http",
+            Source::Scrape => "scrape",
         }
     }
 
@@ -127,6 +130,12 @@ pub struct SelfMetrics {
     pub rejected: IntCounterVec,
     /// Valid records dropped before the pipeline, by source and reason.
     pub dropped: IntCounterVec,
+    /// Input that is not an observation and was skipped on purpose, by source and reason.
+    pub skipped: IntCounterVec,
+    /// Successful scrapes, by job.
+    pub scrapes: IntCounterVec,
+    /// Failed scrapes, by job and reason.
+    pub scrape_failures: IntCounterVec,
     /// UDP datagrams received.
     pub datagrams: IntCounter,
     /// Kernel receive-queue drops reported for the StatsD socket (SO_RXQ_OVFL).
@@ -220,6 +229,24 @@ impl SelfMetrics {
                 "Valid records dropped before the pipeline, by source and reason.",
                 &["source", "reason"],
             )?,
+            skipped: r.counters(
+                "skewwatch_ingest_skipped_total",
+                "Input skipped on purpose, not an error, by source and reason: StatsD lines no \
+                 statsd.mappings entry takes (unmapped), scraped series without the shard label \
+                 (no_shard) or past a job's max_series (series_cap).",
+                &["source", "reason"],
+            )?,
+            scrapes: r.counters(
+                "skewwatch_scrapes_total",
+                "Successful scrapes of a scrape: job's target, by job.",
+                &["job"],
+            )?,
+            scrape_failures: r.counters(
+                "skewwatch_scrape_failures_total",
+                "Failed scrapes, by job and reason (connect, timeout, status, body_too_large, \
+                 not_utf8); a failed scrape adds no observations.",
+                &["job", "reason"],
+            )?,
             alert_deliveries: r.counters(
                 "skewwatch_alert_deliveries_total",
                 "Alert delivery attempts (HTTP POSTs), by receiver and result (success, failure).",
@@ -297,6 +324,7 @@ impl SelfMetrics {
         for level in ["group", "shard"] {
             m.folded.with_label_values(&[level]);
         }
+        m.skipped.with_label_values(&["statsd", "unmapped"]);
         for direction in ["forward", "backward"] {
             m.clock_steps.with_label_values(&[direction]);
         }

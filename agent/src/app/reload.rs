@@ -9,9 +9,9 @@
 //!   open window, baselines and alert state (see [`crate::pipeline`]);
 //! - alert delivery: receivers whose settings changed are restarted, the others keep their
 //!   state;
-//! - listener addresses, HTTP limits, the StatsD buffer, the ingest queue and the cumulative
-//!   counters' buckets and retention are fixed at start-up: a change is reported as needing a
-//!   restart and not applied.
+//! - listener addresses, HTTP limits, the StatsD buffer and mappings, the `scrape:` jobs, the
+//!   ingest queue and the cumulative counters' buckets and retention are fixed at start-up: a
+//!   change is reported as needing a restart and not applied.
 
 use super::{ConfigSource, Running};
 use crate::clock::wall_now;
@@ -32,6 +32,13 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.statsd_receive_buffer_bytes != new.statsd_receive_buffer_bytes {
         out.push("statsd.receive_buffer_bytes");
+    }
+    // The receiver thread and the scrape tasks own what they were started with.
+    if old.statsd_mappings != new.statsd_mappings {
+        out.push("statsd.mappings");
+    }
+    if old.scrape != new.scrape {
+        out.push("scrape");
     }
     if old.ingest_queue_batches != new.ingest_queue_batches
         || old.ingest_queue_bytes != new.ingest_queue_bytes
@@ -111,6 +118,8 @@ fn keep_restart_only(mut new: Config, running: &Config) -> Config {
     new.statsd_listen = running.statsd_listen;
     new.http = running.http.clone();
     new.statsd_receive_buffer_bytes = running.statsd_receive_buffer_bytes;
+    new.statsd_mappings = running.statsd_mappings.clone();
+    new.scrape = running.scrape.clone();
     new.ingest_queue_batches = running.ingest_queue_batches;
     new.ingest_queue_bytes = running.ingest_queue_bytes;
     new.allow_unauthenticated = running.allow_unauthenticated;
