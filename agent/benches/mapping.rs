@@ -11,87 +11,25 @@
 //!
 //! `cargo bench -p skewwatch --bench mapping -- --warm-up-time 1 --measurement-time 3`
 
+mod common;
+
 use std::hint::black_box;
-use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use skewwatch::config::Config;
-use skewwatch::ingest::mapping::Mapper;
 use skewwatch::ingest::scrape::{Series, parse_page};
 use skewwatch::ingest::statsd;
 use skewwatch_detectors::observation::{Batch, Rejections};
 
-/// The mappings of docs/ingest.md's examples.
-const MAPPINGS: &str = r#"
-statsd:
-  mappings:
-    - match: "http.*.requests"
-      types: [c]
-      group: "http-$1"
-      shard: "${tag:backend}"
-    - match: 'rpc\.(\w+)\.(\w+)\.latency'
-      match_type: regex
-      group: "rpc-$1"
-      shard: "$2"
-    - match: "db.*.query_time"
-      types: [ms, h, d]
-      group: orders-db
-      shard: "$1"
-      key: "${tag:table}"
-      outcome: "${tag:outcome}"
-    - match: "cache.get"
-      types: [c]
-      group: "${tag:service}-cache"
-      shard: "${tag:shard}"
-      cache: "${tag:result}"
-"#;
-
-fn mapper() -> Mapper {
-    let c = Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
-    Mapper::new(Arc::from(c.statsd_mappings))
-}
-
-/// 20 lines, half `db.*.query_time` timers, half `cache.get` counters, 32 shards.
-fn mapped_datagram() -> Vec<u8> {
-    let mut d = String::new();
-    for i in 0..20 {
-        if i % 2 == 0 {
-            d.push_str(&format!(
-                "db.s{}.query_time:{}.5|ms|#table:t{},outcome:ok,env:prod\n",
-                i % 32,
-                i + 3,
-                i % 7
-            ));
-        } else {
-            d.push_str(&format!(
-                "cache.get:1|c|#service:meta,shard:s{},result:{},env:prod\n",
-                i % 32,
-                if i % 3 == 0 { "miss" } else { "hit" }
-            ));
-        }
-    }
-    d.into_bytes()
-}
-
-fn native_datagram() -> Vec<u8> {
-    let mut d = String::new();
-    for i in 0..20 {
-        d.push_str(&format!(
-            "skewwatch.request:{}.5|ms|#group:orders-db,shard:s{},key:t{}\n",
-            i + 3,
-            i % 32,
-            i % 7
-        ));
-    }
-    d.into_bytes()
-}
-
 fn statsd_benches(c: &mut Criterion) {
-    let mut mapper = mapper();
+    let mut mapper = common::mapper();
     let mut group = c.benchmark_group("mapping");
     for (name, datagram) in [
-        ("statsd_mapped_datagram", mapped_datagram()),
-        ("statsd_native_datagram_with_mappings", native_datagram()),
+        ("statsd_mapped_datagram", common::mapped_datagram()),
+        (
+            "statsd_native_datagram_with_mappings",
+            common::native_datagram(),
+        ),
     ] {
         let mut batch = Batch::with_capacity(64);
         let mut rejected = Rejections::default();
