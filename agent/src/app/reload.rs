@@ -134,3 +134,20 @@ fn list(items: &[&str]) -> String {
         items.join(", ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_and_scrape_jobs_need_a_restart_and_keep_running_as_started() {
+        let old = Config::embedded();
+        let yaml = "statsd:\n  mappings:\n    - match: a.*\n      group: g\n      shard: $1\n\
+                    scrape:\n  - name: t\n    url: http://127.0.0.1:9/metrics\n    metrics: [x_total]\n";
+        let new = Config::from_yaml(yaml, "t").unwrap();
+        assert_eq!(restart_only(&old, &new), ["statsd.mappings", "scrape"]);
+        let kept = keep_restart_only(new, &old);
+        assert!(kept.statsd_mappings.is_empty() && kept.scrape.is_empty());
+        assert!(restart_only(&old, &kept).is_empty());
+    }
+}

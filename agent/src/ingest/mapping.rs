@@ -338,6 +338,7 @@ fn glob(pieces: &[String], name: &str, at: usize, captures: &mut Vec<(usize, usi
 mod tests {
     use super::*;
     use crate::config::Config;
+    use skewwatch_detectors::observation::Rejections;
 
     fn mapper(yaml: &str) -> Mapper {
         let c = Config::from_yaml(yaml, "t").unwrap();
@@ -485,5 +486,62 @@ statsd:
         assert_eq!(got, ["x", "y_z"]);
         let mut caps = vec![(0, 0)];
         assert!(!glob(&pieces, "a.x_count", 0, &mut caps));
+    }
+
+    #[test]
+    fn a_datagram_mixes_native_mapped_unmapped_and_bad_lines() {
+        let mut m = mapper(YAML);
+        let datagram = b"skewwatch.request:1|ms|#group:g,shard:a\n\
+            db.s1.query_time:5|ms\n\
+            process.rss:100|g\n\
+            unrelated.timer:3|ms|#shard:x\n\
+            cache.get:1|c|#service:m,shard:2,result:nope\n\
+            skewwatch.request:1|ms|#shard:a\n\
+            garbage\n";
+        let mut batch = Batch::default();
+        let mut rejected = Rejections::default();
+        let mut skipped = 0;
+        let accepted = statsd::parse_datagram_mapped(
+            datagram,
+            &mut m,
+            &mut batch,
+            &mut rejected,
+            &mut skipped,
+        );
+        assert_eq!((accepted, batch.len(), skipped), (2, 2, 2));
+        let groups: Vec<_> = batch.iter().map(|o| (o.group, o.shard)).collect();
+        assert_eq!(groups, [("g", "a"), ("orders-db", "s1")]);
+        assert_eq!(rejected.get(RejectReason::BadCache), 1);
+        assert_eq!(rejected.get(RejectReason::MissingGroup), 1);
+        assert_eq!(rejected.get(RejectReason::Malformed), 1);
+        assert_eq!(rejected.total(), 3);
+        // Without mappings the same datagram rejects the other metrics, as before.
+        let mut none = Mapper::new(Arc::from([]));
+        let mut rejected = Rejections::default();
+        let mut skipped = 0;
+        statsd::parse_datagram_mapped(
+            datagram,
+            &mut none,
+            &mut Batch::default(),
+            &mut rejected,
+            &mut skipped,
+        );
+        assert_eq!(skipped, 0);
+        assert_eq!(rejected.get(RejectReason::UnsupportedMetric), 4);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_lines_never_panic_and_what_is_accepted_is_valid(
+            line in "[a-z.*_:|#@,0-9$]{0,60}"
+        ) {
+            let mut m = mapper(YAML);
+            let mut b = Batch::default();
+            let mapped = m.map_line(&line, &mut b);
+            proptest::prop_assert_eq!(mapped == Mapped::Accepted, b.len() == 1);
+            for o in b.iter() {
+                proptest::prop_assert_eq!(o.validate(), Ok(()));
+            }
+        }
     }
 }
