@@ -28,6 +28,9 @@ use skewwatch_detectors::window::{WindowConfig, Windows};
 const PATHS: &[(&str, usize)] = &[
     ("statsd_datagram", 2_000),
     ("statsd_mixed_datagram", 2_000),
+    ("statsd_datagram_mapped", 2_000),
+    ("statsd_mixed_datagram_mapped", 2_000),
+    ("statsd_mapped_lines", 2_000),
     ("ndjson_body", 20),
     ("record_no_key", 200_000),
     ("record_with_key", 200_000),
@@ -65,6 +68,39 @@ fn run(path: &str, reps: usize) -> Option<usize> {
                 }
             });
             assert_eq!(rejected.total(), 0);
+            reps * lines / datagrams.len()
+        }
+        "statsd_datagram_mapped" | "statsd_mixed_datagram_mapped" | "statsd_mapped_lines" => {
+            // The receiver's path with statsd.mappings configured: native lines (which never
+            // reach the mappings), or lines under a service's own names (which all do).
+            let (datagrams, lines) = match path {
+                "statsd_datagram_mapped" => common::bench_datagrams(64, 64, 10_000),
+                "statsd_mixed_datagram_mapped" => {
+                    let (d, n) = common::mixed_datagram();
+                    (vec![d], n)
+                }
+                _ => (vec![common::mapped_datagram()], 20),
+            };
+            let mut mapper = common::mapper();
+            let mut batch = Batch::with_capacity(8192);
+            let mut rejected = Rejections::default();
+            let mut skipped = 0;
+            measured(|| {
+                for i in 0..reps {
+                    if batch.len() > 4096 {
+                        batch.clear();
+                    }
+                    let d = &datagrams[i % datagrams.len()];
+                    black_box(statsd::parse_datagram_mapped(
+                        d,
+                        &mut mapper,
+                        &mut batch,
+                        &mut rejected,
+                        &mut skipped,
+                    ));
+                }
+            });
+            assert_eq!((rejected.total(), skipped), (0, 0));
             reps * lines / datagrams.len()
         }
         "ndjson_body" => {

@@ -21,11 +21,13 @@ pub enum Source {
     Http,
     /// OTLP/HTTP spans and metrics.
     Otlp,
+    /// `scrape:` jobs (Prometheus targets).
+    Scrape,
 }
 
 impl Source {
     /// Every source, in [`Source::index`] order.
-    pub const ALL: [Source; 3] = [Source::Statsd, Source::Http, Source::Otlp];
+    pub const ALL: [Source; 4] = [Source::Statsd, Source::Http, Source::Otlp, Source::Scrape];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -33,6 +35,7 @@ impl Source {
             Source::Statsd => "statsd",
             Source::Http => "http",
             Source::Otlp => "otlp",
+            Source::Scrape => "scrape",
         }
     }
 
@@ -84,8 +87,8 @@ pub struct SourceMetrics {
     pub dropped_queue_full: IntCounter,
     /// Valid records dropped because the pipeline had stopped.
     pub dropped_shutdown: IntCounter,
-    /// Skipped items by [`SkipReason`] (indexed by its discriminant); only the OTLP source
-    /// skips, the others have none.
+    /// OTLP's skipped items by [`SkipReason`] (indexed by its discriminant); empty for the
+    /// other sources, whose skips are counted where they happen.
     skipped: Vec<IntCounter>,
 }
 
@@ -110,7 +113,8 @@ impl SourceMetrics {
                     .iter()
                     .map(|r| m.skipped.with_label_values(&[s, r.as_str()]))
                     .collect(),
-                Source::Statsd | Source::Http => Vec::new(),
+                // StatsD's `unmapped` and the scrape jobs' reasons are resolved where they count.
+                Source::Statsd | Source::Http | Source::Scrape => Vec::new(),
             },
         }
     }
@@ -151,8 +155,12 @@ pub struct SelfMetrics {
     pub rejected: IntCounterVec,
     /// Valid records dropped before the pipeline, by source and reason.
     pub dropped: IntCounterVec,
-    /// Valid telemetry that describes no shard call, by source and reason.
+    /// Input that is not an observation and was skipped on purpose, by source and reason.
     pub skipped: IntCounterVec,
+    /// Successful scrapes, by job.
+    pub scrapes: IntCounterVec,
+    /// Failed scrapes, by job and reason.
+    pub scrape_failures: IntCounterVec,
     /// UDP datagrams received.
     pub datagrams: IntCounter,
     /// Kernel receive-queue drops reported for the StatsD socket (SO_RXQ_OVFL).
@@ -248,8 +256,23 @@ impl SelfMetrics {
             )?,
             skipped: r.counters(
                 "skewwatch_ingest_skipped_total",
-                "Valid spans or metric points that describe no shard call (not a client span, no shard or group attribute, a metric without per-request counts), by source and reason.",
+                "Input skipped on purpose, not an error, by source and reason: StatsD lines no \
+                 statsd.mappings entry takes (unmapped), scraped series without the shard label \
+                 (no_shard) or past a job's max_series (series_cap), OTLP spans or metric points \
+                 that describe no shard call (not a client span, no shard or group attribute, a \
+                 metric without per-request counts).",
                 &["source", "reason"],
+            )?,
+            scrapes: r.counters(
+                "skewwatch_scrapes_total",
+                "Successful scrapes of a scrape: job's target, by job.",
+                &["job"],
+            )?,
+            scrape_failures: r.counters(
+                "skewwatch_scrape_failures_total",
+                "Failed scrapes, by job and reason (connect, timeout, status, body_too_large, \
+                 not_utf8); a failed scrape adds no observations.",
+                &["job", "reason"],
             )?,
             alert_deliveries: r.counters(
                 "skewwatch_alert_deliveries_total",
@@ -328,6 +351,7 @@ impl SelfMetrics {
         for level in ["group", "shard"] {
             m.folded.with_label_values(&[level]);
         }
+        m.skipped.with_label_values(&["statsd", "unmapped"]);
         for direction in ["forward", "backward"] {
             m.clock_steps.with_label_values(&[direction]);
         }

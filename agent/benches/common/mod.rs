@@ -164,3 +164,68 @@ pub fn snapshot(shards: usize) -> WindowSnapshot {
     }
     w.close(10.0)
 }
+
+/// The mappings of docs/ingest.md's examples.
+pub const MAPPINGS: &str = r#"
+statsd:
+  mappings:
+    - match: "http.*.requests"
+      types: [c]
+      group: "http-$1"
+      shard: "${tag:backend}"
+    - match: 'rpc\.(\w+)\.(\w+)\.latency'
+      match_type: regex
+      group: "rpc-$1"
+      shard: "$2"
+    - match: "db.*.query_time"
+      types: [ms, h, d]
+      group: orders-db
+      shard: "$1"
+      key: "${tag:table}"
+      outcome: "${tag:outcome}"
+    - match: "cache.get"
+      types: [c]
+      group: "${tag:service}-cache"
+      shard: "${tag:shard}"
+      cache: "${tag:result}"
+"#;
+
+pub fn mapper() -> skewwatch::ingest::mapping::Mapper {
+    let c = skewwatch::config::Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
+    skewwatch::ingest::mapping::Mapper::new(std::sync::Arc::from(c.statsd_mappings))
+}
+
+/// 20 lines, half `db.*.query_time` timers, half `cache.get` counters, 32 shards.
+pub fn mapped_datagram() -> Vec<u8> {
+    let mut d = String::new();
+    for i in 0..20 {
+        if i % 2 == 0 {
+            d.push_str(&format!(
+                "db.s{}.query_time:{}.5|ms|#table:t{},outcome:ok,env:prod\n",
+                i % 32,
+                i + 3,
+                i % 7
+            ));
+        } else {
+            d.push_str(&format!(
+                "cache.get:1|c|#service:meta,shard:s{},result:{},env:prod\n",
+                i % 32,
+                if i % 3 == 0 { "miss" } else { "hit" }
+            ));
+        }
+    }
+    d.into_bytes()
+}
+
+pub fn native_datagram() -> Vec<u8> {
+    let mut d = String::new();
+    for i in 0..20 {
+        d.push_str(&format!(
+            "skewwatch.request:{}.5|ms|#group:orders-db,shard:s{},key:t{}\n",
+            i + 3,
+            i % 32,
+            i % 7
+        ));
+    }
+    d.into_bytes()
+}

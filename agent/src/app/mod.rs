@@ -39,7 +39,7 @@ use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
-use crate::ingest::udp;
+use crate::ingest::{scrape, udp};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
 use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
@@ -89,10 +89,18 @@ impl UdpReceiver {
         socket: std::net::UdpSocket,
         queue: &crate::ingest::IngestQueue,
         metrics: &SelfMetrics,
+        mappings: &[crate::config::StatsdMapping],
     ) -> anyhow::Result<UdpReceiver> {
         let stop = CancellationToken::new();
-        let thread = udp::spawn(socket, queue.clone(), metrics.clone(), stop.clone())
-            .context("starting the StatsD receiver thread")?;
+        let mappings = Arc::from(mappings.to_vec());
+        let thread = udp::spawn(
+            socket,
+            queue.clone(),
+            metrics.clone(),
+            mappings,
+            stop.clone(),
+        )
+        .context("starting the StatsD receiver thread")?;
         Ok(UdpReceiver { thread, stop })
     }
 }
@@ -106,6 +114,9 @@ pub struct Running {
     alerts: watch::Receiver<Arc<Vec<Alert>>>,
     http: Server,
     udp: Option<UdpReceiver>,
+    /// The `scrape:` jobs, and what stops them.
+    scrapers: Vec<JoinHandle<()>>,
+    scrape_stop: CancellationToken,
     pipeline: JoinHandle<()>,
     pipeline_stop: CancellationToken,
     delivery: Vec<ReceiverTask>,
@@ -162,8 +173,23 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .instrument(tracing::info_span!("pipeline")),
     );
     let udp = statsd_socket
-        .map(|socket| UdpReceiver::spawn(socket, &channels.queue, &metrics))
+        .map(|socket| {
+            UdpReceiver::spawn(socket, &channels.queue, &metrics, &config.statsd_mappings)
+        })
         .transpose()?;
+    let scrape_stop = CancellationToken::new();
+    let scrapers = config
+        .scrape
+        .iter()
+        .map(|job| {
+            scrape::spawn(
+                job.clone(),
+                channels.queue.clone(),
+                &metrics,
+                scrape_stop.clone(),
+            )
+        })
+        .collect();
     let ready = Arc::new(AtomicBool::new(false));
     let (token_tx, token) = watch::channel(config.token.clone());
     let (reload_tx, reload_rx) = mpsc::channel(4);
@@ -198,6 +224,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         alerts: channels.alerts,
         http,
         udp,
+        scrapers,
+        scrape_stop,
         pipeline,
         pipeline_stop,
         delivery,
@@ -436,7 +464,12 @@ impl Running {
         let deadline = Instant::now() + grace;
         self.ready.store(false, Ordering::Release);
 
-        // Ingest first, so the pipeline drains everything it will ever get.
+        // Ingest first, so the pipeline drains everything it will ever get. A scrape in flight
+        // is abandoned: its data stays in the target for the next run to read.
+        self.scrape_stop.cancel();
+        for task in self.scrapers {
+            task.abort();
+        }
         let udp = self.udp.map(|u| {
             u.stop.cancel();
             tokio::task::spawn_blocking(move || u.thread.join())

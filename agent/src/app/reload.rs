@@ -9,9 +9,10 @@
 //!   open window, baselines and alert state (see [`crate::pipeline`]);
 //! - alert delivery: receivers whose settings changed are restarted, the others keep their
 //!   state;
-//! - listener addresses, HTTP limits, the StatsD buffer, the ingest queue and the cumulative
-//!   counters' buckets and retention, and the OTLP mapping are fixed at start-up: a change is reported as needing a
-//!   restart and not applied.
+//! - listener addresses, HTTP limits, the StatsD buffer and mappings, the `scrape:` jobs, the
+//!   OTLP mapping, the `ui` history ring, the ingest queue and the cumulative counters' buckets
+//!   and retention are fixed at start-up: a change is reported as needing a restart and not
+//!   applied.
 
 use super::{ConfigSource, Running};
 use crate::clock::wall_now;
@@ -32,6 +33,13 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.statsd_receive_buffer_bytes != new.statsd_receive_buffer_bytes {
         out.push("statsd.receive_buffer_bytes");
+    }
+    // The receiver thread and the scrape tasks own what they were started with.
+    if old.statsd_mappings != new.statsd_mappings {
+        out.push("statsd.mappings");
+    }
+    if old.scrape != new.scrape {
+        out.push("scrape");
     }
     if old.ingest_queue_batches != new.ingest_queue_batches
         || old.ingest_queue_bytes != new.ingest_queue_bytes
@@ -119,6 +127,8 @@ fn keep_restart_only(mut new: Config, running: &Config) -> Config {
     new.statsd_listen = running.statsd_listen;
     new.http = running.http.clone();
     new.statsd_receive_buffer_bytes = running.statsd_receive_buffer_bytes;
+    new.statsd_mappings = running.statsd_mappings.clone();
+    new.scrape = running.scrape.clone();
     new.ingest_queue_batches = running.ingest_queue_batches;
     new.ingest_queue_bytes = running.ingest_queue_bytes;
     new.allow_unauthenticated = running.allow_unauthenticated;
@@ -133,5 +143,22 @@ fn list(items: &[&str]) -> String {
         "nothing".to_owned()
     } else {
         items.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_and_scrape_jobs_need_a_restart_and_keep_running_as_started() {
+        let old = Config::embedded();
+        let yaml = "statsd:\n  mappings:\n    - match: a.*\n      group: g\n      shard: $1\n\
+                    scrape:\n  - name: t\n    url: http://127.0.0.1:9/metrics\n    metrics: [x_total]\n";
+        let new = Config::from_yaml(yaml, "t").unwrap();
+        assert_eq!(restart_only(&old, &new), ["statsd.mappings", "scrape"]);
+        let kept = keep_restart_only(new, &old);
+        assert!(kept.statsd_mappings.is_empty() && kept.scrape.is_empty());
+        assert!(restart_only(&old, &kept).is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! port is bound. The embedded default is `rules/skewwatch.yaml`, compiled into the binary, so
 //! `skewwatch run` with no file runs on exactly what the repository documents.
 
+pub mod mapping;
 pub mod raw;
 pub mod secret;
 pub mod validate;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use skewwatch_detectors::engine::EngineConfig;
 
+pub use mapping::StatsdMapping;
 pub use raw::RawConfig;
 pub use secret::{EnvLookup, Secret, SecretSource, process_env};
 
@@ -181,6 +183,47 @@ impl Default for ExpositionConfig {
     }
 }
 
+/// Where a scrape job takes the group of its observations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSource {
+    /// The group when the label is absent (or not configured).
+    pub name: String,
+    /// A label whose value, when present, is the group.
+    pub label: Option<String>,
+}
+
+/// A validated `scrape:` job: a Prometheus `/metrics` page read at an interval, its
+/// per-shard counters and classic histograms turned into observations (see
+/// [`crate::ingest::scrape`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScrapeJob {
+    /// The `job` label of the scrape metrics; unique.
+    pub name: String,
+    /// The page (plain http).
+    pub url: reqwest::Url,
+    /// Time between scrapes.
+    pub interval: Duration,
+    /// Time one scrape may take.
+    pub timeout: Duration,
+    /// Counter and classic histogram names read (as they appear in samples: `x_total`, and a
+    /// histogram by its base name).
+    pub metrics: Vec<String>,
+    /// The group.
+    pub group: GroupSource,
+    /// The label naming the shard; a series without it is skipped.
+    pub shard_label: String,
+    /// The label naming the key.
+    pub key_label: Option<String>,
+    /// The label naming the outcome.
+    pub outcome_label: Option<String>,
+    /// The label naming the cache result.
+    pub cache_label: Option<String>,
+    /// Bearer token sent to the target.
+    pub bearer_token: Option<Secret>,
+    /// Series whose previous value is kept; new series past it are skipped, counted.
+    pub max_series: usize,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -200,6 +243,10 @@ pub struct Config {
     pub ingest_queue_bytes: usize,
     /// SO_RCVBUF for the StatsD socket.
     pub statsd_receive_buffer_bytes: usize,
+    /// StatsD metrics of other names turned into observations, first match wins.
+    pub statsd_mappings: Vec<StatsdMapping>,
+    /// Prometheus targets read as input.
+    pub scrape: Vec<ScrapeJob>,
     /// Bearer token required by ingest and admin endpoints; `None` leaves them open to
     /// whoever can reach the listener.
     pub token: Option<Secret>,

@@ -61,6 +61,65 @@ pub struct RawLimits {
 pub struct RawStatsd {
     /// SO_RCVBUF size.
     pub receive_buffer_bytes: Option<usize>,
+    /// Mappings of other metric names to observations.
+    pub mappings: Option<Vec<RawMapping>>,
+}
+
+/// One mapping in `statsd.mappings`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawMapping {
+    /// The metric name pattern.
+    #[serde(rename = "match")]
+    pub pattern: Option<String>,
+    /// `glob` (default) or `regex`.
+    pub match_type: Option<String>,
+    /// StatsD types taken (`ms`, `h`, `d`, `c`); default all four.
+    pub types: Option<Vec<String>>,
+    /// Group template.
+    pub group: Option<String>,
+    /// Shard template.
+    pub shard: Option<String>,
+    /// Key template.
+    pub key: Option<String>,
+    /// Outcome template.
+    pub outcome: Option<String>,
+    /// Cache result template.
+    pub cache: Option<String>,
+}
+
+/// One job in `scrape:`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawScrapeJob {
+    /// The `job` label of the scrape metrics.
+    pub name: Option<String>,
+    /// The `/metrics` URL (plain http).
+    pub url: Option<String>,
+    /// Time between scrapes.
+    pub interval_secs: Option<f64>,
+    /// Time one scrape may take.
+    pub timeout_secs: Option<f64>,
+    /// Counter and classic histogram names to read.
+    pub metrics: Option<Vec<String>>,
+    /// The group of every observation (default: the job name).
+    pub group: Option<String>,
+    /// A label whose value is the group, when present.
+    pub group_label: Option<String>,
+    /// The label naming the shard.
+    pub shard_label: Option<String>,
+    /// The label naming the key.
+    pub key_label: Option<String>,
+    /// The label naming the outcome.
+    pub outcome_label: Option<String>,
+    /// The label naming the cache result.
+    pub cache_label: Option<String>,
+    /// File holding a bearer token sent to the target.
+    pub bearer_token_file: Option<PathBuf>,
+    /// Environment variable holding a bearer token sent to the target.
+    pub bearer_token_env: Option<String>,
+    /// Series whose previous value is kept.
+    pub max_series: Option<usize>,
 }
 
 /// `exposition:` section.
@@ -224,4 +283,6 @@ pub struct RawConfig {
     pub ui: Option<RawUi>,
     /// OTLP/HTTP receiver mapping.
     pub otlp: Option<RawOtlp>,
+    /// Prometheus targets read as input.
+    pub scrape: Option<Vec<RawScrapeJob>>,
 }

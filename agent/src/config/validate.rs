@@ -23,6 +23,8 @@ use super::{
 use crate::ingest::otlp::Mapping;
 use crate::state::StateStore;
 
+mod ingest;
+
 /// Most attribute or metric names one `otlp:` list may hold: each is compared with every
 /// attribute of every span.
 const MAX_OTLP_NAMES: usize = 16;
@@ -65,7 +67,10 @@ impl RawConfig {
             c.exposition(self.exposition.unwrap_or_default(), window.window_secs);
         window.latency_buckets_secs = latency_buckets_secs;
         let limits = c.limits(self.limits.unwrap_or_default());
-        let statsd_receive_buffer_bytes = c.statsd(self.statsd.unwrap_or_default());
+        let statsd = self.statsd.unwrap_or_default();
+        let statsd_mappings = c.mappings(statsd.mappings.clone().unwrap_or_default());
+        let statsd_receive_buffer_bytes = c.statsd(statsd);
+        let scrape = c.scrape(self.scrape.unwrap_or_default());
         let http = c.http(self.http.unwrap_or_default(), limits.http_body_limit_bytes);
         let auth = self.auth.unwrap_or_default();
         let allow_unauthenticated = auth.allow_unauthenticated.unwrap_or(false);
@@ -97,6 +102,8 @@ impl RawConfig {
             ingest_queue_batches: limits.ingest_queue_batches,
             ingest_queue_bytes: limits.ingest_queue_bytes,
             statsd_receive_buffer_bytes,
+            statsd_mappings,
+            scrape,
             token,
             allow_unauthenticated,
             state,

@@ -5,11 +5,15 @@
 //!
 //! - [`statsd`]: StatsD / DogStatsD line parser.
 //! - [`udp`]: the UDP receiver thread that feeds it.
+//! - [`mapping`]: `statsd.mappings`, other StatsD metric names turned into observations.
 //! - [`ndjson`]: NDJSON body parser for `POST /api/v1/observations` and `replay`.
 //! - [`otlp`]: OpenTelemetry spans and metrics (`POST /v1/traces`, `POST /v1/metrics`).
+//! - [`scrape`]: `scrape:` jobs, Prometheus targets read as input.
 
+pub mod mapping;
 pub mod ndjson;
 pub mod otlp;
+pub mod scrape;
 pub mod statsd;
 pub mod udp;
 

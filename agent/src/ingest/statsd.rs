@@ -35,6 +35,8 @@ use skewwatch_detectors::observation::{
     Batch, CacheResult, MAX_COUNT, ObservationRef, Outcome, RejectReason, Rejections,
 };
 
+use super::mapping::{Mapped, Mapper};
+
 /// The one StatsD metric name skewwatch takes.
 pub const METRIC_NAME: &str = "skewwatch.request";
 
@@ -44,6 +46,50 @@ pub const METRIC_NAME: &str = "skewwatch.request";
 /// nowhere. Valid lines are validated and pushed to `out`; each rejected line adds its reason
 /// to `rejected`. Returns the number of accepted lines.
 pub fn parse_datagram(datagram: &[u8], out: &mut Batch, rejected: &mut Rejections) -> usize {
+    parse_lines(datagram, out, rejected, |_, reason, _, rejected| {
+        rejected.add(reason);
+        false
+    })
+}
+
+/// [`parse_datagram`] with `statsd.mappings`: a line of another metric goes through `mapper`;
+/// one that no mapping takes adds one to `skipped` instead of being rejected. Without mappings
+/// it is [`parse_datagram`].
+pub fn parse_datagram_mapped(
+    datagram: &[u8],
+    mapper: &mut Mapper,
+    out: &mut Batch,
+    rejected: &mut Rejections,
+    skipped: &mut u64,
+) -> usize {
+    if !mapper.is_active() {
+        return parse_datagram(datagram, out, rejected);
+    }
+    parse_lines(datagram, out, rejected, |line, reason, out, rejected| {
+        // Only a line of another metric name is offered to the mappings: the native path
+        // stays as it was, and its own errors stay errors.
+        let mapped = match (reason, std::str::from_utf8(line)) {
+            (RejectReason::UnsupportedMetric, Ok(line)) => mapper.map_line(line, out),
+            _ => Mapped::Rejected(reason),
+        };
+        match mapped {
+            Mapped::Accepted => return true,
+            Mapped::Rejected(reason) => rejected.add(reason),
+            Mapped::Unmapped => *skipped += 1,
+        }
+        false
+    })
+}
+
+/// The line loop of [`parse_datagram`]; `on_error(line, reason, out, rejected)` handles a
+/// line the native parser refused and says whether it was accepted after all.
+#[inline(always)]
+fn parse_lines(
+    datagram: &[u8],
+    out: &mut Batch,
+    rejected: &mut Rejections,
+    mut on_error: impl FnMut(&[u8], RejectReason, &mut Batch, &mut Rejections) -> bool,
+) -> usize {
     // One UTF-8 check for the whole datagram rather than one per line: every line of a valid
     // datagram is valid, as lines end at an ASCII byte. When the check fails, each line is
     // checked on its own, so a bad byte still costs only its line.
@@ -72,7 +118,12 @@ pub fn parse_datagram(datagram: &[u8], out: &mut Batch, rejected: &mut Rejection
                 out.push(&obs);
                 accepted += 1;
             }
-            Err(reason) => rejected.add(reason),
+            Err(reason) => {
+                let line = datagram.get(line_start..end).unwrap_or_default();
+                if on_error(line, reason, out, rejected) {
+                    accepted += 1;
+                }
+            }
         }
     }
     accepted
@@ -345,7 +396,7 @@ fn foreign_line_reason(line: &str) -> RejectReason {
 }
 
 /// `round(requests / rate)` for a sample rate in `(0, 1]`.
-fn scale_by_rate(requests: u64, rate: &str) -> Result<u64, RejectReason> {
+pub(crate) fn scale_by_rate(requests: u64, rate: &str) -> Result<u64, RejectReason> {
     let rate = parse_f64(rate).ok_or(RejectReason::BadCount)?;
     // Written so that NaN fails too.
     if !(rate > 0.0 && rate <= 1.0) {
@@ -372,7 +423,7 @@ const POW10: [f64; 16] = [
 /// same, correctly rounded result as `str::parse`: the digits form an integer below 2^53 and
 /// the divisor is an exact power of ten, so the one IEEE division rounds correctly (Clinger's
 /// fast path). Everything else (signs, exponents, `NaN`, long inputs) goes to `str::parse`.
-fn parse_f64(s: &str) -> Option<f64> {
+pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     let bytes = s.as_bytes();
     if bytes.len() <= 16 {
         let mut mantissa: u64 = 0;
@@ -404,7 +455,7 @@ fn parse_f64(s: &str) -> Option<f64> {
 }
 
 /// Parses a non-empty string of ASCII digits; `None` on anything else or on overflow.
-fn parse_u64(s: &str) -> Option<u64> {
+pub(crate) fn parse_u64(s: &str) -> Option<u64> {
     if s.is_empty() {
         return None;
     }

@@ -25,6 +25,7 @@
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,10 +34,13 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, MultiHeaders, recvmmsg, setsockopt, sockopt,
 };
+use prometheus::IntCounter;
 use skewwatch_detectors::observation::{Batch, Rejections};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::StatsdMapping;
+use crate::ingest::mapping::Mapper;
 use crate::ingest::{IngestQueue, statsd};
 use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
 
@@ -89,17 +93,18 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize) -> io::Result<UdpSock
     Ok(socket.into())
 }
 
-/// Starts the receiver thread. It stops when `cancel` fires, after handing over its last
-/// batch.
+/// Starts the receiver thread, applying `mappings` to lines of other metric names. It stops
+/// when `cancel` fires, after handing over its last batch.
 pub fn spawn(
     socket: UdpSocket,
     queue: IngestQueue,
     metrics: SelfMetrics,
+    mappings: Arc<[StatsdMapping]>,
     cancel: CancellationToken,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("statsd-udp".into())
-        .spawn(move || receive_loop(&socket, &queue, &metrics, &cancel))
+        .spawn(move || receive_loop(&socket, &queue, &metrics, Mapper::new(mappings), &cancel))
 }
 
 /// The receive buffers and what the kernel reported with the last datagrams.
@@ -180,6 +185,12 @@ struct Pending<'a> {
     batch: Batch,
     rejected: Rejections,
     datagrams: u64,
+    /// `statsd.mappings`, applied to lines of other metric names.
+    mapper: Mapper,
+    /// Lines no mapping took, since the last hand-over.
+    skipped: u64,
+    /// `skewwatch_ingest_skipped_total{source="statsd",reason="unmapped"}`.
+    skipped_counter: IntCounter,
     /// When the first record (or datagram) of the batch arrived.
     since: Option<Instant>,
 }
@@ -189,7 +200,13 @@ impl Pending<'_> {
     fn parse(&mut self, datagram: &[u8], now: Instant) {
         self.since.get_or_insert(now);
         self.datagrams += 1;
-        statsd::parse_datagram(datagram, &mut self.batch, &mut self.rejected);
+        statsd::parse_datagram_mapped(
+            datagram,
+            &mut self.mapper,
+            &mut self.batch,
+            &mut self.rejected,
+            &mut self.skipped,
+        );
         if self.batch.len() >= BATCH_RECORDS {
             self.flush();
         }
@@ -206,6 +223,10 @@ impl Pending<'_> {
         if self.datagrams > 0 {
             self.metrics.datagrams.inc_by(self.datagrams);
             self.datagrams = 0;
+        }
+        if self.skipped > 0 {
+            self.skipped_counter.inc_by(self.skipped);
+            self.skipped = 0;
         }
         if self.rejected.total() > 0 {
             self.source.add_rejections(&self.rejected);
@@ -225,6 +246,7 @@ fn receive_loop(
     socket: &UdpSocket,
     queue: &IngestQueue,
     metrics: &SelfMetrics,
+    mapper: Mapper,
     cancel: &CancellationToken,
 ) {
     let mut datagrams = Datagrams::new();
@@ -235,6 +257,11 @@ fn receive_loop(
         batch: Batch::with_capacity(BATCH_RECORDS),
         rejected: Rejections::default(),
         datagrams: 0,
+        mapper,
+        skipped: 0,
+        skipped_counter: metrics
+            .skipped
+            .with_label_values(&[Source::Statsd.as_str(), "unmapped"]),
         since: None,
     };
     let fd = socket.as_raw_fd();
@@ -357,7 +384,7 @@ mod tests {
         let (socket, metrics, mut rx, tx) = agent_side();
         let addr = socket.local_addr().unwrap();
         let cancel = CancellationToken::new();
-        let thread = spawn(socket, tx, metrics.clone(), cancel.clone()).unwrap();
+        let thread = spawn(socket, tx, metrics.clone(), Arc::from([]), cancel.clone()).unwrap();
         let client = UdpSocket::bind("127.0.0.1:0").unwrap();
         // More datagrams than one recvmmsg call takes, each two good lines and a bad one.
         for i in 0..(3 * RECV_BATCH) {
@@ -385,7 +412,7 @@ mod tests {
         let (socket, metrics, mut rx, tx) = agent_side();
         let addr = socket.local_addr().unwrap();
         let cancel = CancellationToken::new();
-        let thread = spawn(socket, tx, metrics, cancel.clone()).unwrap();
+        let thread = spawn(socket, tx, metrics, Arc::from([]), cancel.clone()).unwrap();
         let client = UdpSocket::bind("127.0.0.1:0").unwrap();
         client
             .send_to(b"skewwatch.request:1|ms|#group:g,shard:s", addr)

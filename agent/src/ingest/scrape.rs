@@ -1,0 +1,499 @@
+//! `scrape:` jobs: a Prometheus `/metrics` page a service already serves, read at an interval,
+//! its per-shard counters and classic histograms turned into observations.
+//!
+//! One tokio task per job. Each scrape is a plain-HTTP GET (reqwest, no TLS) bounded by the
+//! job's timeout and [`MAX_BODY_BYTES`]; the page is read by the `prometheus-parse` crate.
+//! What the counters grew by since the previous scrape becomes observations of the current
+//! window, handed to the pipeline like any other batch:
+//!
+//! - a counter's growth is that many requests (no latency);
+//! - a classic histogram's growth per bucket is that many requests with the bucket's middle
+//!   as their latency (the `+Inf` bucket: its lower bound), read in seconds;
+//! - the first scrape of a series only records its value: what came before is unknown;
+//! - a value that went down means the target restarted: the new value is the growth;
+//! - a failed scrape adds nothing and keeps the previous values, so the next good scrape
+//!   counts the requests of the gap once (in its window); nothing is made up for the gap;
+//! - only the series of the last scrape are kept, at most `max_series` per job: a departed
+//!   series is forgotten, a series past the cap is skipped and counted.
+//!
+//! Failures are counted in `skewwatch_scrape_failures_total{job,reason}` and logged once per
+//! run of failures; they never block the pipeline (the hand-over is the same non-blocking
+//! queue the other inputs use).
+
+use std::collections::HashMap;
+
+use prometheus::IntCounter;
+use prometheus_parse::{Sample, Scrape, Value};
+use skewwatch_detectors::observation::{
+    Batch, CacheResult, MAX_COUNT, MAX_LATENCY_MS, ObservationRef, Outcome, RejectReason,
+    Rejections,
+};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::ScrapeJob;
+use crate::ingest::IngestQueue;
+use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
+
+/// Largest page read; a larger one is a failure (`body_too_large`). 10,000 series of a
+/// typical length are about 1 MiB.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Why a scrape failed: the `reason` label of `skewwatch_scrape_failures_total`.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// The target could not be reached or the connection broke.
+    #[error("cannot reach the target: {0}")]
+    Connect(reqwest::Error),
+    /// The scrape took longer than the job's timeout.
+    #[error("no complete answer within the timeout; raise timeout_secs or check the target")]
+    Timeout,
+    /// The target answered with a status other than 2xx.
+    #[error("the target answered HTTP {0}; check the URL and the bearer token")]
+    Status(u16),
+    /// The page is larger than [`MAX_BODY_BYTES`].
+    #[error("the page is larger than {MAX_BODY_BYTES} bytes; scrape a smaller page")]
+    BodyTooLarge,
+    /// The page is not UTF-8 text.
+    #[error("the page is not UTF-8 text; is this a Prometheus /metrics page?")]
+    NotUtf8,
+}
+
+impl ScrapeError {
+    /// The label value.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ScrapeError::Connect(_) => "connect",
+            ScrapeError::Timeout => "timeout",
+            ScrapeError::Status(_) => "status",
+            ScrapeError::BodyTooLarge => "body_too_large",
+            ScrapeError::NotUtf8 => "not_utf8",
+        }
+    }
+}
+
+/// Starts the task of one job; it stops when `cancel` fires.
+pub fn spawn(
+    job: ScrapeJob,
+    queue: IngestQueue,
+    metrics: &SelfMetrics,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    let counters = Counters {
+        source: metrics.source(Source::Scrape).clone(),
+        scrapes: metrics.scrapes.with_label_values(&[&job.name]),
+        no_shard: metrics.skipped.with_label_values(&["scrape", "no_shard"]),
+        series_cap: metrics.skipped.with_label_values(&["scrape", "series_cap"]),
+        failures: metrics.scrape_failures.clone(),
+    };
+    let span = tracing::info_span!("scrape", job = %job.name);
+    tokio::spawn(run(job, queue, counters, cancel).instrument(span))
+}
+
+/// The counters a job adds to, resolved once.
+struct Counters {
+    source: SourceMetrics,
+    scrapes: IntCounter,
+    no_shard: IntCounter,
+    series_cap: IntCounter,
+    failures: prometheus::IntCounterVec,
+}
+
+async fn run(job: ScrapeJob, queue: IngestQueue, counters: Counters, cancel: CancellationToken) {
+    let client = match reqwest::Client::builder().timeout(job.timeout).build() {
+        Ok(c) => c,
+        Err(error) => {
+            tracing::error!(%error, "The scrape client could not be built; the job does not run.");
+            return;
+        }
+    };
+    let mut state = Series::default();
+    let mut failing = false;
+    let mut ticks = tokio::time::interval(job.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let page = tokio::select! {
+            _ = cancel.cancelled() => return,
+            page = fetch(&client, &job) => page,
+        };
+        match page {
+            Ok(text) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!("Scraping works again.");
+                }
+                counters.scrapes.inc();
+                scraped(&job, &text, &mut state, &queue, &counters);
+            }
+            Err(error) => {
+                counters
+                    .failures
+                    .with_label_values(&[&job.name, error.reason()])
+                    .inc();
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(url = %job.url, %error, "Scraping failed; retrying every interval.");
+                }
+            }
+        }
+    }
+}
+
+/// Turns one page into a batch and hands it over.
+fn scraped(job: &ScrapeJob, text: &str, state: &mut Series, queue: &IngestQueue, c: &Counters) {
+    let page = parse_page(text);
+    let mut batch = Batch::default();
+    let mut rejected = Rejections::default();
+    let skips = state.observe(job, &page, &mut batch, &mut rejected);
+    c.no_shard.inc_by(skips.no_shard);
+    c.series_cap.inc_by(skips.series_cap);
+    if rejected.total() > 0 {
+        c.source.add_rejections(&rejected);
+    }
+    if !batch.is_empty() {
+        // A full queue is counted inside `submit`; the next scrape goes on regardless.
+        let _ = queue.submit(&c.source, batch);
+    }
+}
+
+/// Parses a text-format page (the parser skips lines it cannot read).
+pub fn parse_page(text: &str) -> Scrape {
+    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap_or_else(|_: std::io::Error| {
+        Scrape {
+            docs: HashMap::new(),
+            samples: Vec::new(),
+        }
+    })
+}
+
+/// One GET of the job's page, bounded in time and size.
+async fn fetch(client: &reqwest::Client, job: &ScrapeJob) -> Result<String, ScrapeError> {
+    let classify = |e: reqwest::Error| {
+        if e.is_timeout() {
+            ScrapeError::Timeout
+        } else {
+            ScrapeError::Connect(e)
+        }
+    };
+    let mut request = client
+        .get(job.url.clone())
+        .header("Accept", "text/plain;version=0.0.4");
+    if let Some(token) = &job.bearer_token {
+        let value = format!("Bearer {}", String::from_utf8_lossy(token.expose()));
+        request = request.header("Authorization", value);
+    }
+    let mut response = request.send().await.map_err(classify)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(ScrapeError::Status(status.as_u16()));
+    }
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+    {
+        return Err(ScrapeError::BodyTooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(classify)? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(ScrapeError::BodyTooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| ScrapeError::NotUtf8)
+}
+
+/// Series skipped in one scrape, by reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Skips {
+    /// Series without the shard label.
+    pub no_shard: u64,
+    /// New series past `max_series`.
+    pub series_cap: u64,
+}
+
+/// The last value of each series of a job.
+#[derive(Debug, Default)]
+pub struct Series {
+    last: HashMap<String, Last>,
+}
+
+/// A series' last value: a counter's, or a histogram's cumulative buckets (upper bound,
+/// count), ascending.
+#[derive(Debug, Clone, PartialEq)]
+enum Last {
+    Counter(f64),
+    Histogram(Vec<(f64, f64)>),
+}
+
+impl Series {
+    /// Series kept now.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+
+    /// True when no series is kept.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+
+    /// Adds what each series of `job` grew by since the previous page to `out`, and keeps
+    /// this page's values (only this page's series) for the next.
+    pub fn observe(
+        &mut self,
+        job: &ScrapeJob,
+        page: &Scrape,
+        out: &mut Batch,
+        rejected: &mut Rejections,
+    ) -> Skips {
+        let mut skips = Skips::default();
+        let mut next = HashMap::with_capacity(self.last.len());
+        for sample in page
+            .samples
+            .iter()
+            .filter(|s| job.metrics.contains(&s.metric))
+        {
+            let Some(shard) = sample.labels.get(&job.shard_label) else {
+                skips.no_shard += 1;
+                continue;
+            };
+            let id = format!("{}{{{}}}", sample.metric, sample.labels);
+            if next.len() >= job.max_series && !next.contains_key(&id) {
+                skips.series_cap += 1;
+                continue;
+            }
+            let Some(now) = last_of(&sample.value) else {
+                continue;
+            };
+            if let Some(prev) = self.last.get(&id) {
+                for (count, latency_ms) in growth(prev, &now) {
+                    match observation(job, sample, shard, count, latency_ms) {
+                        Ok(obs) => out.push(&obs),
+                        Err(reason) => rejected.add(reason),
+                    }
+                }
+            }
+            next.insert(id, now);
+        }
+        self.last = next;
+        skips
+    }
+}
+
+/// The value kept of a sample: counters (and untyped samples, as which `prometheus_client`'s
+/// `_total` series parse) and classic histograms.
+fn last_of(value: &Value) -> Option<Last> {
+    match value {
+        Value::Counter(v) | Value::Untyped(v) if v.is_finite() && *v >= 0.0 => {
+            Some(Last::Counter(*v))
+        }
+        Value::Histogram(buckets) => {
+            let mut b: Vec<(f64, f64)> = buckets.iter().map(|h| (h.less_than, h.count)).collect();
+            b.sort_by(|x, y| x.0.total_cmp(&y.0));
+            Some(Last::Histogram(b))
+        }
+        _ => None,
+    }
+}
+
+/// What a series grew by: (requests, latency) pairs with a non-zero count. A value that went
+/// down is a restart: the new value is all growth. Counts are whole requests (floored), so a
+/// fractional counter loses at most one request per scrape.
+fn growth(prev: &Last, now: &Last) -> Vec<(u64, Option<f64>)> {
+    match (prev, now) {
+        (Last::Counter(p), Last::Counter(n)) => {
+            let d = if n < p {
+                n.floor()
+            } else {
+                n.floor() - p.floor()
+            };
+            whole(d).map(|c| vec![(c, None)]).unwrap_or_default()
+        }
+        (Last::Histogram(p), Last::Histogram(n)) => {
+            let same_buckets = p.len() == n.len() && p.iter().zip(n).all(|(a, b)| a.0 == b.0);
+            if !same_buckets {
+                // Re-bucketed (a new version of the target): compare from the next scrape.
+                return Vec::new();
+            }
+            let reset = p.iter().zip(n).any(|(a, b)| b.1 < a.1);
+            let per_bucket =
+                |b: &[(f64, f64)], i: usize| b[i].1 - if i == 0 { 0.0 } else { b[i - 1].1 };
+            (0..n.len())
+                .filter_map(|i| {
+                    let now = per_bucket(n, i);
+                    let d = if reset { now } else { now - per_bucket(p, i) };
+                    let lower = if i == 0 { 0.0 } else { n[i - 1].0 };
+                    whole(d.floor()).map(|c| (c, representative_ms(lower, n[i].0)))
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A count of requests from a float difference; `None` when it is not at least one.
+fn whole(d: f64) -> Option<u64> {
+    (d.is_finite() && d >= 1.0).then(|| (d as u64).min(MAX_COUNT))
+}
+
+/// The latency, in ms, that stands for the requests of bucket (`lower`, `upper`] seconds: its
+/// middle, or its lower bound for the `+Inf` bucket (none when there is no finite bound).
+fn representative_ms(lower: f64, upper: f64) -> Option<f64> {
+    let secs = if upper.is_finite() {
+        (lower + upper) / 2.0
+    } else if lower > 0.0 {
+        lower
+    } else {
+        return None;
+    };
+    Some((secs.max(0.0) * 1000.0).min(MAX_LATENCY_MS))
+}
+
+/// The observation of `count` requests of one series.
+fn observation<'a>(
+    job: &'a ScrapeJob,
+    sample: &'a Sample,
+    shard: &'a str,
+    count: u64,
+    latency_ms: Option<f64>,
+) -> Result<ObservationRef<'a>, RejectReason> {
+    let label = |name: &Option<String>| name.as_ref().and_then(|n| sample.labels.get(n));
+    let group = label(&job.group.label).unwrap_or(&job.group.name);
+    let outcome = match label(&job.outcome_label) {
+        None => Outcome::Ok,
+        Some(v) => Outcome::parse(v).ok_or(RejectReason::UnknownOutcome)?,
+    };
+    let cache = match label(&job.cache_label) {
+        None => None,
+        Some(v) => Some(CacheResult::parse(v).ok_or(RejectReason::BadCache)?),
+    };
+    let obs = ObservationRef {
+        ts: None,
+        group,
+        shard,
+        key: label(&job.key_label),
+        count,
+        latency_ms,
+        outcome,
+        cache,
+    };
+    obs.validate()?;
+    Ok(obs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn job(extra: &str) -> ScrapeJob {
+        let yaml = format!(
+            "scrape:\n  - name: db\n    url: http://127.0.0.1:1/metrics\n    metrics: [db_requests_total, db_request_duration_seconds]\n    key_label: table\n    outcome_label: outcome\n{extra}"
+        );
+        Config::from_yaml(&yaml, "t").unwrap().scrape.remove(0)
+    }
+
+    /// Shard, count, latency and key of each observation.
+    type Got = Vec<(String, u64, Option<f64>, Option<String>)>;
+
+    fn observe(s: &mut Series, job: &ScrapeJob, page: &str) -> (Got, Rejections, Skips) {
+        let mut b = Batch::default();
+        let mut r = Rejections::default();
+        let skips = s.observe(job, &parse_page(page), &mut b, &mut r);
+        let mut got: Vec<_> = b
+            .iter()
+            .map(|o| {
+                (
+                    o.shard.to_owned(),
+                    o.count,
+                    o.latency_ms,
+                    o.key.map(str::to_owned),
+                )
+            })
+            .collect();
+        got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        (got, r, skips)
+    }
+
+    const COUNTERS: &str = "# TYPE db_requests counter\n\
+        db_requests_total{shard=\"a\",table=\"users\"} COUNT_A\n\
+        db_requests_total{shard=\"b\",table=\"users\"} 10\n\
+        db_requests_total{table=\"users\"} 99\n\
+        other_total{shard=\"a\"} 5\n";
+
+    #[test]
+    fn counters_give_their_growth_first_scrape_is_a_baseline_and_resets_restart() {
+        let j = job("");
+        let mut s = Series::default();
+        let (got, _, skips) = observe(&mut s, &j, &COUNTERS.replace("COUNT_A", "100"));
+        assert!(got.is_empty(), "{got:?}");
+        assert_eq!(skips.no_shard, 1);
+        assert_eq!(s.len(), 2);
+        let (got, ..) = observe(&mut s, &j, &COUNTERS.replace("COUNT_A", "130"));
+        assert_eq!(
+            got,
+            vec![("a".to_string(), 30, None, Some("users".to_string()))]
+        );
+        // The target restarted: 7 requests since.
+        let (got, ..) = observe(&mut s, &j, &COUNTERS.replace("COUNT_A", "7"));
+        assert_eq!(
+            got,
+            vec![("a".to_string(), 7, None, Some("users".to_string()))]
+        );
+        // A series that leaves the page is forgotten.
+        let (got, ..) = observe(&mut s, &j, "db_requests_total{shard=\"b\"} 12\n");
+        assert!(got.is_empty());
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn histogram_buckets_give_requests_at_their_middle() {
+        let j = job("");
+        let page = |a: u32, b: u32, inf: u32| {
+            format!(
+                "# TYPE db_request_duration_seconds histogram\n\
+                 db_request_duration_seconds_bucket{{shard=\"s\",le=\"0.01\"}} {a}\n\
+                 db_request_duration_seconds_bucket{{shard=\"s\",le=\"0.1\"}} {b}\n\
+                 db_request_duration_seconds_bucket{{shard=\"s\",le=\"+Inf\"}} {inf}\n\
+                 db_request_duration_seconds_count{{shard=\"s\"}} {inf}\n\
+                 db_request_duration_seconds_sum{{shard=\"s\"}} 1\n"
+            )
+        };
+        let mut s = Series::default();
+        observe(&mut s, &j, &page(1, 1, 1));
+        let (got, ..) = observe(&mut s, &j, &page(5, 8, 10));
+        assert_eq!(
+            got,
+            vec![
+                ("s".to_string(), 2, Some(100.0), None),
+                ("s".to_string(), 3, Some(55.0), None),
+                ("s".to_string(), 4, Some(5.0), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_outcomes_are_rejected_and_the_series_cap_holds() {
+        let j = job("    max_series: 1\n");
+        let mut s = Series::default();
+        let page = |n: u32| {
+            format!(
+                "db_requests_total{{shard=\"a\",outcome=\"error\"}} {n}\n\
+                 db_requests_total{{shard=\"b\",outcome=\"weird\"}} {n}\n"
+            )
+        };
+        let (_, _, skips) = observe(&mut s, &j, &page(1));
+        assert_eq!(skips.series_cap, 1);
+        let (got, _, _) = observe(&mut s, &j, &page(3));
+        assert_eq!(got.len(), 1);
+        let j = job("");
+        let mut s = Series::default();
+        observe(&mut s, &j, &page(1));
+        let (got, rejected, _) = observe(&mut s, &j, &page(4));
+        assert_eq!(got, vec![("a".to_string(), 3, None, None)]);
+        assert_eq!(rejected.get(RejectReason::UnknownOutcome), 1);
+    }
+}
