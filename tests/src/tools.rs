@@ -36,23 +36,12 @@ pub fn require_python(modules: &[&str]) -> Option<PathBuf> {
     }
 }
 
-/// Skips loudly outside CI, fails in CI.
-fn missing(what: &str) -> Option<PathBuf> {
-    let msg = format!(
-        "\n\n!!!!! SKIPPING: {what}. `.ci/run` installs it; in CI this is a failure. !!!!!\n"
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    None
-}
-
 /// A missing component other than a program on PATH (a Python package, an npm package):
 /// `None` with a loud message outside CI; a panic in CI, where `.ci/run` installs it.
+/// `what` says what is missing, e.g. "`promtool` is not installed".
 pub fn missing<T>(what: &str) -> Option<T> {
     let msg = format!(
-        "\n\n!!!!! SKIPPING: {what} is not installed. `.ci/run` installs it; in CI this is a failure. !!!!!\n"
+        "\n\n!!!!! SKIPPING: {what}. `.ci/run` installs it; in CI this is a failure. !!!!!\n"
     );
     if std::env::var_os("CI").is_some() {
         panic!("{msg}");

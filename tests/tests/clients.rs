@@ -38,7 +38,7 @@ fn python_with(module: &str) -> Option<PathBuf> {
         Some(python)
     } else {
         tools::missing(&format!(
-            "the Python package `{module}` (for {})",
+            "the Python package `{module}` (for {}) is not installed",
             python.display()
         ))
     }
@@ -53,7 +53,7 @@ fn node_with_hot_shots() -> Option<PathBuf> {
     {
         Some(node)
     } else {
-        tools::missing("the npm package `hot-shots` (`npm ci` in tests/clients)")
+        tools::missing("the npm package `hot-shots` (`npm ci` in tests/clients) is not installed")
     }
 }
 
