@@ -194,6 +194,15 @@ fn fast_failure_sink_names_the_cluster_that_answers_not_found() {
     assert!(surge_end.ts > FAST_FIX);
     assert!(delay(surge_end, FAST_FIX) <= MAX_RESOLVE_DELAY_SECS);
 
+    // The faulty cluster fails most of its requests: ShardFailing names it too.
+    let failing = first(&out, "ShardFailing", "firing");
+    let d = delay(failing, FAST_ONSET);
+    eprintln!("ShardFailing fired {d} s after onset");
+    assert!(d <= MAX_DETECTION_DELAY_SECS, "ShardFailing after {d} s");
+    assert_eq!(failing.label("shard"), FAST_FAULTY);
+    assert_eq!(failing.annotation("dominant_class"), "not_found");
+    assert!(first(&out, "ShardFailing", "resolved").ts > FAST_FIX);
+
     assert!(
         out.find("CacheHitCollapse", "firing").is_empty(),
         "{}",

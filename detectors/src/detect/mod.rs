@@ -26,6 +26,7 @@ pub mod fast_failure;
 pub mod hot_key;
 pub mod hot_shard;
 pub mod latency_skew;
+pub mod shard_failing;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -331,6 +332,8 @@ detectors! {
     cache_hit_collapse: cache_collapse::CacheHitCollapse,
     /// `FastFailureSink`.
     fast_failure_sink: fast_failure::FastFailureSink,
+    /// `ShardFailing`.
+    shard_failing: shard_failing::ShardFailing,
     /// `CapacityHeadroom`.
     capacity_headroom: capacity::CapacityHeadroom,
     /// `CardinalityOverflow`.
@@ -450,6 +453,7 @@ mod tests {
                 "ErrorSurge",
                 "CacheHitCollapse",
                 "FastFailureSink",
+                "ShardFailing",
                 "CardinalityOverflow"
             ]
         );

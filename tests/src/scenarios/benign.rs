@@ -92,6 +92,10 @@ pub struct Shape {
     pub hit_ratio: f64,
     /// Multiplier of every latency of the shard.
     pub latency_factor: f64,
+    /// Share of requests that fail.
+    pub error_ratio: f64,
+    /// The outcome class of the failures.
+    pub error_class: &'static str,
 }
 
 /// Ordinary traffic of one group: shards with stable relative weights, keys, a look-aside
@@ -160,13 +164,16 @@ impl Workload {
         }
     }
 
-    /// The normal shape of every shard: load 1, the normal hit ratio, normal latency.
+    /// The normal shape of every shard: load 1, the normal hit ratio, normal latency, the
+    /// normal error ratio (class `error`).
     pub fn normal(&self) -> Shape {
         Shape {
             load: 1.0,
             extra: None,
             hit_ratio: self.hit_ratio,
             latency_factor: 1.0,
+            error_ratio: self.error_ratio,
+            error_class: "error",
         }
     }
 
@@ -225,13 +232,13 @@ impl Workload {
         if n == 0 {
             return;
         }
-        let errors = rng.binomial(n, self.error_ratio);
+        let errors = rng.binomial(n, sh.error_ratio);
         let hits = rng.binomial(n - errors, sh.hit_ratio.clamp(0.0, 1.0));
         let misses = n - errors - hits;
         let classes = [
             ("ok", "hit", hits, self.hit_latency),
             ("ok", "miss", misses, self.miss_latency),
-            ("error", "miss", errors, self.error_latency),
+            (sh.error_class, "miss", errors, self.error_latency),
         ];
         for (outcome, cache, count, lat) in classes {
             if count == 0 {
