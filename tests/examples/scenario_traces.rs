@@ -21,12 +21,13 @@ fn main() -> std::io::Result<()> {
         .map(Into::into)
         .unwrap_or_else(|| "scenario-traces".into());
     std::fs::create_dir_all(&dir)?;
-    let families: [Family; 13] = [
+    let families: [Family; 14] = [
         ("many_small_shards", benign::many_small_shards),
         ("diurnal", benign::diurnal),
         ("stable_zipf_skew", benign::stable_zipf_skew),
         ("cold_cache_refill", benign::cold_cache_refill),
         ("short_bursts", benign::short_bursts),
+        ("burst_sweep", benign::burst_sweep),
         ("slow_burn", hot::slow_burn),
         ("hot_key_in_normal_shard", hot::hot_key_in_normal_shard),
         ("sudden_hot_shard", hot::sudden_hot_shard),

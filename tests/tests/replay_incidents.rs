@@ -10,8 +10,8 @@ use skewwatch_e2e::scenarios::incidents::{
 };
 
 /// Onset -> firing transition, at most. The goal is "within a minute or two"; the detectors
-/// need 2 (ErrorSurge) or 3 (CacheHitCollapse, FastFailureSink) consecutive 10 s windows of a
-/// developing incident, so 60 s leaves one window for the incident to build up.
+/// need 2 (ErrorSurge) or 3 (CacheHitCollapse, FastFailureSink, ShardFailing) consecutive 10 s
+/// windows of a developing incident, so 60 s leaves one window for the incident to build up.
 const MAX_DETECTION_DELAY_SECS: f64 = 60.0;
 
 /// Recovery -> resolved transition, at most: the condition clears within a few windows of the

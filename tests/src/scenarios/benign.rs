@@ -16,6 +16,8 @@
 //! - [`cold_cache_refill`]: a deploy empties the cache; the hit ratio refills 0 → 93% over
 //!   about two minutes while the backend stays healthy (same latency, same error ratio).
 //! - [`short_bursts`]: one shard at a time takes 5× its load for 10, 15 and 20 s.
+//! - [`burst_sweep`]: 40 bursts of 10–20 s at 5× and 10×, starting at every whole second of a
+//!   window, so every alignment of a tolerated burst is tried.
 //!
 //! The traces start at [`START`], a multiple of the default 10 s window, and the first ten
 //! minutes are plain traffic, so every baseline is warm before anything unusual happens.
@@ -385,6 +387,45 @@ pub fn short_bursts(seed: u64) -> Trace {
             load: if burst { 5.0 } else { 1.0 },
             ..normal
         }
+    });
+    trace.sort();
+    trace
+}
+
+/// One burst of [`burst_sweep`]: its start offset from [`START`], length in seconds and
+/// load multiple.
+pub type SweepBurst = (f64, f64, f64);
+
+/// The bursts of [`burst_sweep`]: 10, 15 and 20 s bursts at 5x and 20 s bursts at 10x, each
+/// starting at every whole second of a 10 s window (0 to 9 s after a boundary), one a minute.
+pub fn sweep_bursts() -> Vec<SweepBurst> {
+    let mut out = Vec::new();
+    for (len, factor) in [(10.0, 5.0), (15.0, 5.0), (20.0, 5.0), (20.0, 10.0)] {
+        for offset in 0..10 {
+            let at = WARM_SECS + 60.0 * out.len() as f64 + f64::from(offset);
+            out.push((at, len, factor));
+        }
+    }
+    out
+}
+
+/// 32 shards, 800 req/s; after [`WARM_SECS`], the 40 bursts of [`sweep_bursts`], one a minute,
+/// each on the next shard: every alignment of a tolerated burst against the windows.
+pub fn burst_sweep(seed: u64) -> Trace {
+    let mut rng = Rng::new(seed);
+    let mut w = Workload::new("sweep-db", "shard-", 32, 800.0);
+    w.tick_secs = 1;
+    let bursts = sweep_bursts();
+    let secs = (WARM_SECS + 60.0 * bursts.len() as f64 + 120.0) as u64;
+    let normal = w.normal();
+    let mut trace = Trace::default();
+    w.emit(&mut trace, &mut rng, START, secs, |t, i| {
+        let load = bursts
+            .iter()
+            .enumerate()
+            .find(|(n, (from, len, _))| n % 32 == i && t >= *from && t < from + len)
+            .map_or(1.0, |(_, b)| b.2);
+        Shape { load, ..normal }
     });
     trace.sort();
     trace
