@@ -310,6 +310,7 @@ mod tests {
             &mut d.latency_skew.rule,
             &mut d.cache_hit_collapse.rule,
             &mut d.fast_failure_sink.rule,
+            &mut d.shard_failing.rule,
         ] {
             rule.enabled = false;
         }

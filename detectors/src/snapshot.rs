@@ -135,6 +135,9 @@ pub struct GroupSnapshot {
     pub latency: Option<LatencySummary>,
     /// Latency of successful responses, merged.
     pub ok_latency: Option<LatencySummary>,
+    /// Latency of cache misses (backend calls, successful or not): the backend's own latency.
+    /// `None` when no miss carried a latency.
+    pub miss_latency: Option<LatencySummary>,
     /// Skew statistics over the tracked shards (not `__other__`); `None` without load.
     pub skew: Option<SkewStats>,
     /// `1 / tracked shards`.

@@ -232,6 +232,10 @@ struct GroupWindow {
     idle: Vec<u32>,
     keys: KeySummary,
     keyed_requests: u64,
+    /// Latency of the group's cache misses (backend calls), so `CacheHitCollapse` reads the
+    /// backend's own p99. Per group, not per shard: one histogram (13.3 KiB at 2 significant
+    /// figures) for each tracked group, allocated on the group's first miss with a latency.
+    miss_latency: Latency,
     /// Records folded into the overflow shard this window.
     folded: u64,
     /// The last window (by sequence number) with a request.
@@ -252,6 +256,7 @@ impl GroupWindow {
             idle: Vec::new(),
             keys: KeySummary::new(cfg.group_key_slots),
             keyed_requests: 0,
+            miss_latency: Latency::default(),
             folded: 0,
             last_active: now,
         }
@@ -590,6 +595,9 @@ impl Windows {
             } else {
                 s.ok_latency.record(sigfig, l, obs.count);
             }
+            if obs.cache == Some(CacheResult::Miss) {
+                g.miss_latency.record(sigfig, l, obs.count);
+            }
         }
         if let Some(k) = obs.key {
             // One hash for both summaries.
@@ -641,6 +649,7 @@ impl Windows {
             }
             g.keys.clear();
             g.keyed_requests = 0;
+            g.miss_latency.reset();
             g.folded = 0;
         }
         self.forget_empty_groups();
@@ -853,6 +862,7 @@ fn snapshot_group(
         cache_hit_ratio: ratio(hits, hits.saturating_add(misses)),
         latency: merged_summary(scratch, &all),
         ok_latency: merged_summary(scratch, &oks),
+        miss_latency: g.miss_latency.hist.as_ref().and_then(latency_summary),
         skew,
         fair_share: if counts.is_empty() {
             0.0

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use skewwatch_e2e::scenario::Trace;
-use skewwatch_e2e::scenarios::{benign, hot, incidents};
+use skewwatch_e2e::scenarios::{benign, failing, hot, incidents};
 
 /// The seeds the scenario tests use: the fixed test seed and three more.
 const SEEDS: [u64; 4] = [20_251_107, 1, 2, 3];
@@ -21,18 +21,21 @@ fn main() -> std::io::Result<()> {
         .map(Into::into)
         .unwrap_or_else(|| "scenario-traces".into());
     std::fs::create_dir_all(&dir)?;
-    let families: [Family; 11] = [
+    let families: [Family; 14] = [
         ("many_small_shards", benign::many_small_shards),
         ("diurnal", benign::diurnal),
         ("stable_zipf_skew", benign::stable_zipf_skew),
         ("cold_cache_refill", benign::cold_cache_refill),
         ("short_bursts", benign::short_bursts),
+        ("burst_sweep", benign::burst_sweep),
         ("slow_burn", hot::slow_burn),
         ("hot_key_in_normal_shard", hot::hot_key_in_normal_shard),
         ("sudden_hot_shard", hot::sudden_hot_shard),
         ("slow_shard", hot::slow_shard),
         ("gemini_cache_collapse", incidents::gemini_cache_collapse),
         ("fast_failure_sink", incidents::fast_failure_sink),
+        ("dead_shard", failing::dead_shard),
+        ("quiet_shard_errors", failing::quiet_shard_errors),
     ];
     for (name, make) in families {
         for seed in SEEDS {

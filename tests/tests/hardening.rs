@@ -200,6 +200,7 @@ fn surge_detectors() -> &'static str {
   latency_skew: {alert: {enabled: false}}
   cache_hit_collapse: {alert: {enabled: false}}
   fast_failure_sink: {alert: {enabled: false}}
+  shard_failing: {alert: {enabled: false}}
   capacity_headroom: {alert: {enabled: false}}
 "#
 }
@@ -442,6 +443,7 @@ detectors:
   latency_skew: {{alert: {{enabled: false}}}}
   cache_hit_collapse: {{alert: {{enabled: false}}}}
   fast_failure_sink: {{alert: {{enabled: false}}}}
+  shard_failing: {{alert: {{enabled: false}}}}
 alerting:
   resend_interval_secs: 2
   alertmanagers:

@@ -5,7 +5,7 @@
 use skewwatch_e2e::replay::{ReplayOutput, replay};
 use skewwatch_e2e::scenario::Trace;
 use skewwatch_e2e::scenarios::benign::{
-    cold_cache_refill, diurnal, many_small_shards, short_bursts, stable_zipf_skew,
+    burst_sweep, cold_cache_refill, diurnal, many_small_shards, short_bursts, stable_zipf_skew,
 };
 
 const SEED: u64 = 20_251_107;
@@ -51,4 +51,13 @@ fn a_cold_cache_refilling_after_a_deploy_raises_nothing() {
 #[test]
 fn short_bursts_on_one_shard_raise_nothing() {
     assert_silent("short_bursts", &short_bursts(SEED));
+}
+
+#[test]
+fn bursts_of_up_to_20_s_at_every_alignment_raise_nothing() {
+    // The shape-of-evidence rule (docs/adr/003) fires a step at its third full window; a
+    // tolerated burst must stay silent wherever it falls against the windows, on every seed.
+    for seed in [SEED, 1, 2] {
+        assert_silent(&format!("burst_sweep seed {seed}"), &burst_sweep(seed));
+    }
 }

@@ -18,11 +18,11 @@ use skewwatch_e2e::scenarios::incidents::{
 
 const SEED: u64 = 20_251_107;
 
-/// Onset of a step (sudden hot shard, hot key, slow shard) -> firing, at most. The detectors
-/// need 4 consecutive 10 s windows over threshold (so that a burst of up to 20 s, which touches
-/// at most 3 windows, never fires): a step on a window boundary fires at onset + 40 s. One
-/// spare window covers a noisy first window.
-const MAX_STEP_DELAY_SECS: f64 = 50.0;
+/// Onset of a step (sudden hot shard, hot key, slow shard) -> firing, at most. A step on a
+/// window boundary fires once its windows hold more than a tolerated 20 s burst's worth of
+/// excess (docs/adr/003): at its third full window, onset + 30 s. One spare window covers a
+/// noisy window (the count rule, 4 windows in a row, fires at onset + 40 s regardless).
+const MAX_STEP_DELAY_SECS: f64 = 40.0;
 
 /// Start of the slow-burn ramp -> firing, at most. The shard passes 1.25× its usual load about
 /// 20 s into the ramp (6× over 360 s), and from then on every window charges the CUSUM, which

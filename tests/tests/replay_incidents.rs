@@ -10,8 +10,8 @@ use skewwatch_e2e::scenarios::incidents::{
 };
 
 /// Onset -> firing transition, at most. The goal is "within a minute or two"; the detectors
-/// need 2 (ErrorSurge) or 3 (CacheHitCollapse, FastFailureSink) consecutive 10 s windows of a
-/// developing incident, so 60 s leaves one window for the incident to build up.
+/// need 2 (ErrorSurge) or 3 (CacheHitCollapse, FastFailureSink, ShardFailing) consecutive 10 s
+/// windows of a developing incident, so 60 s leaves one window for the incident to build up.
 const MAX_DETECTION_DELAY_SECS: f64 = 60.0;
 
 /// Recovery -> resolved transition, at most: the condition clears within a few windows of the
@@ -193,6 +193,15 @@ fn fast_failure_sink_names_the_cluster_that_answers_not_found() {
     );
     assert!(surge_end.ts > FAST_FIX);
     assert!(delay(surge_end, FAST_FIX) <= MAX_RESOLVE_DELAY_SECS);
+
+    // The faulty cluster fails most of its requests: ShardFailing names it too.
+    let failing = first(&out, "ShardFailing", "firing");
+    let d = delay(failing, FAST_ONSET);
+    eprintln!("ShardFailing fired {d} s after onset");
+    assert!(d <= MAX_DETECTION_DELAY_SECS, "ShardFailing after {d} s");
+    assert_eq!(failing.label("shard"), FAST_FAULTY);
+    assert_eq!(failing.annotation("dominant_class"), "not_found");
+    assert!(first(&out, "ShardFailing", "resolved").ts > FAST_FIX);
 
     assert!(
         out.find("CacheHitCollapse", "firing").is_empty(),

@@ -141,6 +141,7 @@ detectors:
   latency_skew: {{alert: {{enabled: false}}}}
   cache_hit_collapse: {{alert: {{enabled: false}}}}
   fast_failure_sink: {{alert: {{enabled: false}}}}
+  shard_failing: {{alert: {{enabled: false}}}}
   capacity_headroom: {{alert: {{enabled: false}}}}
 alerting:
   webhooks:

@@ -17,8 +17,11 @@
 //!   amplified;
 //! - backend error ratio `E = errors / (requests - hits)`: a hit does not fail, so errors
 //!   belong to the requests that reached the backend;
-//! - p99 latency of all responses (the merged histogram), as a stand-in for the backend's tail
-//!   latency, which the snapshot does not keep apart. When a share `f = (requests - hits) /
+//! - the backend's p99 latency, from the group's histogram of cache misses
+//!   (`GroupSnapshot::miss_latency`), against its own baseline. Only when no miss carries a
+//!   latency (a group that reports cache results without latencies on its misses) does the
+//!   detector fall back to the p99 of all responses (the merged histogram) as a stand-in, with
+//!   the discount below; the two are learned in separate baselines. When a share `f = (requests - hits) /
 //!   requests` of requests reaches the backend and hits are faster than backend calls, the
 //!   merged p99 is the backend's `1 - 0.01/f` quantile. That level moves with `f`: at a 95% hit
 //!   ratio the merged p99 is the backend's 80th percentile, with a cold cache its 99th, so the
@@ -211,6 +214,9 @@ struct Signals {
     amp: f64,
     err: f64,
     p99: Option<f64>,
+    /// True when `p99` is the backend's own (the cache misses' histogram), false when it is
+    /// the merged p99 of all responses, which the latency test discounts.
+    exact: bool,
     load: f64,
     /// Share of requests that reached the backend (not hits): `f`.
     backend: f64,
@@ -224,7 +230,8 @@ impl Signals {
             miss: g.cache_misses as f64 / results.max(1) as f64,
             amp: g.cache_misses as f64 / g.requests.max(1) as f64,
             err: (g.errors as f64 / backend.max(1) as f64).min(1.0),
-            p99: g.latency.map(|l| l.p99_ms),
+            p99: g.miss_latency.or(g.latency).map(|l| l.p99_ms),
+            exact: g.miss_latency.is_some(),
             load: g.requests_per_second,
             backend: backend as f64 / g.requests.max(1) as f64,
         }
@@ -238,6 +245,8 @@ struct Base {
     amp: f64,
     err: f64,
     p99: Option<f64>,
+    /// Baseline of the backend's own p99 (cache misses).
+    miss_p99: Option<f64>,
     load: f64,
     backend: f64,
 }
@@ -268,6 +277,10 @@ struct GroupState {
     amp: Ewma,
     err: Ewma,
     p99: Ewma,
+    /// The backend's own p99 (cache misses), learned apart from the merged p99 so the two
+    /// never mix in one baseline.
+    #[serde(default)]
+    miss_p99: Ewma,
     load: Ewma,
     backend: Ewma,
     /// Windows in a row all conditions held.
@@ -290,6 +303,7 @@ impl GroupState {
             amp: self.amp.value(warmup)?,
             err: self.err.value(warmup)?,
             p99: self.p99.value(warmup),
+            miss_p99: self.miss_p99.value(warmup),
             load: self.load.value(warmup)?,
             backend: self.backend.raw().unwrap_or(0.0),
         })
@@ -299,10 +313,14 @@ impl GroupState {
         self.miss.update(s.miss, alpha);
         self.amp.update(s.amp, alpha);
         self.err.update(s.err, alpha);
-        if let Some(p) = s.p99 {
-            // The backend share of the same windows: the quantile level of the baseline p99.
-            self.p99.update(p, alpha);
-            self.backend.update(s.backend, alpha);
+        match s.p99 {
+            Some(p) if s.exact => self.miss_p99.update(p, alpha),
+            Some(p) => {
+                // The backend share of the same windows: the quantile level of the baseline p99.
+                self.p99.update(p, alpha);
+                self.backend.update(s.backend, alpha);
+            }
+            None => {}
         }
         self.load.update(s.load, alpha);
     }
@@ -324,6 +342,10 @@ impl CacheHitCollapse {
                 && s.miss - b.miss >= c.miss_ratio_min_increase,
             amp: s.amp > b.amp && s.amp >= c.amplification_factor * b.amp,
             latency: match (s.p99, b.p99) {
+                // The backend's own p99 against its own baseline: no quantile shift to allow.
+                (Some(now), _) if s.exact => b
+                    .miss_p99
+                    .is_some_and(|base| base > 0.0 && now >= c.p99_factor * base),
                 (Some(now), Some(base)) if base > 0.0 && s.backend >= 0.01 && b.backend >= 0.01 => {
                     let k = quantile_shift(s.backend, b.backend, c.p99_tail_sigma);
                     now >= c.p99_factor * base * k
@@ -540,7 +562,18 @@ fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
     .annotate("backend_error_ratio", pct(s.err))
     .annotate("baseline_backend_error_ratio", pct(b.err))
     .annotate("p99_latency", ms(s.p99))
-    .annotate("baseline_p99_latency", ms(b.p99))
+    .annotate(
+        "baseline_p99_latency",
+        ms(if s.exact { b.miss_p99 } else { b.p99 }),
+    )
+    .annotate(
+        "p99_source",
+        if s.exact {
+            "backend (cache misses)"
+        } else {
+            "all responses"
+        },
+    )
     .annotate(
         "frontend_load",
         format!("{} req/s (baseline {})", num(s.load), num(b.load)),
@@ -596,7 +629,7 @@ fn description(group: &str, fig: &Figures) -> String {
         _ => format!(
             "backend latency (p99 {}, baseline {})",
             ms(s.p99),
-            ms(b.p99)
+            ms(if s.exact { b.miss_p99 } else { b.p99 })
         ),
     };
     let hot = fig.hot.as_ref().map_or(String::new(), |h| {
@@ -891,7 +924,8 @@ mod tests {
     #[test]
     fn a_cold_cache_in_front_of_a_long_tailed_backend_does_not_fire() {
         // With more calls reaching the backend, the merged p99 climbs from the backend's 80th
-        // to its 99th percentile (2.5x here) although the backend is unchanged.
+        // to its 99th percentile (2.5x here) although the backend is unchanged; the backend's
+        // own p99, from the misses' histogram, does not move.
         let wide = W {
             spread: WIDE,
             ..NORMAL
@@ -903,13 +937,14 @@ mod tests {
         ws.extend(vec![wide; 10]);
         let (hits, _) = run(CacheHitCollapseConfig::default(), &ws);
         assert!(hits.is_empty(), "{hits:?}");
-        // Without the quantile-shift allowance the latency test would be fooled.
+        // Nor does it need the quantile-shift allowance, which only the merged p99 (a group
+        // whose misses carry no latency) falls back on.
         let naive = CacheHitCollapseConfig {
             p99_tail_sigma: 0.0,
             ..CacheHitCollapseConfig::default()
         };
         let (hits, _) = run(naive, &ws);
-        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+        assert!(hits.is_empty(), "{hits:?}");
     }
 
     #[test]
@@ -955,6 +990,7 @@ mod tests {
             amp: 0.05,
             err: 0.001,
             p99: Some(40.0),
+            miss_p99: Some(40.0),
             load: 400.0,
             backend: 0.05,
         };
@@ -1113,6 +1149,38 @@ mod tests {
         assert!((s.amp - 0.20).abs() < 1e-12);
         // 20 errors over the 40 requests that were not hits.
         assert!((s.err - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_latency_signal_is_the_backends_own_p99_when_misses_carry_latencies() {
+        // 995 hits at 0.5 ms and 5 misses at 100 ms: the merged p99 is a hit's latency, the
+        // backend's p99 is 100 ms.
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut o = ObservationRef::new("db", "s");
+        o.cache = Some(CacheResult::Hit);
+        o.count = 995;
+        o.latency_ms = Some(0.5);
+        w.record(&o);
+        o.cache = Some(CacheResult::Miss);
+        o.count = 5;
+        o.latency_ms = Some(100.0);
+        w.record(&o);
+        let snap = w.close(10.0);
+        let g = &snap.groups[0];
+        assert!(g.latency.unwrap().p99_ms < 1.0, "{:?}", g.latency);
+        let s = Signals::of(g);
+        assert!(s.exact);
+        assert!((s.p99.unwrap() - 100.0).abs() <= 1.0, "{:?}", s.p99);
+        // Misses without a latency: the merged p99 stands in, marked as such.
+        let mut w = Windows::new(WindowConfig::default(), 10.0);
+        o.latency_ms = None;
+        w.record(&o);
+        o.cache = Some(CacheResult::Hit);
+        o.latency_ms = Some(0.5);
+        w.record(&o);
+        let s = Signals::of(&w.close(20.0).groups[0]);
+        assert!(!s.exact);
+        assert!(s.p99.unwrap() < 1.0);
     }
 
     #[test]

@@ -52,7 +52,10 @@
 //! - Lower bounds: a key that is only possibly heavy (large Space-Saving error) never fires.
 //! - Sampling noise: at the floors (20% share, ≥ 100 requests) the binomial sd of a share is
 //!   under 4 points, so noise cannot double a key's share; four consecutive windows are also
-//!   required, so a burst of one key of up to 20 s (at most three windows) does not fire.
+//!   required, so a burst of one key of up to 20 s (at most three windows) does not fire, or
+//!   three whose excess requests hold more than `tolerated_burst_secs` (20 s) plus half a
+//!   window at full strength, which a 20 s burst at any alignment does not
+//!   ([`crate::detect::evidence`]).
 //! - Diurnal load changes every key's rate alike; shares do not move.
 //! - Low-volume shards (a few requests per second) stay under `min_shard_requests`.
 
@@ -62,6 +65,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
+use crate::detect::evidence::{Persistence, StepEvidence};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
     persisted_in, ratio_2dp,
@@ -94,6 +98,9 @@ pub struct HotKeyConfig {
     pub min_shard_requests: u64,
     /// Consecutive windows the condition must hold.
     pub consecutive_windows: u32,
+    /// The longest burst to tolerate, seconds: the condition also holds as soon as the shape of
+    /// the streak proves the change has lasted longer (docs/adr/003).
+    pub tolerated_burst_secs: f64,
     /// Fraction of a key's group-wide load one shard must hold for the `shard` label.
     pub single_shard_share: f64,
     /// Baseline share under which an unreported, quiet key's state is dropped.
@@ -113,6 +120,7 @@ impl Default for HotKeyConfig {
             min_shard_share: 0.5,
             min_shard_requests: 200,
             consecutive_windows: 4,
+            tolerated_burst_secs: 20.0,
             single_shard_share: 0.9,
             forget_share: 0.01,
         }
@@ -159,6 +167,12 @@ impl DetectorSettings for HotKeyConfig {
             }
         }
         p.windows("consecutive_windows", self.consecutive_windows);
+        p.range(
+            "tolerated_burst_secs",
+            self.tolerated_burst_secs,
+            0.0,
+            86_400.0,
+        );
         if !(self.single_shard_share > 0.5 && self.single_shard_share <= 1.0) {
             p.fail(
                 "single_shard_share",
@@ -209,6 +223,9 @@ impl ShareBaseline {
 struct KeyState {
     base: ShareBaseline,
     streak: u32,
+    /// The excess requests over the baseline of the streak's windows.
+    #[serde(default)]
+    evidence: StepEvidence,
     /// The `shard` label of the group rule's alert, once chosen.
     shard: Option<String>,
 }
@@ -256,6 +273,7 @@ impl KeyFigures {
 pub struct HotKey {
     cfg: HotKeyConfig,
     alpha: f64,
+    persistence: Persistence,
     state: BTreeMap<String, GroupState>,
 }
 
@@ -311,15 +329,23 @@ impl Scope {
 }
 
 impl KeyState {
-    /// Extends or ends the key's run of over windows and teaches its baseline `load` unless the
-    /// key's alert is active or its condition is building up. True once the key has been over
-    /// `needed` windows in a row.
-    fn step(&mut self, over: bool, active: bool, load: f64, alpha: f64, needed: u32) -> bool {
+    /// Extends or ends the key's run of over windows (with `excess` requests over its
+    /// baseline) and teaches its baseline `load` unless the key's alert is active or its
+    /// condition is building up. True once the run is long enough for `needed`.
+    fn step(
+        &mut self,
+        over: bool,
+        active: bool,
+        (load, excess): (f64, f64),
+        alpha: f64,
+        needed: &Persistence,
+    ) -> bool {
         self.streak = if over { self.streak + 1 } else { 0 };
+        self.evidence.push(over, excess);
         if !(active || self.streak > 0) {
             self.base.update(load, alpha);
         }
-        self.streak >= needed
+        needed.holds(self.streak, &self.evidence)
     }
 }
 
@@ -364,7 +390,8 @@ impl HotKey {
                 // alert is active, so the alert's identity does not flap.
                 st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
             }
-            if st.step(over, active, fig.load, alpha, cfg.consecutive_windows) {
+            let excess = (fig.load - fig.baseline) * total;
+            if st.step(over, active, (fig.load, excess), alpha, &self.persistence) {
                 hot_keys.insert(k.key.clone());
                 let home = st.shard.as_deref().and_then(|s| g.shard(s));
                 out.push(render(cfg, &g.group, &group_figures(ctx, k, home, fig)));
@@ -416,7 +443,8 @@ impl HotKey {
                     && fig.ratio() >= cfg.min_ratio;
                 // The group rule already alerts on this key (with this shard, or spread over
                 // several): one alert per key is enough.
-                if st.step(over, active, fig.load, alpha, cfg.consecutive_windows)
+                let excess = (fig.load - fig.baseline) * group_total;
+                if st.step(over, active, (fig.load, excess), alpha, &self.persistence)
                     && !hot_keys.contains(&k.key)
                 {
                     out.push(render(cfg, &g.group, &shard_figures(ctx, s, k, fig)));
@@ -449,6 +477,7 @@ fn forget_unreported(
             return true;
         }
         st.streak = 0;
+        st.evidence = StepEvidence::default();
         let active = is_active(key, st);
         if !active {
             st.base.update(0.0, alpha);
@@ -617,6 +646,11 @@ impl DetectorKind for HotKey {
     fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
         HotKey {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            persistence: Persistence {
+                windows: cfg.consecutive_windows,
+                tolerated_burst_secs: cfg.tolerated_burst_secs,
+                window_secs,
+            },
             cfg,
             state: BTreeMap::new(),
         }
@@ -713,7 +747,8 @@ mod tests {
             assert!(rig.window(&traffic(&n, &[])).is_empty());
         }
         let hot = traffic(&n, &[("s3", "", 3000)]);
-        for _ in 0..3 {
+        // Three full windows outlast a 20 s burst (docs/adr/003); two do not.
+        for _ in 0..2 {
             assert!(rig.window(&hot).is_empty());
         }
         let f = rig.window(&hot);
@@ -793,10 +828,16 @@ mod tests {
         let st = scope.key("k");
         assert_eq!(st.base.samples, 9);
         // The running mean over ten windows: nine zeros and 0.5.
-        assert!(!st.step(false, false, 0.5, 0.001, 2));
+        // Two windows in a row; the shape rule tolerates no less than a day here.
+        let two = Persistence {
+            windows: 2,
+            tolerated_burst_secs: 86_400.0,
+            window_secs: 10.0,
+        };
+        assert!(!st.step(false, false, (0.5, 0.0), 0.001, &two));
         assert!((st.base.value - 0.05).abs() < 1e-12);
-        assert!(!st.step(true, false, 0.9, 0.001, 2));
-        assert!(st.step(true, false, 0.9, 0.001, 2));
+        assert!(!st.step(true, false, (0.9, 850.0), 0.001, &two));
+        assert!(st.step(true, false, (0.9, 850.0), 0.001, &two));
         assert!((st.base.value - 0.05).abs() < 1e-12, "learned while over");
     }
 
@@ -822,7 +863,7 @@ mod tests {
         // tenant:42 goes from 3% to about 62% of shard s5: 5% of the group, under the group
         // rule's 20%, so only the shard rule can see it.
         let hot = traffic(&n, &[("s5", "tenant:42", 1600)]);
-        for _ in 0..3 {
+        for _ in 0..2 {
             assert!(rig.window(&hot).is_empty());
         }
         let fired = rig.window(&hot);
@@ -852,20 +893,42 @@ mod tests {
     }
 
     #[test]
-    fn a_short_burst_of_one_key_does_not_fire() {
+    fn a_20_s_burst_of_one_key_does_not_fire_at_any_alignment() {
+        let n = names();
+        // The burst covers a part of the first window, all of the second and the rest of
+        // the third: three windows over the line, two windows' worth of excess.
+        for part in [0.2, 0.5, 0.8] {
+            let mut rig = Rig::new(HotKeyConfig::default());
+            for _ in 0..40 {
+                rig.window(&traffic(&n, &[]));
+            }
+            for cover in [part, 1.0, 1.0 - part] {
+                let burst = (5000.0 * cover) as u64;
+                assert!(
+                    rig.window(&traffic(&n, &[("s2", "flash", burst)]))
+                        .is_empty(),
+                    "{part}"
+                );
+            }
+            for _ in 0..10 {
+                assert!(rig.window(&traffic(&n, &[])).is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn a_burst_of_one_key_for_three_full_windows_has_outlasted_20_s() {
         let n = names();
         let mut rig = Rig::new(HotKeyConfig::default());
         for _ in 0..40 {
             rig.window(&traffic(&n, &[]));
         }
-        for _ in 0..3 {
-            assert!(
-                rig.window(&traffic(&n, &[("s2", "flash", 5000)]))
-                    .is_empty()
-            );
-        }
+        let burst = traffic(&n, &[("s2", "flash", 5000)]);
+        assert!(rig.window(&burst).is_empty());
+        assert!(rig.window(&burst).is_empty());
+        assert_eq!(rig.window(&burst).len(), 1);
         for _ in 0..10 {
-            assert!(rig.window(&traffic(&n, &[])).is_empty());
+            rig.window(&traffic(&n, &[]));
         }
     }
 

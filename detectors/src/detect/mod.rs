@@ -15,6 +15,7 @@
 //! list.
 
 pub mod baseline;
+pub mod evidence;
 
 // One module per detector; each is also listed in `detectors!` below. The module lines stay
 // outside the macro because rustfmt only formats modules it sees declared outside macros.
@@ -26,6 +27,7 @@ pub mod fast_failure;
 pub mod hot_key;
 pub mod hot_shard;
 pub mod latency_skew;
+pub mod shard_failing;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -331,6 +333,8 @@ detectors! {
     cache_hit_collapse: cache_collapse::CacheHitCollapse,
     /// `FastFailureSink`.
     fast_failure_sink: fast_failure::FastFailureSink,
+    /// `ShardFailing`.
+    shard_failing: shard_failing::ShardFailing,
     /// `CapacityHeadroom`.
     capacity_headroom: capacity::CapacityHeadroom,
     /// `CardinalityOverflow`.
@@ -450,6 +454,7 @@ mod tests {
                 "ErrorSurge",
                 "CacheHitCollapse",
                 "FastFailureSink",
+                "ShardFailing",
                 "CardinalityOverflow"
             ]
         );

@@ -16,6 +16,8 @@
 //! - [`cold_cache_refill`]: a deploy empties the cache; the hit ratio refills 0 → 93% over
 //!   about two minutes while the backend stays healthy (same latency, same error ratio).
 //! - [`short_bursts`]: one shard at a time takes 5× its load for 10, 15 and 20 s.
+//! - [`burst_sweep`]: 40 bursts of 10–20 s at 5× and 10×, starting at every whole second of a
+//!   window, so every alignment of a tolerated burst is tried.
 //!
 //! The traces start at [`START`], a multiple of the default 10 s window, and the first ten
 //! minutes are plain traffic, so every baseline is warm before anything unusual happens.
@@ -92,6 +94,10 @@ pub struct Shape {
     pub hit_ratio: f64,
     /// Multiplier of every latency of the shard.
     pub latency_factor: f64,
+    /// Share of requests that fail.
+    pub error_ratio: f64,
+    /// The outcome class of the failures.
+    pub error_class: &'static str,
 }
 
 /// Ordinary traffic of one group: shards with stable relative weights, keys, a look-aside
@@ -160,13 +166,16 @@ impl Workload {
         }
     }
 
-    /// The normal shape of every shard: load 1, the normal hit ratio, normal latency.
+    /// The normal shape of every shard: load 1, the normal hit ratio, normal latency, the
+    /// normal error ratio (class `error`).
     pub fn normal(&self) -> Shape {
         Shape {
             load: 1.0,
             extra: None,
             hit_ratio: self.hit_ratio,
             latency_factor: 1.0,
+            error_ratio: self.error_ratio,
+            error_class: "error",
         }
     }
 
@@ -225,13 +234,13 @@ impl Workload {
         if n == 0 {
             return;
         }
-        let errors = rng.binomial(n, self.error_ratio);
+        let errors = rng.binomial(n, sh.error_ratio);
         let hits = rng.binomial(n - errors, sh.hit_ratio.clamp(0.0, 1.0));
         let misses = n - errors - hits;
         let classes = [
             ("ok", "hit", hits, self.hit_latency),
             ("ok", "miss", misses, self.miss_latency),
-            ("error", "miss", errors, self.error_latency),
+            (sh.error_class, "miss", errors, self.error_latency),
         ];
         for (outcome, cache, count, lat) in classes {
             if count == 0 {
@@ -378,6 +387,45 @@ pub fn short_bursts(seed: u64) -> Trace {
             load: if burst { 5.0 } else { 1.0 },
             ..normal
         }
+    });
+    trace.sort();
+    trace
+}
+
+/// One burst of [`burst_sweep`]: its start offset from [`START`], length in seconds and
+/// load multiple.
+pub type SweepBurst = (f64, f64, f64);
+
+/// The bursts of [`burst_sweep`]: 10, 15 and 20 s bursts at 5x and 20 s bursts at 10x, each
+/// starting at every whole second of a 10 s window (0 to 9 s after a boundary), one a minute.
+pub fn sweep_bursts() -> Vec<SweepBurst> {
+    let mut out = Vec::new();
+    for (len, factor) in [(10.0, 5.0), (15.0, 5.0), (20.0, 5.0), (20.0, 10.0)] {
+        for offset in 0..10 {
+            let at = WARM_SECS + 60.0 * out.len() as f64 + f64::from(offset);
+            out.push((at, len, factor));
+        }
+    }
+    out
+}
+
+/// 32 shards, 800 req/s; after [`WARM_SECS`], the 40 bursts of [`sweep_bursts`], one a minute,
+/// each on the next shard: every alignment of a tolerated burst against the windows.
+pub fn burst_sweep(seed: u64) -> Trace {
+    let mut rng = Rng::new(seed);
+    let mut w = Workload::new("sweep-db", "shard-", 32, 800.0);
+    w.tick_secs = 1;
+    let bursts = sweep_bursts();
+    let secs = (WARM_SECS + 60.0 * bursts.len() as f64 + 120.0) as u64;
+    let normal = w.normal();
+    let mut trace = Trace::default();
+    w.emit(&mut trace, &mut rng, START, secs, |t, i| {
+        let load = bursts
+            .iter()
+            .enumerate()
+            .find(|(n, (from, len, _))| n % 32 == i && t >= *from && t < from + len)
+            .map_or(1.0, |(_, b)| b.2);
+        Shape { load, ..normal }
     });
     trace.sort();
     trace
