@@ -323,6 +323,7 @@ mod tests {
             cache_hit_ratio: Some(0.9),
             latency: None,
             ok_latency: None,
+            miss_latency: None,
             skew: SkewStats::from_counts(&loads, 1e-3),
             fair_share: 1.0 / counts.len() as f64,
             top_keys: Vec::new(),
