@@ -13,6 +13,7 @@
 //! - [`stats`]: skew statistics (bias-corrected Gini, top-k share, peak-to-mean, CV and its
 //!   noise floor, dispersion test).
 //! - [`detect`]: the detectors, each reading a closed window and its own baselines.
+//! - [`evidence`]: the shape of a run of over-threshold windows, which the step detectors share.
 //! - [`alert`]: the alert state machine (inactive, pending, firing, resolved).
 //! - [`engine`]: owns the windows and detectors and is driven by time passed in.
 //! - [`prng`]: the seeded generator and the small hashes every crate of the workspace shares.
@@ -24,6 +25,7 @@
 pub mod alert;
 pub mod detect;
 pub mod engine;
+pub mod evidence;
 pub mod keys;
 pub mod observation;
 pub mod prng;

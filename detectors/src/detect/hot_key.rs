@@ -55,7 +55,7 @@
 //!   required, so a burst of one key of up to 20 s (at most three windows) does not fire, or
 //!   three whose excess requests hold more than `tolerated_burst_secs` (20 s) plus half a
 //!   window at full strength, which a 20 s burst at any alignment does not
-//!   ([`crate::detect::evidence`]).
+//!   ([`crate::evidence`]).
 //! - Diurnal load changes every key's rate alike; shares do not move.
 //! - Low-volume shards (a few requests per second) stay under `min_shard_requests`.
 
@@ -65,11 +65,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
-use crate::detect::evidence::{Persistence, StepEvidence};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
     persisted_in, ratio_2dp,
 };
+use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::{quote, quote_key};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 

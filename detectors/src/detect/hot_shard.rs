@@ -32,7 +32,7 @@
 //! The alert condition holds when the shard has been over for `consecutive_windows` (k = 4)
 //! windows in a row, **or** as soon as the excess counts of its run of over windows hold more
 //! than `tolerated_burst_secs` (20 s) plus half a window of excess at full strength (the shape
-//! of the evidence, [`crate::detect::evidence`]: a step on a window boundary holds at its third
+//! of the evidence, [`crate::evidence`]: a step on a window boundary holds at its third
 //! window, a 20 s burst at any alignment never holds but for noise), **or** when its CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
 //! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
 //! smaller persistent shifts that rarely cross z* in one window.
@@ -104,11 +104,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::evidence::StepEvidence;
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
     persisted_in, ratio_2dp,
 };
+use crate::evidence::StepEvidence;
 use crate::observation::{key_label, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;

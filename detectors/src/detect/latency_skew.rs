@@ -25,7 +25,7 @@
 //! The condition holds after `consecutive_windows` (4) such windows in a row: a latency spike
 //! of up to 20 s touches at most three windows. It holds sooner when the run's excess *mean*
 //! latency over the peers' holds more than `tolerated_burst_secs` (20 s) plus half a window at
-//! full strength ([`crate::detect::evidence`]): the p99 reads the same for a spell covering a
+//! full strength ([`crate::evidence`]): the p99 reads the same for a spell covering a
 //! fifth of a window as for a whole one, the mean grows with the covered part. The baseline
 //! needs `warmup_windows` eligible windows (30, 5 minutes) before any verdict, and stops
 //! learning while the alert is active or the condition is building up.
@@ -48,11 +48,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
-use crate::detect::evidence::{Persistence, StepEvidence};
 use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
     persisted_in,
 };
+use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::quote;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 

@@ -15,7 +15,6 @@
 //! list.
 
 pub mod baseline;
-pub mod evidence;
 
 // One module per detector; each is also listed in `detectors!` below. The module lines stay
 // outside the macro because rustfmt only formats modules it sees declared outside macros.
