@@ -62,18 +62,7 @@ pub async fn require_token(State(s): State<AppState>, request: Request, next: Ne
 
 /// Refuses a POST whose body is not declared JSON or protobuf with 415.
 pub async fn require_json_body(request: Request, next: Next) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        });
-    match declared {
+    match media_type(request.headers()) {
         Some(t) if BODY_TYPES.contains(&t.as_str()) => next.run(request).await,
         _ => (
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -85,6 +74,14 @@ pub async fn require_json_body(request: Request, next: Next) -> Response {
         )
             .into_response(),
     }
+}
+
+/// The media type `Content-Type` declares, lower-cased and without its parameters
+/// (`Application/JSON; charset=utf-8` is `application/json`); `None` without a readable header.
+pub(super) fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = value.split(';').next().unwrap_or("");
+    Some(essence.trim().to_ascii_lowercase())
 }
 
 /// True when no token is configured, or `Authorization` carries it as a bearer token. The

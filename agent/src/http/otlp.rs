@@ -28,6 +28,7 @@ use prost::Message;
 use skewwatch_detectors::observation::{Batch, RejectReason, Rejections};
 
 use super::AppState;
+use super::guard::media_type;
 use super::ingest::read_body;
 use crate::ingest::QueueError;
 use crate::ingest::otlp::metrics::Cumulative;
@@ -199,17 +200,7 @@ fn decode(
 
 /// The encoding the `Content-Type` names; 415 for the NDJSON types the guard also lets pass.
 fn encoding_of(headers: &HeaderMap) -> Result<Encoding, Refusal> {
-    let declared = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        });
-    match declared.as_deref() {
+    match media_type(headers).as_deref() {
         Some("application/x-protobuf" | "application/protobuf") => Ok(Encoding::Protobuf),
         Some("application/json") => Ok(Encoding::Json),
         _ => Err((
