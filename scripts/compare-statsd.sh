@@ -10,8 +10,9 @@
 # the loss, the kernel's drops on the daemon's socket (/proc/net/udp, or skewwatch's own
 # SO_RXQ_OVFL count), the daemon's CPU use while sending (cores) and its resident memory.
 # Each daemon runs the whole rate sweep ROUNDS times, the daemons taking turns (skewwatch,
-# Etsy, collectd, skewwatch, ...), each round in a fresh process; the table gives the median
-# of the rounds for each column. "Before loss" is the highest rate with no lost line in any
+# Etsy, collectd, skewwatch, ...), each round in a fresh process; the table gives, for each
+# daemon and rate, the median round by lines received (all its columns) and the range of
+# lines received over the rounds. "Host busy" is the whole machine's CPU while sending. "Before loss" is the highest rate with no lost line in any
 # round.
 #
 # What "received" is:
@@ -255,18 +256,21 @@ for line in open(sys.argv[1]):
         "sent/s": sent / secs, "received/s": int(received) / secs,
         "lost": sent - int(received), "lost %": 100 * (sent - int(received)) / sent,
         "drops": int(drops), "cores": b["agent_cpu_cores"], "rss": b["agent_rss_bytes"] / 2**20,
-        "lines/datagram": sent / max(b["sent_units"], 1),
+        "lines/datagram": sent / max(b["sent_units"], 1), "host busy": b["host_busy_cores"],
     })
     r = steps[(b["target_rate"], daemon)][-1]
     # Lost lines the kernel's drops do not explain (at the mean lines per datagram).
     r["unexplained"] = b["unaccounted_records"] if daemon == "skewwatch" else r["lost"] - r["drops"] * r["lines/datagram"]
-med = lambda rows, k: statistics.median(r[k] for r in rows)
-print("| target lines/s | daemon | rounds | sent lines/s | received lines/s | lost % | kernel drops (datagrams) | lost, not kernel drops (lines) | CPU (cores) | RSS MiB | lines/datagram |")
-print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| target lines/s | daemon | sent lines/s | received lines/s | received, range over rounds | lost % | kernel drops (datagrams) | lost, not kernel drops (lines) | CPU (cores) | RSS MiB | lines/datagram | host busy (cores) |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (rate, daemon), rows in sorted(steps.items(), key=lambda kv: (kv[0][0], list(names).index(kv[0][1]))):
-    print(f"| {rate:,} | {names[daemon]} | {len(rows)} | {med(rows, 'sent/s'):,.0f} | {med(rows, 'received/s'):,.0f} "
-          f"| {med(rows, 'lost %'):.2f} | {med(rows, 'drops'):,.0f} | {med(rows, 'unexplained'):,.0f} | {med(rows, 'cores'):.2f} | {med(rows, 'rss'):.1f} "
-          f"| {med(rows, 'lines/datagram'):.1f} |")
+    # The median round by lines received, whole, so that a row's figures belong together.
+    rows.sort(key=lambda r: r["received/s"])
+    m = rows[(len(rows) - 1) // 2]
+    spread = f"{rows[0]['received/s']:,.0f}–{rows[-1]['received/s']:,.0f}" if len(rows) > 1 else "-"
+    print(f"| {rate:,} | {names[daemon]} | {m['sent/s']:,.0f} | {m['received/s']:,.0f} | {spread} "
+          f"| {m['lost %']:.2f} | {m['drops']:,} | {m['unexplained']:,.0f} | {m['cores']:.2f} | {m['rss']:.1f} "
+          f"| {m['lines/datagram']:.1f} | {m['host busy']:.2f} |")
 print()
 for daemon in names:
     clean = [rate for (rate, d), rows in steps.items() if d == daemon and all(r["lost"] <= 0 for r in rows)]
