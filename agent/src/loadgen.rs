@@ -95,6 +95,12 @@ pub struct Args {
     /// Draw keys uniformly (default: skewed towards a few hot keys).
     #[arg(long)]
     pub uniform_keys: bool,
+    /// Send plain StatsD lines, group, shard, key and outcome folded into the metric name
+    /// instead of DogStatsD tags, latencies under 1 ms sent as 1 ms: for a peer daemon that
+    /// rejects tags or sub-millisecond timers (skewwatch needs the tags; combine with
+    /// `--readback false`).
+    #[arg(long)]
+    pub plain: bool,
     /// Largest StatsD datagram, bytes; lines are packed up to it.
     #[arg(long, default_value_t = 1400)]
     pub datagram_bytes: usize,
@@ -221,6 +227,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         keys: args.keys,
         uniform_keys: args.uniform_keys,
         seed: args.seed,
+        plain: args.plain,
     };
     let token = match &args.bearer_token_file {
         Some(p) => Some(
@@ -766,6 +773,7 @@ mod tests {
             keys: 0,
             uniform_keys: false,
             seed: 1,
+            plain: false,
         }
         .datagrams(1_000, 1_400);
         let deadline = Instant::now() + Duration::from_millis(200);

@@ -54,6 +54,7 @@ pub fn workload(shards: usize, keys: usize) -> Workload {
         keys,
         uniform_keys: false,
         seed: 1,
+        plain: false,
     }
 }
 

@@ -5,10 +5,21 @@
 //! exponential distribution (mean about 4 ms); 1% of requests are errors. With keys, a key id
 //! is drawn either uniformly or skewed towards low ids (the square of a uniform draw, so key 0
 //! is the hottest), which is what a hot-key detector should see.
+//!
+//! StatsD lines are DogStatsD by default (group, shard, key and outcome as tags, what skewwatch
+//! reads). The plain form carries the same fields in the metric name instead
+//! (`skewwatch.request.group-0.shard-12.error:4.12|ms`), for StatsD daemons that reject tags
+//! (collectd's statsd plugin); it is for side-by-side runs, skewwatch itself needs the tags.
+//! Plain lines send latencies under 1 ms as 1 ms: collectd keeps timer values in whole
+//! milliseconds and silently ignores a value that truncates to zero, which would hide about a
+//! fifth of these lines from its count.
 
 use std::fmt::Write as _;
 
 use skewwatch_detectors::prng::SplitMix64;
+
+/// Smallest latency a plain line carries, hundredths of a millisecond (see the module docs).
+const PLAIN_MIN_LATENCY_CENTI_MS: u64 = 100;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +34,8 @@ pub struct Workload {
     pub uniform_keys: bool,
     /// Seed of the generator.
     pub seed: u64,
+    /// Write StatsD lines without tags, the fields folded into the metric name.
+    pub plain: bool,
 }
 
 /// Datagrams ready to send, each holding whole lines.
@@ -86,21 +99,7 @@ impl Workload {
         let mut line = String::with_capacity(128);
         // `total`: lines packed before this one.
         for (total, r) in self.requests(1).enumerate() {
-            line.clear();
-            let _ = write!(
-                line,
-                "skewwatch.request:{}.{:02}|ms|#group:group-{},shard:shard-{}",
-                r.latency_centi_ms / 100,
-                r.latency_centi_ms % 100,
-                r.group,
-                r.shard
-            );
-            if let Some(k) = r.key {
-                let _ = write!(line, ",key:user:{k}");
-            }
-            if r.error {
-                line.push_str(",outcome:error");
-            }
+            self.statsd_line(&mut line, &r);
             let needed = line.len() + usize::from(in_current > 0);
             if in_current > 0 && current.len() + needed > datagram_bytes {
                 pool.datagrams.push(std::mem::replace(
@@ -120,6 +119,44 @@ impl Workload {
             in_current += 1;
         }
         pool
+    }
+
+    /// Writes the StatsD line of `r` into `line` (cleared first): DogStatsD, or plain.
+    fn statsd_line(&self, line: &mut String, r: &Request) {
+        line.clear();
+        let centi_ms = if self.plain {
+            r.latency_centi_ms.max(PLAIN_MIN_LATENCY_CENTI_MS)
+        } else {
+            r.latency_centi_ms
+        };
+        let (whole, centi) = (centi_ms / 100, centi_ms % 100);
+        if self.plain {
+            // `-` rather than `:` inside names: a colon ends the name in most StatsD parsers.
+            let _ = write!(
+                line,
+                "skewwatch.request.group-{}.shard-{}",
+                r.group, r.shard
+            );
+            if let Some(k) = r.key {
+                let _ = write!(line, ".key-user-{k}");
+            }
+            if r.error {
+                line.push_str(".error");
+            }
+            let _ = write!(line, ":{whole}.{centi:02}|ms");
+            return;
+        }
+        let _ = write!(
+            line,
+            "skewwatch.request:{whole}.{centi:02}|ms|#group:group-{},shard:shard-{}",
+            r.group, r.shard
+        );
+        if let Some(k) = r.key {
+            let _ = write!(line, ",key:user:{k}");
+        }
+        if r.error {
+            line.push_str(",outcome:error");
+        }
     }
 
     /// `count` NDJSON bodies of `records` records each.
@@ -165,6 +202,7 @@ mod tests {
             keys,
             uniform_keys: false,
             seed: 7,
+            plain: false,
         }
     }
 
@@ -184,6 +222,53 @@ mod tests {
         assert_eq!(rejected.total(), 0);
         assert!(batch.iter().any(|o| o.key.is_some()));
         assert!(batch.iter().any(|o| o.outcome.is_error()));
+    }
+
+    /// The plain form is the tagged one with the fields moved into the name: same requests,
+    /// same order, every line `name:value|ms` with nothing after the type, latencies under
+    /// 1 ms raised to 1 ms.
+    #[test]
+    fn plain_lines_carry_the_tagged_lines_fields_in_the_name() {
+        let tagged = workload(1000).datagrams(5_000, 1_400);
+        let plain = Workload {
+            plain: true,
+            ..workload(1000)
+        }
+        .datagrams(5_000, 1_400);
+        let mut batch = Batch::default();
+        let mut rejected = Rejections::default();
+        for d in &tagged.datagrams {
+            statsd::parse_datagram(d, &mut batch, &mut rejected);
+        }
+        let lines: Vec<&[u8]> = plain
+            .datagrams
+            .iter()
+            .flat_map(|d| d.split(|&b| b == b'\n'))
+            .collect();
+        let sum = |p: &DatagramPool| p.lines.iter().map(|&n| n as usize).sum::<usize>();
+        assert_eq!(lines.len(), sum(&plain));
+        assert!(plain.datagrams.iter().all(|d| d.len() <= 1_400));
+        let (mut errors, mut raised) = (0, 0);
+        for (line, o) in lines.iter().zip(batch.iter()) {
+            let line = std::str::from_utf8(line).unwrap();
+            let (name, rest) = line.split_once(':').unwrap();
+            let value = rest.strip_suffix("|ms").unwrap();
+            let mut want = format!("skewwatch.request.{}.{}", o.group, o.shard);
+            if let Some(k) = o.key {
+                want.push_str(&format!(".key-{}", k.replace(':', "-")));
+            }
+            if o.outcome.is_error() {
+                want.push_str(".error");
+                errors += 1;
+            }
+            assert_eq!(name, want);
+            let ms: f64 = value.parse().unwrap();
+            let want_ms = o.latency_ms.unwrap().max(1.0);
+            assert!((ms - want_ms).abs() < 1e-9, "{line}");
+            raised += usize::from(o.latency_ms.unwrap() < 1.0);
+        }
+        // Both branches were taken: error lines, and latencies raised to 1 ms.
+        assert!(errors > 0 && raised > 0);
     }
 
     #[test]
