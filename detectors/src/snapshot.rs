@@ -138,6 +138,9 @@ pub struct GroupSnapshot {
     /// Latency of cache misses (backend calls, successful or not): the backend's own latency.
     /// `None` when no miss carried a latency.
     pub miss_latency: Option<LatencySummary>,
+    /// Latency of timeouts (outcome `timeout`): where the callers' deadline lies. `None` when
+    /// no timeout carried a latency.
+    pub timeout_latency: Option<LatencySummary>,
     /// Skew statistics over the tracked shards (not `__other__`); `None` without load.
     pub skew: Option<SkewStats>,
     /// `1 / tracked shards`.

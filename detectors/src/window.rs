@@ -236,6 +236,10 @@ struct GroupWindow {
     /// backend's own p99. Per group, not per shard: one histogram (13.3 KiB at 2 significant
     /// figures) for each tracked group, allocated on the group's first miss with a latency.
     miss_latency: Latency,
+    /// Latency of the group's timeouts, so `DeadlinePileUp` can infer the deadline where the
+    /// timeouts cluster. Per group, like `miss_latency` and at the same cost, allocated on the
+    /// group's first timeout with a latency.
+    timeout_latency: Latency,
     /// Records folded into the overflow shard this window.
     folded: u64,
     /// The last window (by sequence number) with a request.
@@ -257,6 +261,7 @@ impl GroupWindow {
             keys: KeySummary::new(cfg.group_key_slots),
             keyed_requests: 0,
             miss_latency: Latency::default(),
+            timeout_latency: Latency::default(),
             folded: 0,
             last_active: now,
         }
@@ -598,6 +603,9 @@ impl Windows {
             if obs.cache == Some(CacheResult::Miss) {
                 g.miss_latency.record(sigfig, l, obs.count);
             }
+            if obs.outcome == Outcome::Timeout {
+                g.timeout_latency.record(sigfig, l, obs.count);
+            }
         }
         if let Some(k) = obs.key {
             // One hash for both summaries.
@@ -650,6 +658,7 @@ impl Windows {
             g.keys.clear();
             g.keyed_requests = 0;
             g.miss_latency.reset();
+            g.timeout_latency.reset();
             g.folded = 0;
         }
         self.forget_empty_groups();
@@ -863,6 +872,7 @@ fn snapshot_group(
         latency: merged_summary(scratch, &all),
         ok_latency: merged_summary(scratch, &oks),
         miss_latency: g.miss_latency.hist.as_ref().and_then(latency_summary),
+        timeout_latency: g.timeout_latency.hist.as_ref().and_then(latency_summary),
         skew,
         fair_share: if counts.is_empty() {
             0.0

@@ -21,6 +21,7 @@ pub mod baseline;
 pub mod cache_collapse;
 pub mod capacity;
 pub mod cardinality;
+pub mod deadline;
 pub mod error_surge;
 pub mod fast_failure;
 pub mod hot_key;
@@ -334,6 +335,8 @@ detectors! {
     fast_failure_sink: fast_failure::FastFailureSink,
     /// `ShardFailing`.
     shard_failing: shard_failing::ShardFailing,
+    /// `DeadlinePileUp`.
+    deadline_pile_up: deadline::DeadlinePileUp,
     /// `CapacityHeadroom`.
     capacity_headroom: capacity::CapacityHeadroom,
     /// `CardinalityOverflow`.
@@ -454,6 +457,7 @@ mod tests {
                 "CacheHitCollapse",
                 "FastFailureSink",
                 "ShardFailing",
+                "DeadlinePileUp",
                 "CardinalityOverflow"
             ]
         );
