@@ -347,11 +347,12 @@ impl<'a> ObservationRef<'a> {
             return Err(RejectReason::FieldLength);
         }
         // A record of readings alone stands for no request.
-        let min_count = u64::from(self.saturation.is_empty());
-        if self.count < min_count || self.count > MAX_COUNT {
+        if (self.count == 0 && self.saturation.is_empty()) || self.count > MAX_COUNT {
             return Err(RejectReason::BadCount);
         }
-        self.saturation.validate()?;
+        if !self.saturation.is_empty() {
+            self.saturation.validate()?;
+        }
         if let Some(l) = self.latency_ms
             && !(l.is_finite() && (0.0..=MAX_LATENCY_MS).contains(&l))
         {
