@@ -88,6 +88,12 @@ pub struct ShardSnapshot {
     pub latency_samples: u64,
     /// The shard's top keys, with shares of the shard's requests.
     pub top_keys: Vec<KeyShare>,
+    /// Highest in-flight reading the shard's senders reported in the window, when any did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inflight: Option<f64>,
+    /// Highest utilisation reading (0..=1) reported in the window, when any was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<f64>,
 }
 
 impl ShardSnapshot {

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::keys::{KeyHash, KeySummary};
-use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome};
+use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, Saturation};
 use crate::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, WindowSnapshot};
 use crate::stats::SkewStats;
 
@@ -157,6 +157,8 @@ struct ShardWindow {
     ok_latency: Latency,
     err_latency: Latency,
     keys: Option<KeySummary>,
+    /// Highest saturation readings of the window (see [`Saturation`]).
+    saturation: Saturation,
     /// Closed windows in a row without a request.
     idle_windows: u32,
     /// The last window (by sequence number) with a request: least recently active goes first
@@ -186,6 +188,7 @@ impl ShardWindow {
             ok_latency: Latency::default(),
             err_latency: Latency::default(),
             keys: None,
+            saturation: Saturation::default(),
             idle_windows: 0,
             last_active: now,
             role: Role::Named,
@@ -204,6 +207,7 @@ impl ShardWindow {
         self.cache_misses = 0;
         self.ok_latency.reset();
         self.err_latency.reset();
+        self.saturation = Saturation::default();
         if let Some(k) = &mut self.keys {
             k.clear();
         }
@@ -587,6 +591,12 @@ impl Windows {
         g.last_active = seq;
         let s = &mut g.shards[si];
         s.last_active = seq;
+        if !obs.saturation.is_empty() {
+            s.saturation = highest(s.saturation, obs.saturation);
+            if obs.count == 0 {
+                return;
+            }
+        }
         let n = &mut s.by_outcome[obs.outcome.index()];
         *n = n.saturating_add(obs.count);
         match obs.cache {
@@ -690,6 +700,20 @@ impl Windows {
             self.last_group = None;
         }
         self.live_shards = self.groups.iter().map(GroupWindow::live).sum();
+    }
+}
+
+/// Each reading's highest value. The highest rather than the last: a window holds several
+/// readings, queueing responds to the peak, and the maximum does not depend on the order in
+/// which UDP delivered them, so replay and live agree.
+fn highest(a: Saturation, b: Saturation) -> Saturation {
+    let max = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    Saturation {
+        inflight: max(a.inflight, b.inflight),
+        utilisation: max(a.utilisation, b.utilisation),
     }
 }
 
@@ -800,6 +824,8 @@ fn snapshot_shard(
             .as_ref()
             .map(|k| key_shares(k, cfg.shard_top_keys, requests))
             .unwrap_or_default(),
+        inflight: s.saturation.inflight,
+        utilisation: s.saturation.utilisation,
     }
 }
 
