@@ -1,8 +1,9 @@
 //! End-to-end: deadline pile-ups, replayed through the real `skewwatch replay` binary, over
 //! several seeds. A backend whose latency creeps against its callers' deadline while a quarter
 //! of the requests time out must fire `DeadlinePileUp` within two minutes and resolve after it
-//! recovers, naming the replica when one carries the timeouts; steady timeouts, a slowdown far
-//! from the deadline and short pile-ups that clear by themselves must raise nothing.
+//! recovers, naming the replica when one carries the timeouts and reporting the growth of the
+//! requests in flight that the replicas report; steady timeouts, a slowdown far from the
+//! deadline and short pile-ups that clear by themselves must raise nothing.
 
 use skewwatch_e2e::replay::{ReplayOutput, TransitionLine, replay};
 use skewwatch_e2e::scenario::Trace;
@@ -79,6 +80,10 @@ fn a_group_wide_pile_up_fires_within_two_minutes_with_the_inferred_deadline_and_
         for what in ["shorten deadlines", "propagate cancellation", "shed load"] {
             assert!(m.contains(what), "{what}: {f:?}");
         }
+        // Every replica reports its requests in flight: the work piling up is measured.
+        let growth = f.annotation("inflight_growth");
+        let growth: f64 = growth.trim_end_matches('x').parse().expect(growth);
+        assert!(growth >= 2.0, "{f:?}");
     }
 }
 
@@ -100,6 +105,8 @@ fn one_replica_piling_up_is_named_and_a_configured_deadline_is_used() {
                 number(f, "top_timeout_shard_timeout_share") >= 60.0,
                 "{f:?}"
             );
+            // Its own in-flight reading, several times a healthy replica's ~2.
+            assert!(number(f, "top_timeout_shard_inflight") >= 5.0, "{f:?}");
         }
     }
 }

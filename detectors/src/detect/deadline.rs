@@ -33,9 +33,15 @@
 //! the group's timeouts; the label is chosen when the alert starts and kept while it is active,
 //! so one incident is one alert.
 //!
+//! **Requests in flight**, where shards report them (`ShardSnapshot::inflight`), measure the
+//! pile-up directly: the group's sum against its baseline, and the named shard's reading, go
+//! into the summary and annotations. They do not gate the verdict: most services report none,
+//! and a caller-side concurrency limit holds them flat while the deadline is still crowded.
+//!
 //! **Annotations**: the timeout ratio against its baseline, the deadline and its source, the
-//! successful p50 and p99 as fractions of the deadline, the shard's share of the timeouts, and
-//! the mitigations: shorten deadlines, propagate cancellation, shed load.
+//! successful p50 and p99 as fractions of the deadline, the shard's share of the timeouts, the
+//! in-flight growth where reported, and the mitigations: shorten deadlines, propagate
+//! cancellation, shed load.
 
 use std::collections::BTreeMap;
 
@@ -194,6 +200,9 @@ struct GroupState {
     evidence: StepEvidence,
     /// The shard named in the active alert's labels, if one was.
     shard: Option<String>,
+    /// Requests in flight summed over the shards that report them, in windows with readings.
+    #[serde(default)]
+    inflight: Ewma,
 }
 
 /// Where a deadline came from.
@@ -224,6 +233,17 @@ struct TimeoutShard {
     timeout_ratio: f64,
     /// The p99 of its successes, ms, when it had at least [`MIN_SHARD_OK_SAMPLES`].
     ok_p99_ms: Option<f64>,
+    /// Its in-flight reading, when it reported one.
+    inflight: Option<f64>,
+}
+
+/// Requests in flight, where shards report them: the evidence that work piles up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct InFlight {
+    /// Summed over the shards with a reading in this window.
+    now: f64,
+    /// Its baseline, once warm.
+    baseline: Option<f64>,
 }
 
 /// Everything a `DeadlinePileUp` finding reports, as numbers; [`render`] turns it into text.
@@ -243,6 +263,8 @@ struct Figures {
     /// the timeouts and crowds more.
     crowd_p99_ms: f64,
     top_shard: Option<TimeoutShard>,
+    /// `None` when no shard of the group reports in-flight requests.
+    inflight: Option<InFlight>,
     /// Windows in a row the condition has held.
     windows: u32,
 }
@@ -258,6 +280,8 @@ struct Reading {
     crowd_p99: f64,
     top: Option<TimeoutShard>,
     deadline: Option<(f64, DeadlineSource)>,
+    /// In-flight requests summed over the shards that report them.
+    inflight: Option<f64>,
 }
 
 /// The `DeadlinePileUp` detector.
@@ -297,6 +321,10 @@ impl DeadlinePileUp {
             crowd_p99,
             top,
             deadline,
+            inflight: g
+                .tracked_shards()
+                .filter_map(|s| s.inflight)
+                .fold(None, |sum, n| Some(sum.unwrap_or(0.0) + n)),
         })
     }
 
@@ -343,6 +371,9 @@ impl DeadlinePileUp {
         if !(over || active) {
             st.ratio.update(r.ratio, self.alpha);
             st.ok_p99.update(r.ok_p99, self.alpha);
+            if let Some(n) = r.inflight {
+                st.inflight.update(n, self.alpha);
+            }
         }
         let (Some(b), Some((deadline_ms, source))) = (base, r.deadline) else {
             return;
@@ -360,6 +391,10 @@ impl DeadlinePileUp {
                 baseline_ok_p99_ms: b.1,
                 crowd_p99_ms: r.crowd_p99,
                 top_shard: r.top,
+                inflight: r.inflight.map(|now| InFlight {
+                    now,
+                    baseline: st.inflight.value(warm),
+                }),
                 windows: st.streak,
             };
             if !active {
@@ -391,6 +426,7 @@ fn top_timeout_shard(g: &GroupSnapshot, timeouts: u64) -> Option<TimeoutShard> {
                     .ok_latency
                     .filter(|l| l.count >= MIN_SHARD_OK_SAMPLES)
                     .map(|l| l.p99_ms),
+                inflight: s.inflight,
             }
         })
 }
@@ -432,10 +468,28 @@ fn render(cfg: &DeadlinePileUpConfig, group: &str, shard: Option<&str>, fig: &Fi
         if let Some(p) = s.ok_p99_ms {
             f = f.annotate("top_timeout_shard_ok_p99_ms", num(p));
         }
+        if let Some(n) = s.inflight {
+            f = f.annotate("top_timeout_shard_inflight", num(n));
+        }
     }
+    if let Some(i) = &fig.inflight {
+        f = f.annotate("inflight", num(i.now));
+        if let Some(b) = i.baseline {
+            f = f
+                .annotate("baseline_inflight", num(b))
+                .annotate("inflight_growth", times(factor(i.now, b)));
+        }
+    }
+    // Measured growth of the work in flight is the pile-up seen directly; say so first.
+    let grown = fig
+        .inflight
+        .and_then(|i| factor(i.now, i.baseline?))
+        .map_or(String::new(), |x| {
+            format!(", {} the usual requests in flight", times(Some(x)))
+        });
     let summary = format!(
-        "{}: timeouts at {} ({} baseline) while successful p99 is {} of the {} deadline: work is \
-         piling up",
+        "{}: timeouts at {} ({} baseline) while successful p99 is {} of the {} deadline{grown}: \
+         work is piling up",
         quote(group),
         pct(fig.timeout_ratio),
         times(factor(fig.timeout_ratio, fig.baseline_ratio)),
@@ -465,12 +519,30 @@ fn description(group: &str, fig: &Figures) -> String {
             pct(s.timeout_ratio)
         )
     });
+    let work = match &fig.inflight {
+        None => " No shard reports its requests in flight, so the pile-up is inferred from \
+                  timeouts and latency."
+            .to_owned(),
+        Some(InFlight {
+            now,
+            baseline: Some(b),
+        }) => format!(
+            " Requests in flight: {} against a baseline of {} ({}).",
+            num(*now),
+            num(*b),
+            times(factor(*now, *b))
+        ),
+        Some(InFlight {
+            now,
+            baseline: None,
+        }) => format!(" Requests in flight: {} (no baseline yet).", num(*now)),
+    };
     format!(
         "{} of {} requests to {} timed out ({}, baseline {}), {} windows in a row. The deadline \
          is {deadline}; successful requests answer at p50 {} and p99 {} (baseline p99 {}), and \
          the slowest successes reach {} of the deadline: the requests that succeed crowd against \
-         it, and those that do not keep the backend busy after their callers gave up.{where_} \
-         Mitigations: {MITIGATIONS}.",
+         it, and those that do not keep the backend busy after their callers gave up.{where_}\
+         {work} Mitigations: {MITIGATIONS}.",
         fig.timeouts,
         fig.requests,
         quote(group),
@@ -540,6 +612,8 @@ mod tests {
         ok_max_ms: f64,
         timeouts: u64,
         timeout_ms: f64,
+        /// The shard's in-flight reading, reported on its own (`count` 0).
+        inflight: Option<f64>,
     }
 
     /// A healthy shard: 200 successes up to 100 ms, one timeout at the 250 ms deadline.
@@ -549,6 +623,7 @@ mod tests {
             ok_max_ms: 100.0,
             timeouts: 1,
             timeout_ms: 250.0,
+            inflight: None,
         }
     }
 
@@ -559,6 +634,7 @@ mod tests {
             ok_max_ms: 245.0,
             timeouts,
             timeout_ms: 250.0,
+            inflight: None,
         }
     }
 
@@ -579,6 +655,12 @@ mod tests {
                 o.count = s.timeouts;
                 o.outcome = Outcome::Timeout;
                 o.latency_ms = Some(s.timeout_ms);
+                w.record(&o);
+            }
+            if let Some(n) = s.inflight {
+                let mut o = ObservationRef::new("g", &name);
+                o.count = 0;
+                o.saturation.inflight = Some(n);
                 w.record(&o);
             }
         }
@@ -654,6 +736,45 @@ mod tests {
             .parse()
             .unwrap();
         assert!((96.0..100.0).contains(&crowd), "{a:?}");
+    }
+
+    #[test]
+    fn reported_in_flight_growth_is_in_the_verdict() {
+        let with = |s: S, n: f64| S {
+            inflight: Some(n),
+            ..s
+        };
+        let ws: Vec<Vec<S>> = (1..=45)
+            .map(|i| {
+                if i > 40 {
+                    vec![with(piling(30), 10.0); 4]
+                } else {
+                    vec![with(healthy(), 2.0); 4]
+                }
+            })
+            .collect();
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &ws);
+        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+        let a = last.unwrap().annotations;
+        assert_eq!(a["inflight"], "40.0");
+        assert_eq!(a["baseline_inflight"], "8.00");
+        assert_eq!(a["inflight_growth"], "5.00x");
+        assert!(
+            a["summary"].contains("5.00x the usual requests in flight"),
+            "{a:?}"
+        );
+        assert!(
+            a["description"].contains("Requests in flight: 40.0"),
+            "{a:?}"
+        );
+        // Without readings the description says the pile-up is inferred.
+        let (_, last) = run(DeadlinePileUpConfig::default(), &incident(45, everywhere));
+        let a = last.unwrap().annotations;
+        assert!(!a.contains_key("inflight"), "{a:?}");
+        assert!(
+            a["description"].contains("inferred from timeouts and latency"),
+            "{a:?}"
+        );
     }
 
     #[test]

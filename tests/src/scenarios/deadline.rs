@@ -4,7 +4,10 @@
 //! deadline: latencies are lognormal (median 40 ms, σ 0.35, p99 ~90 ms), and a request whose
 //! drawn latency passes the deadline is recorded as a `timeout` at the deadline, as a client
 //! records it. A steady 0.1% of requests hang until the deadline whatever the latency (lost
-//! connections), and 0.2% fail fast (`error`, ~15 ms).
+//! connections), and 0.2% fail fast (`error`, ~15 ms). Every replica reports its requests in
+//! flight once a second (a record with `count` 0 and `inflight`), by Little's law: its request
+//! rate times its mean latency *before* the deadline cuts it short, because the backend keeps
+//! working on requests whose callers gave up.
 //!
 //! Incidents (they must fire `DeadlinePileUp`):
 //! - [`deadline_pile_up`]: a dependency of every replica slows down; latency creeps toward the
@@ -102,6 +105,7 @@ impl RpcWorkload {
             for (i, name) in names.iter().enumerate() {
                 let m = moment(t as f64, i);
                 let base = Record::new(START + t as f64, RPC_GROUP, name, 0);
+                trace.push(self.inflight(rng, &base, per_replica, m));
                 let n = rng.poisson(per_replica);
                 let hangs = rng.binomial(n, m.hang_ratio);
                 let errors = rng.binomial(n - hangs, 0.002);
@@ -112,6 +116,16 @@ impl RpcWorkload {
         }
         trace.sort();
         trace
+    }
+
+    /// The in-flight reading of one replica-second at `rps`: Little's law over the latency
+    /// the backend spends (the lognormal's mean, uncut by the deadline), with 10% noise.
+    fn inflight(&self, rng: &mut Rng, base: &Record, rps: f64, m: Moment) -> Record {
+        let mean_ms = self.median_ms * m.latency_factor * (self.sigma * self.sigma / 2.0).exp();
+        let mut r = base.clone();
+        r.ts = base.ts + rng.uniform() * 0.999;
+        r.inflight = Some((rps * mean_ms / 1000.0 * (1.0 + 0.1 * rng.normal())).max(0.0));
+        r
     }
 
     /// `n` answered requests in up to `parts` records, each with its own latency draw; a draw
@@ -263,7 +277,12 @@ mod tests {
     fn measure(t: &Trace, from: f64, to: f64, replica: Option<&str>) -> (f64, f64) {
         let (mut all, mut timeouts) = (0u64, 0u64);
         let mut ok: Vec<(f64, u64)> = Vec::new();
-        for r in t.records.iter().filter(|r| r.ts >= from && r.ts < to) {
+        // Readings (count 0) are no requests.
+        for r in t
+            .records
+            .iter()
+            .filter(|r| r.ts >= from && r.ts < to && r.count > 0)
+        {
             if replica.is_some_and(|s| s != r.shard) {
                 continue;
             }
@@ -310,6 +329,28 @@ mod tests {
         let (off, _) = measure(&t, held, PILE_UP_RECOVERY, Some("replica-04"));
         assert!((0.2..0.33).contains(&on), "{on}");
         assert!(off < 0.003, "{off}");
+    }
+
+    #[test]
+    fn in_flight_grows_with_the_latency_the_backend_spends() {
+        let t = deadline_pile_up(1);
+        let mean = |from: f64, to: f64| {
+            let v: Vec<f64> = t
+                .records
+                .iter()
+                .filter(|r| r.ts >= from && r.ts < to && r.shard == PILE_UP_REPLICA)
+                .filter_map(|r| r.inflight)
+                .collect();
+            v.iter().sum::<f64>() / v.len() as f64
+        };
+        let before = mean(START, PILE_UP_ONSET);
+        let during = mean(PILE_UP_ONSET + RAMP_SECS, PILE_UP_RECOVERY);
+        // 50 req/s x 42.5 ms, then five times the latency.
+        assert!((1.8..2.5).contains(&before), "{before}");
+        assert!(
+            (during / before - PILE_UP_FACTOR).abs() < 0.5,
+            "{before} {during}"
+        );
     }
 
     #[test]
