@@ -875,9 +875,11 @@ mod tests {
             ok: 40,
             ..piling(timeouts)
         };
-        let mut cfg = DeadlinePileUpConfig::default();
-        cfg.min_requests = 100;
-        cfg.min_timeout_samples = 1;
+        let cfg = DeadlinePileUpConfig {
+            min_requests: 100,
+            min_timeout_samples: 1,
+            ..DeadlinePileUpConfig::default()
+        };
         let ws: Vec<Vec<S>> = (1..=60)
             .map(|i| {
                 if i > 40 {
