@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 INCIDENT_ONSET = 1_760_000_000 + 720  # tests/src/scenarios/incidents.rs
-STEP_ONSET = 1_760_100_000 + 600  # tests/src/scenarios/{hot,failing}.rs: START + WARM_SECS
+STEP_ONSET = 1_760_100_000 + 600  # tests/src/scenarios/{hot,failing,deadline}.rs: START + WARM_SECS
 ONSETS = {
     "gemini_cache_collapse": INCIDENT_ONSET,
     "fast_failure_sink": INCIDENT_ONSET,
@@ -24,6 +24,8 @@ ONSETS = {
     "slow_shard": STEP_ONSET,
     "slow_burn": STEP_ONSET,
     "dead_shard": STEP_ONSET,
+    "deadline_pile_up": STEP_ONSET,
+    "replica_pile_up": STEP_ONSET,
 }
 
 binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/skewwatch"

@@ -298,6 +298,8 @@ mod tests {
             error_latency: None,
             latency_samples: 0,
             top_keys: Vec::new(),
+            inflight: None,
+            utilisation: None,
         }
     }
 
@@ -324,6 +326,7 @@ mod tests {
             latency: None,
             ok_latency: None,
             miss_latency: None,
+            timeout_latency: None,
             skew: SkewStats::from_counts(&loads, 1e-3),
             fair_share: 1.0 / counts.len() as f64,
             top_keys: Vec::new(),

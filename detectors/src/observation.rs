@@ -16,6 +16,9 @@ pub const MAX_KEY_BYTES: usize = 256;
 pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
 /// Largest accepted `count` for one record.
 pub const MAX_COUNT: u64 = 1 << 40;
+/// Largest accepted `inflight` reading: a billion requests in flight on one shard is a unit
+/// mistake, and the bound keeps the reading exact enough in the batch's `f32`.
+pub const MAX_INFLIGHT: f64 = 1e9;
 
 /// The label value that stands for the empty key, because Prometheus and Alertmanager drop
 /// empty label values.
@@ -185,11 +188,15 @@ pub enum RejectReason {
     /// A StatsD line with a metric name or type that skewwatch does not take.
     #[error("unsupported StatsD metric name or type")]
     UnsupportedMetric,
+    /// `inflight` is not a number in 0..=1e9, or `utilisation` not in 0..=1 (StatsD gauge
+    /// deltas `+n`/`-n` included: they need the sender's previous value).
+    #[error("inflight must be a number in 0..=1e9 and utilisation a number in 0..=1")]
+    BadGauge,
 }
 
 impl RejectReason {
     /// Every reason, for pre-registering counters so that zeros are visible.
-    pub const ALL: [RejectReason; 11] = [
+    pub const ALL: [RejectReason; 12] = [
         RejectReason::Malformed,
         RejectReason::MissingGroup,
         RejectReason::MissingShard,
@@ -201,6 +208,7 @@ impl RejectReason {
         RejectReason::BadCache,
         RejectReason::BadTimestamp,
         RejectReason::UnsupportedMetric,
+        RejectReason::BadGauge,
     ];
 
     /// The metric label value.
@@ -217,6 +225,7 @@ impl RejectReason {
             RejectReason::BadCache => "bad_cache",
             RejectReason::BadTimestamp => "bad_timestamp",
             RejectReason::UnsupportedMetric => "unsupported_metric",
+            RejectReason::BadGauge => "bad_gauge",
         }
     }
 }
@@ -278,6 +287,35 @@ pub struct ObservationRef<'a> {
     pub outcome: Outcome,
     /// Cache result, when the request went through a look-aside cache.
     pub cache: Option<CacheResult>,
+    /// Saturation readings of the shard, when the record carries any. A record with a
+    /// reading may have `count` 0: it then reports the shard's state and no request.
+    pub saturation: Saturation,
+}
+
+/// A shard's saturation as its sender reads it: requests in flight, and utilisation in 0..=1.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Saturation {
+    /// Requests in flight on the shard.
+    pub inflight: Option<f64>,
+    /// Busy fraction of the shard (CPU, worker pool, connection pool), 0..=1.
+    pub utilisation: Option<f64>,
+}
+
+impl Saturation {
+    /// True when neither reading is present.
+    pub fn is_empty(&self) -> bool {
+        self.inflight.is_none() && self.utilisation.is_none()
+    }
+
+    /// Checks the readings' ranges.
+    fn validate(&self) -> Result<(), RejectReason> {
+        let ok = |v: Option<f64>, max: f64| v.is_none_or(|v| (0.0..=max).contains(&v));
+        if ok(self.inflight, MAX_INFLIGHT) && ok(self.utilisation, 1.0) {
+            Ok(())
+        } else {
+            Err(RejectReason::BadGauge)
+        }
+    }
 }
 
 impl<'a> ObservationRef<'a> {
@@ -292,6 +330,7 @@ impl<'a> ObservationRef<'a> {
             latency_ms: None,
             outcome: Outcome::Ok,
             cache: None,
+            saturation: Saturation::default(),
         }
     }
 
@@ -307,8 +346,12 @@ impl<'a> ObservationRef<'a> {
         if self.key.is_some_and(|k| k.len() > MAX_KEY_BYTES) {
             return Err(RejectReason::FieldLength);
         }
-        if self.count == 0 || self.count > MAX_COUNT {
+        // A record of readings alone stands for no request.
+        if (self.count == 0 && self.saturation.is_empty()) || self.count > MAX_COUNT {
             return Err(RejectReason::BadCount);
+        }
+        if !self.saturation.is_empty() {
+            self.saturation.validate()?;
         }
         if let Some(l) = self.latency_ms
             && !(l.is_finite() && (0.0..=MAX_LATENCY_MS).contains(&l))
@@ -395,6 +438,21 @@ struct Packed {
     latency_ms: Option<f64>,
     outcome: Outcome,
     cache: Option<CacheResult>,
+    /// Saturation readings as `f32`, NaN for absent: 8 bytes rather than the 32 of two
+    /// `Option<f64>`, as every queued record pays for them.
+    inflight: f32,
+    utilisation: f32,
+}
+
+/// A reading packed as `f32`, NaN for absent.
+fn pack(v: Option<f64>) -> f32 {
+    v.map_or(f32::NAN, |v| v as f32)
+}
+
+/// The reading [`pack`] packed, rounded to a millionth so that `0.85` comes back as 0.85
+/// rather than the `f32`'s 0.8500000238 (readings need no finer grain).
+fn unpack(v: f32) -> Option<f64> {
+    (!v.is_nan()).then(|| (f64::from(v) * 1e6).round() / 1e6)
 }
 
 /// Many observations in one string arena: what ingest hands the pipeline.
@@ -446,6 +504,8 @@ impl Batch {
             latency_ms: obs.latency_ms,
             outcome: obs.outcome,
             cache: obs.cache,
+            inflight: pack(obs.saturation.inflight),
+            utilisation: pack(obs.saturation.utilisation),
         });
     }
 
@@ -498,6 +558,10 @@ impl Batch {
                 latency_ms: p.latency_ms,
                 outcome: p.outcome,
                 cache: p.cache,
+                saturation: Saturation {
+                    inflight: unpack(p.inflight),
+                    utilisation: unpack(p.utilisation),
+                },
             }
         })
     }
@@ -524,6 +588,36 @@ mod tests {
         assert_eq!(got[0].key, Some(""));
         assert_eq!(got[1].key, None);
         assert_eq!(b.requests(), 11);
+    }
+
+    #[test]
+    fn saturation_readings_round_trip_a_batch_and_allow_count_zero_only_with_a_reading() {
+        let mut b = Batch::with_capacity(2);
+        let mut r = ObservationRef::new("db", "s1");
+        r.count = 0;
+        r.saturation.utilisation = Some(0.85);
+        r.saturation.inflight = Some(42.0);
+        assert_eq!(r.validate(), Ok(()));
+        b.push(&r);
+        b.push(&ObservationRef::new("db", "s1"));
+        let got: Vec<_> = b.iter().collect();
+        assert_eq!(got[0], r);
+        assert!(got[1].saturation.is_empty());
+        assert_eq!(b.requests(), 1);
+        let mut bare = ObservationRef::new("db", "s1");
+        bare.count = 0;
+        assert_eq!(bare.validate(), Err(RejectReason::BadCount));
+        for (inflight, utilisation) in [
+            (Some(-1.0), None),
+            (None, Some(1.01)),
+            (None, Some(f64::NAN)),
+        ] {
+            r.saturation = Saturation {
+                inflight,
+                utilisation,
+            };
+            assert_eq!(r.validate(), Err(RejectReason::BadGauge));
+        }
     }
 
     #[test]

@@ -88,6 +88,12 @@ pub struct ShardSnapshot {
     pub latency_samples: u64,
     /// The shard's top keys, with shares of the shard's requests.
     pub top_keys: Vec<KeyShare>,
+    /// Highest in-flight reading the shard's senders reported in the window, when any did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inflight: Option<f64>,
+    /// Highest utilisation reading (0..=1) reported in the window, when any was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilisation: Option<f64>,
 }
 
 impl ShardSnapshot {
@@ -138,6 +144,9 @@ pub struct GroupSnapshot {
     /// Latency of cache misses (backend calls, successful or not): the backend's own latency.
     /// `None` when no miss carried a latency.
     pub miss_latency: Option<LatencySummary>,
+    /// Latency of timeouts (outcome `timeout`): where the callers' deadline lies. `None` when
+    /// no timeout carried a latency.
+    pub timeout_latency: Option<LatencySummary>,
     /// Skew statistics over the tracked shards (not `__other__`); `None` without load.
     pub skew: Option<SkewStats>,
     /// `1 / tracked shards`.

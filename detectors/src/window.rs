@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::keys::{KeyHash, KeySummary};
-use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome};
+use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, Saturation};
 use crate::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, WindowSnapshot};
 use crate::stats::SkewStats;
 
@@ -157,6 +157,8 @@ struct ShardWindow {
     ok_latency: Latency,
     err_latency: Latency,
     keys: Option<KeySummary>,
+    /// Highest saturation readings of the window (see [`Saturation`]).
+    saturation: Saturation,
     /// Closed windows in a row without a request.
     idle_windows: u32,
     /// The last window (by sequence number) with a request: least recently active goes first
@@ -186,6 +188,7 @@ impl ShardWindow {
             ok_latency: Latency::default(),
             err_latency: Latency::default(),
             keys: None,
+            saturation: Saturation::default(),
             idle_windows: 0,
             last_active: now,
             role: Role::Named,
@@ -204,6 +207,7 @@ impl ShardWindow {
         self.cache_misses = 0;
         self.ok_latency.reset();
         self.err_latency.reset();
+        self.saturation = Saturation::default();
         if let Some(k) = &mut self.keys {
             k.clear();
         }
@@ -236,6 +240,10 @@ struct GroupWindow {
     /// backend's own p99. Per group, not per shard: one histogram (13.3 KiB at 2 significant
     /// figures) for each tracked group, allocated on the group's first miss with a latency.
     miss_latency: Latency,
+    /// Latency of the group's timeouts, so `DeadlinePileUp` can infer the deadline where the
+    /// timeouts cluster. Per group, like `miss_latency` and at the same cost, allocated on the
+    /// group's first timeout with a latency.
+    timeout_latency: Latency,
     /// Records folded into the overflow shard this window.
     folded: u64,
     /// The last window (by sequence number) with a request.
@@ -257,6 +265,7 @@ impl GroupWindow {
             keys: KeySummary::new(cfg.group_key_slots),
             keyed_requests: 0,
             miss_latency: Latency::default(),
+            timeout_latency: Latency::default(),
             folded: 0,
             last_active: now,
         }
@@ -582,6 +591,12 @@ impl Windows {
         g.last_active = seq;
         let s = &mut g.shards[si];
         s.last_active = seq;
+        if !obs.saturation.is_empty() {
+            s.saturation = highest(s.saturation, obs.saturation);
+            if obs.count == 0 {
+                return;
+            }
+        }
         let n = &mut s.by_outcome[obs.outcome.index()];
         *n = n.saturating_add(obs.count);
         match obs.cache {
@@ -597,6 +612,9 @@ impl Windows {
             }
             if obs.cache == Some(CacheResult::Miss) {
                 g.miss_latency.record(sigfig, l, obs.count);
+            }
+            if obs.outcome == Outcome::Timeout {
+                g.timeout_latency.record(sigfig, l, obs.count);
             }
         }
         if let Some(k) = obs.key {
@@ -650,6 +668,7 @@ impl Windows {
             g.keys.clear();
             g.keyed_requests = 0;
             g.miss_latency.reset();
+            g.timeout_latency.reset();
             g.folded = 0;
         }
         self.forget_empty_groups();
@@ -681,6 +700,20 @@ impl Windows {
             self.last_group = None;
         }
         self.live_shards = self.groups.iter().map(GroupWindow::live).sum();
+    }
+}
+
+/// Each reading's highest value. The highest rather than the last: a window holds several
+/// readings, queueing responds to the peak, and the maximum does not depend on the order in
+/// which UDP delivered them, so replay and live agree.
+fn highest(a: Saturation, b: Saturation) -> Saturation {
+    let max = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    Saturation {
+        inflight: max(a.inflight, b.inflight),
+        utilisation: max(a.utilisation, b.utilisation),
     }
 }
 
@@ -791,6 +824,8 @@ fn snapshot_shard(
             .as_ref()
             .map(|k| key_shares(k, cfg.shard_top_keys, requests))
             .unwrap_or_default(),
+        inflight: s.saturation.inflight,
+        utilisation: s.saturation.utilisation,
     }
 }
 
@@ -863,6 +898,7 @@ fn snapshot_group(
         latency: merged_summary(scratch, &all),
         ok_latency: merged_summary(scratch, &oks),
         miss_latency: g.miss_latency.hist.as_ref().and_then(latency_summary),
+        timeout_latency: g.timeout_latency.hist.as_ref().and_then(latency_summary),
         skew,
         fair_share: if counts.is_empty() {
             0.0

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use skewwatch_e2e::scenario::Trace;
-use skewwatch_e2e::scenarios::{benign, failing, hot, incidents};
+use skewwatch_e2e::scenarios::{benign, deadline, failing, hot, incidents};
 
 /// The seeds the scenario tests use: the fixed test seed and three more.
 const SEEDS: [u64; 4] = [20_251_107, 1, 2, 3];
@@ -21,7 +21,7 @@ fn main() -> std::io::Result<()> {
         .map(Into::into)
         .unwrap_or_else(|| "scenario-traces".into());
     std::fs::create_dir_all(&dir)?;
-    let families: [Family; 14] = [
+    let families: [Family; 19] = [
         ("many_small_shards", benign::many_small_shards),
         ("diurnal", benign::diurnal),
         ("stable_zipf_skew", benign::stable_zipf_skew),
@@ -36,6 +36,11 @@ fn main() -> std::io::Result<()> {
         ("fast_failure_sink", incidents::fast_failure_sink),
         ("dead_shard", failing::dead_shard),
         ("quiet_shard_errors", failing::quiet_shard_errors),
+        ("deadline_pile_up", deadline::deadline_pile_up),
+        ("replica_pile_up", deadline::replica_pile_up),
+        ("steady_timeouts", deadline::steady_timeouts),
+        ("slow_far_from_deadline", deadline::slow_far_from_deadline),
+        ("short_pile_ups", deadline::short_pile_ups),
     ];
     for (name, make) in families {
         for seed in SEEDS {

@@ -138,6 +138,9 @@ pub struct Record {
     pub outcome: &'static str,
     /// Cache result.
     pub cache: Option<&'static str>,
+    /// The shard's in-flight reading; a record with one and `count` 0 reports the reading and
+    /// no request.
+    pub inflight: Option<f64>,
 }
 
 impl Record {
@@ -152,6 +155,7 @@ impl Record {
             latency_ms: None,
             outcome: "ok",
             cache: None,
+            inflight: None,
         }
     }
 
@@ -176,6 +180,9 @@ impl Record {
         }
         if let Some(c) = self.cache {
             let _ = write!(out, ",\"cache\":\"{c}\"");
+        }
+        if let Some(n) = self.inflight {
+            let _ = write!(out, ",\"inflight\":{n:.1}");
         }
         out.push('}');
     }

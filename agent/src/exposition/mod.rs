@@ -201,6 +201,16 @@ const SHARD_GAUGES: &[(&str, &str, ShardValue)] = &[
         "Look-aside cache hits over hits plus misses for each shard in the last window.",
         |s| s.cache_hit_ratio,
     ),
+    (
+        "skewwatch_shard_inflight",
+        "Highest in-flight requests each shard reported in the last window (skewwatch.inflight gauge or NDJSON inflight); absent for shards that report none.",
+        |s| s.inflight,
+    ),
+    (
+        "skewwatch_shard_headroom_ratio",
+        "1 minus the highest utilisation each shard reported in the last window (skewwatch.utilisation gauge or NDJSON utilisation); absent for shards that report none.",
+        |s| s.utilisation.map(|u| (1.0 - u).max(0.0)),
+    ),
 ];
 
 /// Writes the derived skew series of `snap`.
@@ -321,6 +331,28 @@ mod tests {
         render_snapshot(&mut out, &snap, 10);
         assert!(out.contains(r#"shard="a\"b\\c\nd""#), "{out}");
         assert!(out.contains(r#"skewwatch_key_share_ratio{group="db",key="(empty)"} 1"#));
+    }
+
+    #[test]
+    fn reported_saturation_is_exported_per_shard_and_only_where_reported() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut r = ObservationRef::new("db", "s1");
+        r.count = 0;
+        r.saturation.utilisation = Some(0.85);
+        r.saturation.inflight = Some(12.0);
+        w.record(&r);
+        w.record(&ObservationRef::new("db", "s2"));
+        let snap = w.close(10.0);
+        let mut out = String::new();
+        render_snapshot(&mut out, &snap, 10);
+        let scrape = text::Scrape::parse(&out).unwrap();
+        let s1 = [("group", "db"), ("shard", "s1")];
+        let s2 = [("group", "db"), ("shard", "s2")];
+        let headroom = scrape.get("skewwatch_shard_headroom_ratio", &s1).unwrap();
+        assert!((headroom - 0.15).abs() < 1e-9, "{headroom}");
+        assert_eq!(scrape.get("skewwatch_shard_inflight", &s1), Some(12.0));
+        assert_eq!(scrape.get("skewwatch_shard_headroom_ratio", &s2), None);
+        assert_eq!(scrape.get("skewwatch_shard_inflight", &s2), None);
     }
 
     #[test]

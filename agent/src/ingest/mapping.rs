@@ -180,6 +180,7 @@ impl Mapper {
             latency_ms,
             outcome,
             cache,
+            saturation: Default::default(),
         };
         obs.validate()?;
         Ok(obs)

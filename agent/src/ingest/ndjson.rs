@@ -8,14 +8,16 @@
 //! A body is one JSON object per line (blank lines skipped), or a single JSON array of objects
 //! (told apart by the first non-whitespace byte being `[`). The fields follow the data model of
 //! the external interface: `ts`, `group`, `shard`, `key`, `count`, `latency_ms`, `outcome`,
-//! `cache`; unknown fields are ignored, a JSON `null` counts as an absent field, and a field
+//! `cache`, and the shard's saturation readings `inflight` (requests in flight, 0..=1e9) and
+//! `utilisation` (0..=1); a record with a reading may have `count: 0`, reporting the shard's
+//! state and no request. Unknown fields are ignored, a JSON `null` counts as an absent field, and a field
 //! given twice takes its last value.
 //!
 //! Each record is either taken or rejected with one [`RejectReason`]; valid records around a
 //! bad one are still taken. When a record breaks several rules, the first of this order is
 //! reported: `Malformed` (not JSON, not UTF-8, not an object), `MissingGroup`, `MissingShard`
 //! (or `WrongType` for either), then per field in the order `key`, `count`, `latency_ms`,
-//! `outcome`, `cache`, `ts` (`WrongType` for a JSON type that field never takes, else its own
+//! `outcome`, `cache`, `ts`, `inflight`, `utilisation` (`WrongType` for a JSON type that field never takes, else its own
 //! reason), then the data-model rules of [`ObservationRef::validate`].
 //!
 //! Records are read by a serde visitor straight from the body: strings borrow from it unless
@@ -28,7 +30,7 @@ use std::io::BufRead;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, ObservationRef, Outcome, RejectReason, Rejections,
+    Batch, CacheResult, ObservationRef, Outcome, RejectReason, Rejections, Saturation,
 };
 
 use crate::clock;
@@ -72,6 +74,7 @@ pub struct Record<'a> {
     latency_ms: Option<f64>,
     outcome: Outcome,
     cache: Option<CacheResult>,
+    saturation: Saturation,
 }
 
 /// Parses a body of one JSON object per line, or a single JSON array of objects.
@@ -167,6 +170,7 @@ impl Record<'_> {
             latency_ms: self.latency_ms,
             outcome: self.outcome,
             cache: self.cache,
+            saturation: self.saturation,
         }
     }
 
@@ -241,6 +245,8 @@ struct RawRecord<'a> {
     latency_ms: Option<Json<'a>>,
     outcome: Option<Json<'a>>,
     cache: Option<Json<'a>>,
+    inflight: Option<Json<'a>>,
+    utilisation: Option<Json<'a>>,
 }
 
 impl<'a> RawRecord<'a> {
@@ -279,6 +285,10 @@ impl<'a> RawRecord<'a> {
             Some(Json::Str(s)) => Some(parse_rfc3339(&s)?),
             Some(j) => Some(number(j).ok_or(RejectReason::WrongType)?),
         };
+        let saturation = Saturation {
+            inflight: optional_number(self.inflight)?,
+            utilisation: optional_number(self.utilisation)?,
+        };
         let record = Record {
             ts,
             group,
@@ -288,6 +298,7 @@ impl<'a> RawRecord<'a> {
             latency_ms,
             outcome,
             cache,
+            saturation,
         };
         record.observation().validate()?;
         Ok(record)
@@ -310,6 +321,14 @@ fn required_str<'a>(
     }
 }
 
+/// An optional numeric field: absent or `null` is `None`, any other JSON type `WrongType`.
+fn optional_number(field: Option<Json<'_>>) -> Result<Option<f64>, RejectReason> {
+    match present(field) {
+        None => Ok(None),
+        Some(j) => number(j).map(Some).ok_or(RejectReason::WrongType),
+    }
+}
+
 fn number(j: Json<'_>) -> Option<f64> {
     match j {
         Json::U64(n) => Some(n as f64),
@@ -329,6 +348,8 @@ enum Field {
     LatencyMs,
     Outcome,
     Cache,
+    Inflight,
+    Utilisation,
     Unknown,
 }
 
@@ -357,6 +378,8 @@ impl Visitor<'_> for FieldVisitor {
             "latency_ms" => Field::LatencyMs,
             "outcome" => Field::Outcome,
             "cache" => Field::Cache,
+            "inflight" => Field::Inflight,
+            "utilisation" => Field::Utilisation,
             _ => Field::Unknown,
         })
     }
@@ -460,6 +483,8 @@ impl<'de> Visitor<'de> for RawSeed<'_, 'de> {
                 Field::LatencyMs => &mut raw.latency_ms,
                 Field::Outcome => &mut raw.outcome,
                 Field::Cache => &mut raw.cache,
+                Field::Inflight => &mut raw.inflight,
+                Field::Utilisation => &mut raw.utilisation,
                 Field::Unknown => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
@@ -575,6 +600,7 @@ mod tests {
                 latency_ms: Some(12.5),
                 outcome: Outcome::Throttled,
                 cache: Some(CacheResult::Hit),
+                saturation: Saturation::default(),
             }
         );
     }
@@ -1088,6 +1114,45 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(line)
             );
+        }
+    }
+
+    #[test]
+    fn saturation_readings_are_read_on_both_paths_and_checked() {
+        let line = br#"{"group":"db","shard":"s1","count":0,"inflight":42,"utilisation":0.85}"#;
+        let fast = fast::record(line).map(RawRecord::interpret);
+        assert_eq!(fast, Some(parse_record_serde(line)));
+        let obs = ok(std::str::from_utf8(line).unwrap());
+        assert_eq!(obs.count, 0);
+        assert_eq!(obs.saturation.inflight, Some(42.0));
+        assert_eq!(obs.saturation.utilisation, Some(0.85));
+        // A request may carry a reading too; count keeps its default of one.
+        let obs = ok(r#"{"group":"db","shard":"s1","latency_ms":3,"inflight":7}"#);
+        assert_eq!((obs.count, obs.saturation.inflight), (1, Some(7.0)));
+        // Without a reading, count 0 stands for nothing and stays rejected.
+        assert_eq!(
+            err(r#"{"group":"db","shard":"s1","count":0}"#),
+            RejectReason::BadCount
+        );
+        for (line, reason) in [
+            (
+                r#"{"group":"d","shard":"s","utilisation":1.5}"#,
+                RejectReason::BadGauge,
+            ),
+            (
+                r#"{"group":"d","shard":"s","utilisation":-0.1}"#,
+                RejectReason::BadGauge,
+            ),
+            (
+                r#"{"group":"d","shard":"s","inflight":2e9}"#,
+                RejectReason::BadGauge,
+            ),
+            (
+                r#"{"group":"d","shard":"s","inflight":"5"}"#,
+                RejectReason::WrongType,
+            ),
+        ] {
+            assert_eq!(err(line), reason, "{line}");
         }
     }
 

@@ -379,6 +379,7 @@ fn observation<'a>(
         latency_ms,
         outcome,
         cache,
+        saturation: Default::default(),
     };
     obs.validate()?;
     Ok(obs)

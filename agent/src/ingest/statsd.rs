@@ -14,7 +14,8 @@
 //!
 //! - Types `ms`, `h` and `d` (timer, histogram, distribution of milliseconds) carry one
 //!   request's latency; type `c` stands for `n` requests without latency (`n` an integer >= 1).
-//!   Other names and types (`g`, `s`, ...) are [`RejectReason::UnsupportedMetric`].
+//!   Other types (`g`, `s`, ...) and other names (but the two gauges below) are
+//!   [`RejectReason::UnsupportedMetric`].
 //! - `|@<rate>` (rate in `(0, 1]`) scales the count to `round(n / rate)`: `|@0.1` is ten requests.
 //! - Tags come in any order; the last of a duplicated tag wins; a value is everything after the
 //!   tag's first `:` (so it may contain `:`); `key:` with nothing after it is the empty key;
@@ -22,6 +23,17 @@
 //! - DogStatsD's other sections (`|c:<container-id>`, `|e:...`, `|card:...`) are ignored;
 //!   `|T<unix seconds>` sets the observation's `ts`.
 //! - DogStatsD 1.1 multi-value packets (`name:1:2:3|d`) are not taken: one line is one record.
+//!
+//! Two gauges report a shard's saturation rather than a request (a record with `count` 0):
+//!
+//! ```text
+//! skewwatch.inflight:<n>|g|#group:<g>,shard:<s>        requests in flight, 0..=1e9
+//! skewwatch.utilisation:<0..1>|g|#group:<g>,shard:<s>  busy fraction of the shard
+//! ```
+//!
+//! They take type `g` only, and `group` and `shard` as above (other tags and `|@` are
+//! ignored, `|T` is read). A value with a sign is a StatsD gauge *delta*, which needs the
+//! sender's previous value: it is [`RejectReason::BadGauge`], as is a value out of range.
 //!
 //! When a line breaks several rules, the first of this order is reported: `Malformed`,
 //! `UnsupportedMetric`, `MissingGroup`, `MissingShard`, the value (`BadLatency` / `BadCount`),
@@ -32,12 +44,12 @@
 //! datagram's bytes, borrows every string from them and allocates nothing.
 
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, MAX_COUNT, ObservationRef, Outcome, RejectReason, Rejections,
+    Batch, CacheResult, MAX_COUNT, ObservationRef, Outcome, RejectReason, Rejections, Saturation,
 };
 
 use super::mapping::{Mapped, Mapper};
 
-/// The one StatsD metric name skewwatch takes.
+/// The StatsD metric name of requests (the saturation gauges have their own).
 pub const METRIC_NAME: &str = "skewwatch.request";
 
 /// Parses one datagram of newline-separated lines.
@@ -139,6 +151,9 @@ pub fn parse_line(line: &[u8]) -> Result<ObservationRef<'_>, RejectReason> {
 
 /// `skewwatch.request:` as bytes.
 const PREFIX: &[u8] = b"skewwatch.request:";
+/// The saturation gauges' names and colons, as bytes.
+const INFLIGHT: &[u8] = b"skewwatch.inflight:";
+const UTILISATION: &[u8] = b"skewwatch.utilisation:";
 
 /// Parses and validates the line `text[start..end]`. `start` and `end` are at line
 /// boundaries (so at char boundaries), and the byte at `end`, if any, is `\r` or `\n`.
@@ -148,7 +163,8 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         .get(start..end)
         .is_some_and(|line| line.starts_with(PREFIX))
     {
-        return Err(foreign_line_reason(sub(text, start, end)));
+        // Off the request path: gauges come once per shard per report, not per request.
+        return parse_gauge(text, start, end);
     }
 
     let Sections {
@@ -158,12 +174,16 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         ts,
         tags: raw,
     } = Sections::scan(text, start + PREFIX.len(), end)?;
+    if let Kind::Gauge = kind {
+        return Err(RejectReason::UnsupportedMetric);
+    }
 
     let group = raw.group.ok_or(RejectReason::MissingGroup)?;
     let shard = raw.shard.ok_or(RejectReason::MissingShard)?;
     let (requests, latency_ms) = match kind {
         Kind::Latency => (1, Some(parse_f64(value).ok_or(RejectReason::BadLatency)?)),
         Kind::Counter => (parse_u64(value).ok_or(RejectReason::BadCount)?, None),
+        Kind::Gauge => return Err(RejectReason::UnsupportedMetric),
     };
     let count = match rate {
         None => requests,
@@ -191,7 +211,49 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         latency_ms,
         outcome,
         cache,
+        saturation: Saturation::default(),
     };
+    obs.validate()?;
+    Ok(obs)
+}
+
+/// Parses a saturation gauge line `text[start..end]`, or names why a line that is neither a
+/// request nor a gauge is rejected. Kept out of line and cold, so the request path's code
+/// stays as it was: inlined, it cost each request line about 22 instructions more (callgrind,
+/// `scripts/instructions.sh statsd_datagram`).
+#[cold]
+#[inline(never)]
+fn parse_gauge(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, RejectReason> {
+    let line = text.as_bytes().get(start..end).unwrap_or_default();
+    let (is_inflight, name_len) = if line.starts_with(INFLIGHT) {
+        (true, INFLIGHT.len())
+    } else if line.starts_with(UTILISATION) {
+        (false, UTILISATION.len())
+    } else {
+        return Err(foreign_line_reason(sub(text, start, end)));
+    };
+    let sections = Sections::scan(text, start + name_len, end)?;
+    if !matches!(sections.kind, Kind::Gauge) {
+        return Err(RejectReason::UnsupportedMetric);
+    }
+    let group = sections.tags.group.ok_or(RejectReason::MissingGroup)?;
+    let shard = sections.tags.shard.ok_or(RejectReason::MissingShard)?;
+    if sections.value.starts_with(['+', '-']) {
+        return Err(RejectReason::BadGauge);
+    }
+    let value = parse_f64(sections.value).ok_or(RejectReason::BadGauge)?;
+    let ts = match sections.ts {
+        None => None,
+        Some(t) => Some(parse_u64(t).ok_or(RejectReason::BadTimestamp)? as f64),
+    };
+    let mut obs = ObservationRef::new(group, shard);
+    obs.ts = ts;
+    obs.count = 0;
+    if is_inflight {
+        obs.saturation.inflight = Some(value);
+    } else {
+        obs.saturation.utilisation = Some(value);
+    }
     obs.validate()?;
     Ok(obs)
 }
@@ -203,6 +265,8 @@ enum Kind {
     Latency,
     /// `c`: a number of requests.
     Counter,
+    /// `g`: a gauge, taken only for the saturation readings.
+    Gauge,
 }
 
 /// The parts of a line after `skewwatch.request:`, as raw text.
@@ -228,6 +292,7 @@ impl<'a> Sections<'a> {
         let kind = match bytes.get(value_end + 1..type_end) {
             Some(b"ms" | b"h" | b"d") => Kind::Latency,
             Some(b"c") => Kind::Counter,
+            Some(b"g") => Kind::Gauge,
             Some(b"") | None => return Err(RejectReason::Malformed),
             Some(_) => return Err(RejectReason::UnsupportedMetric),
         };
@@ -508,8 +573,63 @@ mod tests {
                 latency_ms: Some(12.5),
                 outcome: Outcome::Timeout,
                 cache: Some(CacheResult::Miss),
+                saturation: Saturation::default(),
             }
         );
+    }
+
+    #[test]
+    fn saturation_gauges_are_readings_of_no_request() {
+        let obs = ok("skewwatch.inflight:42|g|#group:db,shard:s1,key:ignored|T1700000000");
+        assert_eq!((obs.group, obs.shard, obs.count), ("db", "s1", 0));
+        assert_eq!(obs.saturation.inflight, Some(42.0));
+        assert_eq!(obs.saturation.utilisation, None);
+        assert_eq!(obs.ts, Some(1_700_000_000.0));
+        let obs = ok("skewwatch.utilisation:0.85|g|#shard:s2,group:db");
+        assert_eq!(obs.saturation.utilisation, Some(0.85));
+        assert_eq!(obs.saturation.inflight, None);
+        for (line, reason) in [
+            (
+                &b"skewwatch.utilisation:1.2|g|#group:db,shard:s"[..],
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:+3|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:-3|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:many|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:3|c|#group:db,shard:s",
+                RejectReason::UnsupportedMetric,
+            ),
+            (
+                b"skewwatch.inflight:3|g|#shard:s",
+                RejectReason::MissingGroup,
+            ),
+            (
+                b"skewwatch.utilisation:0.5|g|#group:db",
+                RejectReason::MissingShard,
+            ),
+            // A gauge of requests is not a request.
+            (
+                b"skewwatch.request:3|g|#group:db,shard:s",
+                RejectReason::UnsupportedMetric,
+            ),
+            (b"skewwatch.request:3|g", RejectReason::UnsupportedMetric),
+            (
+                b"skewwatch.inflightx:3|g|#group:db,shard:s",
+                RejectReason::UnsupportedMetric,
+            ),
+        ] {
+            assert_eq!(err(line), reason, "{}", String::from_utf8_lossy(line));
+        }
     }
 
     #[test]

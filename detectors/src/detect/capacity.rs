@@ -1,12 +1,19 @@
-//! `CapacityHeadroom` detector: a shard runs near its configured capacity (labels `group`,
-//! `shard`). It runs only when `capacities` are configured; without them skewwatch knows shares
-//! but not limits.
+//! `CapacityHeadroom` detector: a shard runs near its capacity (labels `group`, `shard`). It
+//! judges the shards that have a configured capacity or report their own saturation; without
+//! either skewwatch knows shares but not limits.
 //!
 //! # Signals
 //!
-//! Utilisation u = requests per second / `max_requests_per_second`, per shard that has a
-//! capacity (an exact `group`/`shard` entry wins over the group's `*` entry). Also a least-squares
-//! line through the last `projection_windows` (10) utilisations, projected forward.
+//! Utilisation u, per shard, is the highest of what is known about it:
+//! - requests per second / `max_requests_per_second` of its capacity entry (an exact
+//!   `group`/`shard` entry wins over the group's `*` entry);
+//! - the highest in-flight reading of the window / the entry's `max_inflight`;
+//! - the highest utilisation reading the shard reported (`skewwatch.utilisation`, NDJSON
+//!   `utilisation`): the shard's own view, which sees load skewwatch does not (batch jobs,
+//!   other clients), as when the seed's metadata DB was near capacity before the surge.
+//!
+//! Also a least-squares line through the last `projection_windows` (10) utilisations,
+//! projected forward.
 //!
 //! # Decision
 //!
@@ -52,7 +59,8 @@ pub struct CapacityHeadroomConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
-    /// Configured shard capacities; the detector runs only when this is non-empty.
+    /// Configured shard capacities; shards without one are judged on their reported
+    /// utilisation alone.
     pub capacities: Vec<Capacity>,
     /// Utilisation at which a window is over.
     pub warn_utilisation: f64,
@@ -77,7 +85,11 @@ pub struct Capacity {
     /// Shard name, or `*` for every shard of the group.
     pub shard: String,
     /// Requests per second the shard can serve.
-    pub max_requests_per_second: f64,
+    #[serde(default)]
+    pub max_requests_per_second: Option<f64>,
+    /// Requests the shard can have in flight at once (its worker or connection pool).
+    #[serde(default)]
+    pub max_inflight: Option<f64>,
 }
 
 impl Default for CapacityHeadroomConfig {
@@ -154,11 +166,23 @@ fn check_capacities(capacities: &[Capacity], p: &mut Problems<'_>) {
                 "is empty: name the shard, or `*` for every shard of the group",
             );
         }
-        let cap = c.max_requests_per_second;
-        if !(cap.is_finite() && cap > 0.0) {
+        for (field, limit) in [
+            ("max_requests_per_second", c.max_requests_per_second),
+            ("max_inflight", c.max_inflight),
+        ] {
+            if let Some(limit) = limit
+                && !(limit.is_finite() && limit > 0.0)
+            {
+                p.fail(
+                    &format!("capacities[{i}].{field}"),
+                    format!("{limit} is not a positive number"),
+                );
+            }
+        }
+        if c.max_requests_per_second.is_none() && c.max_inflight.is_none() {
             p.fail(
-                &format!("capacities[{i}].max_requests_per_second"),
-                format!("{cap} is not a positive number of requests per second"),
+                &format!("capacities[{i}]"),
+                "has no limit: give max_requests_per_second, max_inflight or both",
             );
         }
         if !seen.insert((c.group.as_str(), c.shard.as_str())) {
@@ -175,19 +199,66 @@ fn check_capacities(capacities: &[Capacity], p: &mut Problems<'_>) {
 
 impl CapacityHeadroomConfig {
     /// The capacity of `shard` of `group`: its own entry, else the group's `*` entry.
-    fn capacity_of(&self, group: &str, shard: &str) -> Option<f64> {
+    fn capacity_of(&self, group: &str, shard: &str) -> Option<&Capacity> {
         let exact = self
             .capacities
             .iter()
             .find(|c| c.group == group && c.shard == shard);
-        exact
-            .or_else(|| {
-                self.capacities
-                    .iter()
-                    .find(|c| c.group == group && c.shard == "*")
-            })
-            .map(|c| c.max_requests_per_second)
+        exact.or_else(|| {
+            self.capacities
+                .iter()
+                .find(|c| c.group == group && c.shard == "*")
+        })
     }
+
+    /// The shard's utilisation and what it was read from, or `None` when nothing is known.
+    fn utilisation_of(&self, group: &str, s: &ShardSnapshot) -> Option<Reading> {
+        let cap = self.capacity_of(group, &s.shard);
+        let by_rate = cap
+            .and_then(|c| c.max_requests_per_second)
+            .map(|m| (s.requests_per_second / m, Source::RequestRate));
+        let by_inflight = cap
+            .and_then(|c| c.max_inflight)
+            .zip(s.inflight)
+            .map(|(m, n)| (n / m, Source::Inflight));
+        let reported = s.utilisation.map(|u| (u, Source::Reported));
+        let (u, source) = [by_rate, by_inflight, reported]
+            .into_iter()
+            .flatten()
+            .max_by(|a, b| a.0.total_cmp(&b.0))?;
+        Some(Reading {
+            u,
+            source,
+            capacity: cap.and_then(|c| c.max_requests_per_second),
+        })
+    }
+}
+
+/// Which signal gave a shard's utilisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    RequestRate,
+    Inflight,
+    Reported,
+}
+
+impl Source {
+    fn as_str(self) -> &'static str {
+        match self {
+            Source::RequestRate => "requests_per_second",
+            Source::Inflight => "inflight",
+            Source::Reported => "reported",
+        }
+    }
+}
+
+/// A shard's utilisation in one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reading {
+    u: f64,
+    source: Source,
+    /// The configured request rate capacity, when there is one.
+    capacity: Option<f64>,
 }
 
 /// What the detector remembers about one shard with a capacity.
@@ -208,17 +279,21 @@ pub struct CapacityHeadroom {
 impl CapacityHeadroom {
     fn evaluate_group(&mut self, now: f64, g: &GroupSnapshot, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
-        if !cfg.capacities.iter().any(|c| c.group == g.group) {
+        let configured = cfg.capacities.iter().any(|c| c.group == g.group);
+        if !configured && !g.shards.iter().any(|s| s.utilisation.is_some()) {
+            self.state.remove(&g.group);
             return;
         }
         let states = self.state.entry(g.group.clone()).or_default();
+        // A shard that stops reporting and has no entry leaves with its history.
         states.retain(|name, _| g.shard(name).is_some());
         for s in g.tracked_shards() {
-            let Some(cap) = cfg.capacity_of(&g.group, &s.shard) else {
+            let Some(reading) = cfg.utilisation_of(&g.group, s) else {
+                states.remove(&s.shard);
                 continue;
             };
             let st = states.entry(s.shard.clone()).or_default();
-            let u = s.requests_per_second / cap;
+            let u = reading.u;
             st.history.push_back((now, u));
             while st.history.len() > cfg.projection_windows {
                 st.history.pop_front();
@@ -235,7 +310,7 @@ impl CapacityHeadroom {
                 out.push(render(
                     &g.group,
                     &s.shard,
-                    &Figures::of(cfg, s, cap, u, eta),
+                    &Figures::of(cfg, s, reading, eta),
                 ));
             }
         }
@@ -276,39 +351,40 @@ fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64) -> Option<f64> {
 struct Figures {
     /// `critical` at or over `critical_utilisation`, else the configured severity.
     severity: Severity,
-    /// Requests per second over capacity.
+    /// The highest of the shard's utilisations.
     utilisation: f64,
-    /// The configured capacity, requests per second.
-    capacity: f64,
+    /// The signal that gave it.
+    source: Source,
+    /// The configured capacity, requests per second, when there is one.
+    capacity: Option<f64>,
     requests_per_second: f64,
+    /// The highest in-flight reading, when the shard reported one.
+    inflight: Option<f64>,
     /// Seconds until the fitted trend reaches the capacity, when it rises.
     saturation_in: Option<f64>,
 }
 
 impl Figures {
-    fn of(
-        cfg: &CapacityHeadroomConfig,
-        s: &ShardSnapshot,
-        cap: f64,
-        u: f64,
-        eta: Option<f64>,
-    ) -> Self {
+    fn of(cfg: &CapacityHeadroomConfig, s: &ShardSnapshot, r: Reading, eta: Option<f64>) -> Self {
         Figures {
-            severity: if u >= cfg.critical_utilisation {
+            severity: if r.u >= cfg.critical_utilisation {
                 Severity::Critical
             } else {
                 cfg.rule.severity
             },
-            utilisation: u,
-            capacity: cap,
+            utilisation: r.u,
+            source: r.source,
+            capacity: r.capacity,
             requests_per_second: s.requests_per_second,
+            inflight: s.inflight,
             saturation_in: eta,
         }
     }
 
-    /// Requests per second the shard can still take.
-    fn headroom(&self) -> f64 {
-        (self.capacity - self.requests_per_second).max(0.0)
+    /// Requests per second the shard can still take at its configured rate capacity.
+    fn headroom(&self) -> Option<f64> {
+        self.capacity
+            .map(|c| (c - self.requests_per_second).max(0.0))
     }
 }
 
@@ -321,37 +397,51 @@ fn render(group: &str, shard: &str, fig: &Figures) -> Finding {
         ),
         None => String::new(),
     };
+    let rate = match (fig.capacity, fig.headroom()) {
+        (Some(c), Some(h)) => format!(
+            "serves {} req/s of its {} req/s capacity ({} req/s headroom)",
+            num(fig.requests_per_second),
+            num(c),
+            num(h)
+        ),
+        _ => format!("serves {} req/s", num(fig.requests_per_second)),
+    };
+    let inflight = fig
+        .inflight
+        .map(|n| format!(" with up to {} requests in flight", num(n)))
+        .unwrap_or_default();
     let labels = [("group", group), ("shard", shard)];
     let (group, shard) = (quote(group), quote(shard));
     let mut f = Finding::new(CapacityHeadroom::ALERTNAME, fig.severity, &labels)
-    .annotate(
-        "summary",
-        format!(
-            "Shard {shard} of {group} runs at {} of its capacity",
-            pct(fig.utilisation)
-        ),
-    )
-    .annotate(
-        "description",
-        format!(
-            "shard {shard} of {group} serves {} req/s of its {} req/s capacity ({} utilisation, \
-             {} req/s headroom){projection}",
-            num(fig.requests_per_second),
-            num(fig.capacity),
-            pct(fig.utilisation),
-            num(fig.headroom())
-        ),
-    )
-    .annotate("utilisation", format!("{:.3}", fig.utilisation))
-    .annotate("capacity_requests_per_second", format!("{}", fig.capacity))
-    .annotate(
-        "requests_per_second",
-        format!("{:.1}", fig.requests_per_second),
-    )
-    .annotate(
-        "headroom_requests_per_second",
-        format!("{:.1}", fig.headroom()),
-    );
+        .annotate(
+            "summary",
+            format!(
+                "Shard {shard} of {group} runs at {} of its capacity",
+                pct(fig.utilisation)
+            ),
+        )
+        .annotate(
+            "description",
+            format!(
+                "shard {shard} of {group} {rate}{inflight}: {} utilisation, read from {}{projection}",
+                pct(fig.utilisation),
+                fig.source.as_str().replace('_', " ")
+            ),
+        )
+        .annotate("utilisation", format!("{:.3}", fig.utilisation))
+        .annotate("utilisation_source", fig.source.as_str())
+        .annotate(
+            "requests_per_second",
+            format!("{:.1}", fig.requests_per_second),
+        );
+    if let (Some(c), Some(h)) = (fig.capacity, fig.headroom()) {
+        f = f
+            .annotate("capacity_requests_per_second", format!("{c}"))
+            .annotate("headroom_requests_per_second", format!("{h:.1}"));
+    }
+    if let Some(n) = fig.inflight {
+        f = f.annotate("inflight", format!("{n}"));
+    }
     if let Some(t) = fig.saturation_in {
         f = f.annotate("projected_saturation_secs", format!("{t:.0}"));
     }
@@ -373,9 +463,9 @@ impl DetectorKind for CapacityHeadroom {
     const KEY: &'static str = "capacity_headroom";
     type Config = CapacityHeadroomConfig;
 
-    /// Without capacities there is nothing to compare a shard's load with.
+    /// Runs even without capacities: a shard may report its own utilisation.
     fn runs(cfg: &CapacityHeadroomConfig) -> bool {
-        cfg.rule.enabled && !cfg.capacities.is_empty()
+        cfg.rule.enabled
     }
 
     fn new(cfg: CapacityHeadroomConfig, _window_secs: f64) -> Self {
@@ -416,7 +506,7 @@ impl Detector for CapacityHeadroom {
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
-    use crate::observation::ObservationRef;
+    use crate::observation::{ObservationRef, Saturation};
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
@@ -431,7 +521,8 @@ mod tests {
         Capacity {
             group: group.into(),
             shard: shard.into(),
-            max_requests_per_second: rps,
+            max_requests_per_second: Some(rps),
+            max_inflight: None,
         }
     }
 
@@ -460,6 +551,26 @@ mod tests {
                 if o.count > 0 {
                     self.windows.record(&o);
                 }
+            }
+            self.t += 10.0;
+            let snap = self.windows.close(self.t);
+            self.eval(&snap)
+        }
+
+        /// One window with 20 req/s on `s0`, and the readings `sat` reported for it (twice,
+        /// the lower reading last, so the window's highest is what counts).
+        fn window_reporting(&mut self, sat: Saturation) -> Vec<Finding> {
+            let mut o = ObservationRef::new("db", "s0");
+            o.count = 200;
+            self.windows.record(&o);
+            for scale in [1.0, 0.5] {
+                let mut r = ObservationRef::new("db", "s0");
+                r.count = 0;
+                r.saturation = Saturation {
+                    inflight: sat.inflight.map(|n| n * scale),
+                    utilisation: sat.utilisation.map(|u| u * scale),
+                };
+                self.windows.record(&r);
             }
             self.t += 10.0;
             let snap = self.windows.close(self.t);
@@ -495,14 +606,80 @@ mod tests {
         w.record(&o);
         let snap = w.close(10.0);
         let s = &snap.groups[0].shards[0];
-        let fig = Figures::of(&cfg, s, 100.0, 0.85, Some(120.0));
+        let reading = |u, capacity| Reading {
+            u,
+            source: Source::RequestRate,
+            capacity: Some(capacity),
+        };
+        let fig = Figures::of(&cfg, s, reading(0.85, 100.0), Some(120.0));
         assert_eq!(fig.severity, cfg.rule.severity);
-        assert_eq!((fig.requests_per_second, fig.headroom()), (85.0, 15.0));
+        assert_eq!(
+            (fig.requests_per_second, fig.headroom()),
+            (85.0, Some(15.0))
+        );
         assert_eq!(fig.saturation_in, Some(120.0));
-        let over = Figures::of(&cfg, s, 80.0, cfg.critical_utilisation, None);
+        let over = Figures::of(&cfg, s, reading(cfg.critical_utilisation, 80.0), None);
         assert_eq!(over.severity, Severity::Critical);
         // Past capacity there is no headroom left, not a negative one.
-        assert_eq!(over.headroom(), 0.0);
+        assert_eq!(over.headroom(), Some(0.0));
+    }
+
+    #[test]
+    fn reported_utilisation_fires_without_any_capacity_and_wins_over_the_request_rate() {
+        let mut rig = Rig::new(Vec::new());
+        let busy = Saturation {
+            inflight: None,
+            utilisation: Some(0.92),
+        };
+        assert!(rig.window_reporting(busy).is_empty());
+        assert!(rig.window_reporting(busy).is_empty());
+        let f = rig.window_reporting(busy);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].labels["shard"], "s0");
+        assert_eq!(f[0].annotations["utilisation_source"], "reported");
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert!(
+            !f[0]
+                .annotations
+                .contains_key("capacity_requests_per_second")
+        );
+        // 20 req/s of a 100 req/s capacity is 20%, but the shard says it is 92% busy.
+        let mut rig = Rig::new(vec![cap("db", "*", 100.0)]);
+        let f: Vec<_> = (0..3).flat_map(|_| rig.window_reporting(busy)).collect();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].annotations["utilisation"], "0.920");
+        assert_eq!(f[0].annotations["headroom_requests_per_second"], "80.0");
+        let calm = Saturation {
+            inflight: None,
+            utilisation: Some(0.6),
+        };
+        for _ in 0..20 {
+            assert!(rig.window_reporting(calm).is_empty());
+        }
+    }
+
+    #[test]
+    fn inflight_over_max_inflight_is_a_utilisation() {
+        let only_inflight = Capacity {
+            max_requests_per_second: None,
+            max_inflight: Some(50.0),
+            ..cap("db", "*", 1.0)
+        };
+        let mut rig = Rig::new(vec![only_inflight]);
+        let queued = Saturation {
+            inflight: Some(45.0),
+            utilisation: None,
+        };
+        let f: Vec<_> = (0..3).flat_map(|_| rig.window_reporting(queued)).collect();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].annotations["utilisation"], "0.900");
+        assert_eq!(f[0].annotations["utilisation_source"], "inflight");
+        assert_eq!(f[0].annotations["inflight"], "45");
+        // Without readings an in-flight limit says nothing: no finding, no state.
+        for _ in 0..5 {
+            assert!(rig.window(&[500.0]).is_empty());
+        }
+        assert!(rig.det.state.values().all(|shards| shards.is_empty()));
     }
 
     #[test]
@@ -572,7 +749,15 @@ mod tests {
     #[test]
     fn check_names_every_bad_field() {
         let cfg = CapacityHeadroomConfig {
-            capacities: vec![cap("", "a", 0.0), cap("db", "", 1.0), cap("db", "", 2.0)],
+            capacities: vec![
+                cap("", "a", 0.0),
+                cap("db", "", 1.0),
+                cap("db", "", 2.0),
+                Capacity {
+                    max_requests_per_second: None,
+                    ..cap("db", "x", 1.0)
+                },
+            ],
             warn_utilisation: 0.9,
             critical_utilisation: 0.8,
             projection_windows: 1,
@@ -586,6 +771,7 @@ mod tests {
             "capacities[0].max_requests_per_second",
             "capacities[1].shard",
             "capacities[2]",
+            "capacities[3]",
             "critical_utilisation",
             "projection_windows",
         ] {

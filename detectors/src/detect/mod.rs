@@ -21,6 +21,7 @@ pub mod baseline;
 pub mod cache_collapse;
 pub mod capacity;
 pub mod cardinality;
+pub mod deadline;
 pub mod error_surge;
 pub mod fast_failure;
 pub mod hot_key;
@@ -334,6 +335,8 @@ detectors! {
     fast_failure_sink: fast_failure::FastFailureSink,
     /// `ShardFailing`.
     shard_failing: shard_failing::ShardFailing,
+    /// `DeadlinePileUp`.
+    deadline_pile_up: deadline::DeadlinePileUp,
     /// `CapacityHeadroom`.
     capacity_headroom: capacity::CapacityHeadroom,
     /// `CardinalityOverflow`.
@@ -425,7 +428,6 @@ pub(crate) mod testkit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detect::capacity::Capacity;
 
     #[test]
     fn every_kind_has_its_own_key_and_alert_name() {
@@ -443,7 +445,6 @@ mod tests {
     fn build_keeps_the_list_order_and_skips_what_the_settings_turn_off() {
         let mut cfg = DetectorsConfig::default();
         let built: Vec<&str> = cfg.build(10.0).iter().map(|d| d.alertname()).collect();
-        // CapacityHeadroom has no capacities by default, so it does not run.
         assert_eq!(
             built,
             [
@@ -454,22 +455,18 @@ mod tests {
                 "CacheHitCollapse",
                 "FastFailureSink",
                 "ShardFailing",
+                "DeadlinePileUp",
+                "CapacityHeadroom",
                 "CardinalityOverflow"
             ]
         );
-        cfg.capacity_headroom.capacities.push(Capacity {
-            group: "db".to_owned(),
-            shard: "*".to_owned(),
-            max_requests_per_second: 100.0,
-        });
+        cfg.capacity_headroom.rule.enabled = false;
         cfg.hot_key.rule.enabled = false;
         let built: Vec<&str> = cfg.build(10.0).iter().map(|d| d.alertname()).collect();
         assert_eq!(built.first(), Some(&"HotShard"));
-        assert_eq!(
-            &built[built.len() - 2..],
-            ["CapacityHeadroom", "CardinalityOverflow"]
-        );
+        assert_eq!(built.last(), Some(&"CardinalityOverflow"));
         assert!(!built.contains(&"HotKey"));
+        assert!(!built.contains(&"CapacityHeadroom"));
     }
 
     #[test]

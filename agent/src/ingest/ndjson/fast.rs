@@ -79,6 +79,8 @@ fn slot<'r, 'a>(raw: &'r mut RawRecord<'a>, name: &str) -> Option<&'r mut Option
         "latency_ms" => &mut raw.latency_ms,
         "outcome" => &mut raw.outcome,
         "cache" => &mut raw.cache,
+        "inflight" => &mut raw.inflight,
+        "utilisation" => &mut raw.utilisation,
         _ => return None,
     })
 }

@@ -1,0 +1,1015 @@
+//! `DeadlinePileUp`: timeouts rise while successful latency crowds against the callers'
+//! deadline (see docs/detectors.md, DeadlinePileUp).
+//!
+//! When a backend slows down, the requests that finish do so ever closer to the deadline and
+//! the ones that do not become timeouts; callers retry, work that nobody waits for any more
+//! keeps the backend busy, and the queue grows. The error ratio alone cannot tell this from a
+//! backend that drops a few connections (those also time out, but the requests that succeed stay
+//! fast), so this detector judges the two signals together.
+//!
+//! **Deadline** of a group, in this order: the configured `deadlines_ms[group]`; otherwise the
+//! median latency of the window's timeouts (`GroupSnapshot::timeout_latency`), once at least
+//! `min_timeout_samples` timeouts carry a latency, because a caller that gives up records
+//! about its deadline. The annotation says which one was used. Without either, no verdict.
+//!
+//! **Condition**, per group and window with at least `min_requests` requests:
+//!
+//! - at least `min_timeouts` timeouts (the count floor), a timeout ratio `T >= min_timeout_ratio`
+//!   and `T >= ratio_over_baseline x` its baseline;
+//! - the p99 of successful responses at least `crowd_fraction x` the deadline (the requests
+//!   that succeed crowd against it) **and** at least `latency_over_baseline x` the group's
+//!   baseline of it (it rose: a service whose normal p99 sits near a tight deadline is not
+//!   piling up because of that). The p99 is the group's, or the larger of the group's and the
+//!   shard's when one shard returns at least `shard_timeout_share` of the timeouts: one
+//!   replica's slow successes are too few to be sure of moving its group's p99.
+//!
+//! It must last `consecutive_windows` windows, or less once the shape of the streak's excess
+//! timeouts shows it has outlasted a burst of `tolerated_burst_secs` ([`crate::evidence`]), so a
+//! 10–20 s pile-up that clears by itself stays silent. Baselines learn only from windows where
+//! the condition does not hold and no alert is active, and give no verdict before
+//! `warmup_windows` windows.
+//!
+//! **Labels**: `group`, plus `shard` when one shard returned at least `shard_timeout_share` of
+//! the group's timeouts; the label is chosen when the alert starts and kept while it is active,
+//! so one incident is one alert.
+//!
+//! **Requests in flight**, where shards report them (`ShardSnapshot::inflight`), measure the
+//! pile-up directly: the group's sum against its baseline, and the named shard's reading, go
+//! into the summary and annotations. They do not gate the verdict: most services report none,
+//! and a caller-side concurrency limit holds them flat while the deadline is still crowded.
+//!
+//! **Annotations**: the timeout ratio against its baseline, the deadline and its source, the
+//! successful p50 and p99 as fractions of the deadline, the shard's share of the timeouts, the
+//! in-flight growth where reported, and the mitigations: shorten deadlines, propagate
+//! cancellation, shed load.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::alert::{Finding, Severity};
+use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::{
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, ms, num,
+    pct, persisted_in, times,
+};
+use crate::evidence::{Persistence, StepEvidence};
+use crate::observation::{Outcome, label_value, quote};
+use crate::snapshot::GroupSnapshot;
+
+/// Longest deadline accepted in `deadlines_ms`: one hour, the latency histograms' ceiling.
+const MAX_DEADLINE_MS: f64 = 3_600_000.0;
+
+/// Fewest successes a shard needs in a window for its own p99 to stand for its crowding: with
+/// 100 a p99 is at most the second-slowest success, not one stray request.
+const MIN_SHARD_OK_SAMPLES: u64 = 100;
+
+/// `detectors.deadline_pile_up` settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeadlinePileUpConfig {
+    /// Alert timing and severity.
+    #[serde(rename = "alert")]
+    pub rule: RuleSettings,
+    /// Callers' deadline per group, milliseconds. Groups not listed have theirs inferred.
+    pub deadlines_ms: BTreeMap<String, f64>,
+    /// Fewest requests a group needs in a window to be judged (and to teach its baselines).
+    pub min_requests: u64,
+    /// Fewest timeouts in a window: the count floor.
+    pub min_timeouts: u64,
+    /// The timeout ratio must reach at least this...
+    pub min_timeout_ratio: f64,
+    /// ...and this multiple of its baseline.
+    pub ratio_over_baseline: f64,
+    /// Fewest timeouts with a latency to infer a deadline from.
+    pub min_timeout_samples: u64,
+    /// Successful p99 must reach this fraction of the deadline...
+    pub crowd_fraction: f64,
+    /// ...and this multiple of its own baseline.
+    pub latency_over_baseline: f64,
+    /// Windows in a row that are always enough.
+    pub consecutive_windows: u32,
+    /// Longest pile-up that clears by itself to tolerate, seconds (the shape rule).
+    pub tolerated_burst_secs: f64,
+    /// Share of the group's timeouts one shard must return to be named in a `shard` label.
+    pub shard_timeout_share: f64,
+    /// Time constant of the baseline EWMAs, in seconds.
+    pub baseline_tau_secs: f64,
+    /// Windows with volume a baseline needs before the detector judges the group.
+    pub warmup_windows: u32,
+}
+
+impl Default for DeadlinePileUpConfig {
+    fn default() -> Self {
+        DeadlinePileUpConfig {
+            rule: RuleSettings::new(Severity::Critical, 0.0, 60.0),
+            deadlines_ms: BTreeMap::new(),
+            min_requests: 200,
+            min_timeouts: 20,
+            min_timeout_ratio: 0.01,
+            ratio_over_baseline: 3.0,
+            min_timeout_samples: 20,
+            crowd_fraction: 0.8,
+            latency_over_baseline: 1.5,
+            consecutive_windows: 4,
+            tolerated_burst_secs: 20.0,
+            shard_timeout_share: 0.6,
+            baseline_tau_secs: 3600.0,
+            warmup_windows: 30,
+        }
+    }
+}
+
+impl DetectorSettings for DeadlinePileUpConfig {
+    fn alert(&self) -> &RuleSettings {
+        &self.rule
+    }
+
+    /// Checks every field.
+    fn check(&self, p: &mut Problems<'_>) {
+        self.rule.check(p);
+        for (group, d) in &self.deadlines_ms {
+            if group.is_empty() {
+                p.fail("deadlines_ms", "a group name is empty: name the group");
+            }
+            if !(d.is_finite() && *d > 0.0 && *d <= MAX_DEADLINE_MS) {
+                p.fail(
+                    &format!("deadlines_ms.{group}"),
+                    format!(
+                        "{d} is out of range: use the callers' deadline in milliseconds, over 0 \
+                         and at most {MAX_DEADLINE_MS}"
+                    ),
+                );
+            }
+        }
+        if self.min_requests == 0 {
+            p.fail(
+                "min_requests",
+                "must be at least 1: a ratio of no requests means nothing",
+            );
+        }
+        if self.min_timeouts == 0 {
+            p.fail(
+                "min_timeouts",
+                "must be at least 1: without a count floor one timeout in a quiet window reads \
+                 as a surge",
+            );
+        }
+        p.range("min_timeout_ratio", self.min_timeout_ratio, 0.0, 1.0);
+        p.range("ratio_over_baseline", self.ratio_over_baseline, 1.0, 1000.0);
+        if self.min_timeout_samples == 0 {
+            p.fail(
+                "min_timeout_samples",
+                "must be at least 1: a deadline cannot be inferred from no timeout",
+            );
+        }
+        p.range("crowd_fraction", self.crowd_fraction, 0.0, 1.0);
+        p.range(
+            "latency_over_baseline",
+            self.latency_over_baseline,
+            1.0,
+            1000.0,
+        );
+        p.windows("consecutive_windows", self.consecutive_windows);
+        p.range(
+            "tolerated_burst_secs",
+            self.tolerated_burst_secs,
+            0.0,
+            3600.0,
+        );
+        p.range("shard_timeout_share", self.shard_timeout_share, 0.0, 1.0);
+        p.range(
+            "baseline_tau_secs",
+            self.baseline_tau_secs,
+            1.0,
+            30.0 * 86_400.0,
+        );
+        p.windows("warmup_windows", self.warmup_windows);
+    }
+}
+
+/// Baselines, streak and evidence of one group.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct GroupState {
+    /// Timeout ratio.
+    ratio: Ewma,
+    /// p99 of successful responses, ms.
+    ok_p99: Ewma,
+    streak: u32,
+    /// Excess timeouts (over the baseline ratio's share) of the streak's windows.
+    evidence: StepEvidence,
+    /// The shard named in the active alert's labels, if one was.
+    shard: Option<String>,
+    /// Requests in flight summed over the shards that report them, in windows with readings.
+    #[serde(default)]
+    inflight: Ewma,
+}
+
+/// Where a deadline came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeadlineSource {
+    /// `deadlines_ms` in the configuration.
+    Configured,
+    /// The median latency of the window's timeouts.
+    Inferred,
+}
+
+impl DeadlineSource {
+    fn as_str(self) -> &'static str {
+        match self {
+            DeadlineSource::Configured => "configured",
+            DeadlineSource::Inferred => "inferred",
+        }
+    }
+}
+
+/// The shard that returned the most timeouts.
+#[derive(Debug, Clone, PartialEq)]
+struct TimeoutShard {
+    shard: String,
+    /// Its share of the group's timeouts.
+    timeout_share: f64,
+    /// Its own timeout ratio.
+    timeout_ratio: f64,
+    /// The p99 of its successes, ms, when it had at least [`MIN_SHARD_OK_SAMPLES`].
+    ok_p99_ms: Option<f64>,
+    /// Its in-flight reading, when it reported one.
+    inflight: Option<f64>,
+}
+
+/// Requests in flight, where shards report them: the evidence that work piles up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct InFlight {
+    /// Summed over the shards with a reading in this window.
+    now: f64,
+    /// Its baseline, once warm.
+    baseline: Option<f64>,
+}
+
+/// Everything a `DeadlinePileUp` finding reports, as numbers; [`render`] turns it into text.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    requests: u64,
+    timeouts: u64,
+    timeout_ratio: f64,
+    baseline_ratio: f64,
+    deadline_ms: f64,
+    source: DeadlineSource,
+    /// The group's successful p50 and p99, and the p99's baseline.
+    ok_p50_ms: f64,
+    ok_p99_ms: f64,
+    baseline_ok_p99_ms: f64,
+    /// The p99 judged against the deadline: the group's, or the top shard's when it carries
+    /// the timeouts and crowds more.
+    crowd_p99_ms: f64,
+    top_shard: Option<TimeoutShard>,
+    /// `None` when no shard of the group reports in-flight requests.
+    inflight: Option<InFlight>,
+    /// Windows in a row the condition has held.
+    windows: u32,
+}
+
+/// One window's measurements of a group, before any verdict.
+#[derive(Debug, Clone)]
+struct Reading {
+    timeouts: u64,
+    ratio: f64,
+    ok_p50: f64,
+    ok_p99: f64,
+    /// See [`Figures::crowd_p99_ms`].
+    crowd_p99: f64,
+    top: Option<TimeoutShard>,
+    deadline: Option<(f64, DeadlineSource)>,
+    /// In-flight requests summed over the shards that report them.
+    inflight: Option<f64>,
+}
+
+/// The `DeadlinePileUp` detector.
+#[derive(Debug, Clone)]
+pub struct DeadlinePileUp {
+    cfg: DeadlinePileUpConfig,
+    alpha: f64,
+    persistence: Persistence,
+    groups: BTreeMap<String, GroupState>,
+}
+
+impl DeadlinePileUp {
+    /// What the window shows of `g`: its timeouts, successful latency and deadline.
+    fn read(&self, g: &GroupSnapshot) -> Option<Reading> {
+        let ok = g.ok_latency?;
+        let timeouts = g.outcome(Outcome::Timeout);
+        let deadline = match self.cfg.deadlines_ms.get(&g.group) {
+            Some(&d) => Some((d, DeadlineSource::Configured)),
+            None => g
+                .timeout_latency
+                .filter(|t| t.count >= self.cfg.min_timeout_samples)
+                .map(|t| (t.p50_ms, DeadlineSource::Inferred)),
+        };
+        let top = top_timeout_shard(g, timeouts);
+        // A shard that returns the timeouts is where the successes crowd: in a large group its
+        // slow successes are too few to move the group's p99.
+        let crowd_p99 = top
+            .as_ref()
+            .filter(|s| s.timeout_share >= self.cfg.shard_timeout_share)
+            .and_then(|s| s.ok_p99_ms)
+            .map_or(ok.p99_ms, |p| p.max(ok.p99_ms));
+        Some(Reading {
+            timeouts,
+            ratio: timeouts as f64 / g.requests as f64,
+            ok_p50: ok.p50_ms,
+            ok_p99: ok.p99_ms,
+            crowd_p99,
+            top,
+            deadline,
+            inflight: g
+                .tracked_shards()
+                .filter_map(|s| s.inflight)
+                .fold(None, |sum, n| Some(sum.unwrap_or(0.0) + n)),
+        })
+    }
+
+    /// True when reading `r` piles up against baselines `(ratio, ok p99)`.
+    fn piles_up(&self, r: &Reading, (ratio, p99): (f64, f64)) -> bool {
+        let c = &self.cfg;
+        let Some((deadline, _)) = r.deadline else {
+            return false;
+        };
+        r.timeouts >= c.min_timeouts
+            && r.ratio >= c.min_timeout_ratio
+            && r.ratio >= c.ratio_over_baseline * ratio
+            && r.crowd_p99 >= c.crowd_fraction * deadline
+            && r.crowd_p99 >= c.latency_over_baseline * p99
+    }
+
+    /// Judges `g` with its state `st` and pushes a finding when the condition has persisted.
+    fn evaluate_group(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        st: &mut GroupState,
+        out: &mut Vec<Finding>,
+    ) {
+        let active = ctx.alerts.group_has_active(Self::ALERTNAME, &g.group);
+        if !active {
+            st.shard = None;
+        }
+        let reading = (g.requests >= self.cfg.min_requests)
+            .then(|| self.read(g))
+            .flatten();
+        let Some(r) = reading else {
+            // Too little to judge: the streak ends, nothing is learned.
+            st.streak = 0;
+            st.evidence = StepEvidence::default();
+            return;
+        };
+        let warm = self.cfg.warmup_windows;
+        let base = st.ratio.value(warm).zip(st.ok_p99.value(warm));
+        let over = base.is_some_and(|b| self.piles_up(&r, b));
+        st.streak = if over { st.streak + 1 } else { 0 };
+        let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
+        st.evidence.push(over, r.timeouts as f64 - expected);
+        if !(over || active) {
+            st.ratio.update(r.ratio, self.alpha);
+            st.ok_p99.update(r.ok_p99, self.alpha);
+            if let Some(n) = r.inflight {
+                st.inflight.update(n, self.alpha);
+            }
+        }
+        let (Some(b), Some((deadline_ms, source))) = (base, r.deadline) else {
+            return;
+        };
+        if over && self.persistence.holds(st.streak, &st.evidence) {
+            let fig = Figures {
+                requests: g.requests,
+                timeouts: r.timeouts,
+                timeout_ratio: r.ratio,
+                baseline_ratio: b.0,
+                deadline_ms,
+                source,
+                ok_p50_ms: r.ok_p50,
+                ok_p99_ms: r.ok_p99,
+                baseline_ok_p99_ms: b.1,
+                crowd_p99_ms: r.crowd_p99,
+                top_shard: r.top,
+                inflight: r.inflight.map(|now| InFlight {
+                    now,
+                    baseline: st.inflight.value(warm),
+                }),
+                windows: st.streak,
+            };
+            if !active {
+                st.shard = fig
+                    .top_shard
+                    .as_ref()
+                    .filter(|s| s.timeout_share >= self.cfg.shard_timeout_share)
+                    .map(|s| s.shard.clone());
+            }
+            out.push(render(&self.cfg, &g.group, st.shard.as_deref(), &fig));
+        }
+    }
+}
+
+/// The shard that returned the most timeouts of `g` (`timeouts` in all); ties go to the
+/// first name.
+fn top_timeout_shard(g: &GroupSnapshot, timeouts: u64) -> Option<TimeoutShard> {
+    g.tracked_shards()
+        .filter(|s| s.outcome(Outcome::Timeout) > 0)
+        .rev()
+        .max_by_key(|s| s.outcome(Outcome::Timeout))
+        .map(|s| {
+            let t = s.outcome(Outcome::Timeout) as f64;
+            TimeoutShard {
+                shard: s.shard.clone(),
+                timeout_share: t / timeouts.max(1) as f64,
+                timeout_ratio: t / s.requests.max(1) as f64,
+                ok_p99_ms: s
+                    .ok_latency
+                    .filter(|l| l.count >= MIN_SHARD_OK_SAMPLES)
+                    .map(|l| l.p99_ms),
+                inflight: s.inflight,
+            }
+        })
+}
+
+/// The mitigations, most direct first.
+const MITIGATIONS: &str = "shorten deadlines (and retry budgets) so callers stop waiting on \
+    work that will time out; propagate cancellation so the backend drops requests whose caller \
+    has given up; shed load (admission control, concurrency limits) until latency is back \
+    under the deadline";
+
+/// The finding for `group` (and `shard`, when one carries the timeouts).
+fn render(cfg: &DeadlinePileUpConfig, group: &str, shard: Option<&str>, fig: &Figures) -> Finding {
+    let mut labels = vec![("group", group)];
+    if let Some(s) = shard {
+        labels.push(("shard", s));
+    }
+    let mut f = Finding::new(DeadlinePileUp::ALERTNAME, cfg.rule.severity, &labels)
+        .annotate("timeout_ratio", pct(fig.timeout_ratio))
+        .annotate("baseline_timeout_ratio", pct(fig.baseline_ratio))
+        .annotate("timeouts", fig.timeouts.to_string())
+        .annotate("requests", fig.requests.to_string())
+        .annotate("deadline_ms", num(fig.deadline_ms))
+        .annotate("deadline_source", fig.source.as_str())
+        .annotate("ok_p50_ms", num(fig.ok_p50_ms))
+        .annotate("ok_p99_ms", num(fig.ok_p99_ms))
+        .annotate("baseline_ok_p99_ms", num(fig.baseline_ok_p99_ms))
+        .annotate("crowd_p99_ms", num(fig.crowd_p99_ms))
+        .annotate(
+            "ok_p99_of_deadline",
+            pct(fig.crowd_p99_ms / fig.deadline_ms),
+        )
+        .annotate("windows", fig.windows.to_string())
+        .annotate("mitigations", MITIGATIONS);
+    if let Some(s) = &fig.top_shard {
+        f = f
+            .annotate("top_timeout_shard", label_value(&s.shard))
+            .annotate("top_timeout_shard_timeout_share", pct(s.timeout_share))
+            .annotate("top_timeout_shard_timeout_ratio", pct(s.timeout_ratio));
+        if let Some(p) = s.ok_p99_ms {
+            f = f.annotate("top_timeout_shard_ok_p99_ms", num(p));
+        }
+        if let Some(n) = s.inflight {
+            f = f.annotate("top_timeout_shard_inflight", num(n));
+        }
+    }
+    if let Some(i) = &fig.inflight {
+        f = f.annotate("inflight", num(i.now));
+        if let Some(b) = i.baseline {
+            f = f
+                .annotate("baseline_inflight", num(b))
+                .annotate("inflight_growth", times(factor(i.now, b)));
+        }
+    }
+    // Measured growth of the work in flight is the pile-up seen directly; say so first.
+    let grown = fig
+        .inflight
+        .and_then(|i| factor(i.now, i.baseline?))
+        .map_or(String::new(), |x| {
+            format!(", {} the usual requests in flight", times(Some(x)))
+        });
+    let summary = format!(
+        "{}: timeouts at {} ({} baseline) while successful p99 is {} of the {} deadline{grown}: \
+         work is piling up",
+        quote(group),
+        pct(fig.timeout_ratio),
+        times(factor(fig.timeout_ratio, fig.baseline_ratio)),
+        pct(fig.crowd_p99_ms / fig.deadline_ms),
+        fig.source.as_str(),
+    );
+    f.annotate("summary", summary)
+        .annotate("description", description(group, fig))
+}
+
+fn description(group: &str, fig: &Figures) -> String {
+    let deadline = match fig.source {
+        DeadlineSource::Configured => format!("{} (configured)", ms(Some(fig.deadline_ms))),
+        DeadlineSource::Inferred => format!(
+            "{} (inferred: the median latency of this window's timeouts)",
+            ms(Some(fig.deadline_ms))
+        ),
+    };
+    let where_ = fig.top_shard.as_ref().map_or(String::new(), |s| {
+        let p99 = s.ok_p99_ms.map_or(String::new(), |p| {
+            format!("; its successes' p99 is {}", ms(Some(p)))
+        });
+        format!(
+            " Shard {} returned {} of the timeouts ({} of its requests timed out{p99}).",
+            quote(&s.shard),
+            pct(s.timeout_share),
+            pct(s.timeout_ratio)
+        )
+    });
+    let work = match &fig.inflight {
+        None => " No shard reports its requests in flight, so the pile-up is inferred from \
+                  timeouts and latency."
+            .to_owned(),
+        Some(InFlight {
+            now,
+            baseline: Some(b),
+        }) => format!(
+            " Requests in flight: {} against a baseline of {} ({}).",
+            num(*now),
+            num(*b),
+            times(factor(*now, *b))
+        ),
+        Some(InFlight {
+            now,
+            baseline: None,
+        }) => format!(" Requests in flight: {} (no baseline yet).", num(*now)),
+    };
+    format!(
+        "{} of {} requests to {} timed out ({}, baseline {}), {} windows in a row. The deadline \
+         is {deadline}; successful requests answer at p50 {} and p99 {} (baseline p99 {}), and \
+         the slowest successes reach {} of the deadline: the requests that succeed crowd against \
+         it, and those that do not keep the backend busy after their callers gave up.{where_}\
+         {work} Mitigations: {MITIGATIONS}.",
+        fig.timeouts,
+        fig.requests,
+        quote(group),
+        pct(fig.timeout_ratio),
+        pct(fig.baseline_ratio),
+        fig.windows,
+        ms(Some(fig.ok_p50_ms)),
+        ms(Some(fig.ok_p99_ms)),
+        ms(Some(fig.baseline_ok_p99_ms)),
+        pct(fig.crowd_p99_ms / fig.deadline_ms),
+    )
+}
+
+impl DetectorKind for DeadlinePileUp {
+    const ALERTNAME: &'static str = "DeadlinePileUp";
+    const KEY: &'static str = "deadline_pile_up";
+    type Config = DeadlinePileUpConfig;
+
+    fn new(cfg: DeadlinePileUpConfig, window_secs: f64) -> Self {
+        DeadlinePileUp {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            persistence: Persistence {
+                windows: cfg.consecutive_windows,
+                tolerated_burst_secs: cfg.tolerated_burst_secs,
+                window_secs,
+            },
+            cfg,
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
+impl Detector for DeadlinePileUp {
+    persisted_in!(groups);
+
+    fn alertname(&self) -> &'static str {
+        Self::ALERTNAME
+    }
+
+    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
+        // Groups that left the snapshot take their state with them: memory stays bounded by
+        // the groups the windows track.
+        let snap = ctx.snapshot;
+        self.groups.retain(|name, _| snap.group(name).is_some());
+        for g in snap.tracked_groups() {
+            let mut st = self.groups.remove(&g.group).unwrap_or_default();
+            self.evaluate_group(ctx, g, &mut st, out);
+            self.groups.insert(g.group.clone(), st);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::AlertBook;
+    use crate::detect::DetectorsConfig;
+    use crate::observation::ObservationRef;
+    use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// One shard in one window: `ok` successes spread evenly over `0..=ok_max_ms`, and
+    /// `timeouts` timeouts at `timeout_ms`.
+    #[derive(Debug, Clone, Copy)]
+    struct S {
+        ok: u64,
+        ok_max_ms: f64,
+        timeouts: u64,
+        timeout_ms: f64,
+        /// The shard's in-flight reading, reported on its own (`count` 0).
+        inflight: Option<f64>,
+    }
+
+    /// A healthy shard: 200 successes up to 100 ms, one timeout at the 250 ms deadline.
+    fn healthy() -> S {
+        S {
+            ok: 200,
+            ok_max_ms: 100.0,
+            timeouts: 1,
+            timeout_ms: 250.0,
+            inflight: None,
+        }
+    }
+
+    /// A shard piling up: successes up to 245 ms, `timeouts` at 250 ms.
+    fn piling(timeouts: u64) -> S {
+        S {
+            ok: 200,
+            ok_max_ms: 245.0,
+            timeouts,
+            timeout_ms: 250.0,
+            inflight: None,
+        }
+    }
+
+    fn window(w: &mut Windows, end: f64, shards: &[S]) -> WindowSnapshot {
+        for (i, s) in shards.iter().enumerate() {
+            let name = format!("s{i}");
+            // Ten latency steps, so the p50 and p99 of the successes are meaningful.
+            for step in 1..=10u64 {
+                let mut o = ObservationRef::new("g", &name);
+                o.count = s.ok / 10;
+                o.latency_ms = Some(s.ok_max_ms * step as f64 / 10.0);
+                if o.count > 0 {
+                    w.record(&o);
+                }
+            }
+            if s.timeouts > 0 {
+                let mut o = ObservationRef::new("g", &name);
+                o.count = s.timeouts;
+                o.outcome = Outcome::Timeout;
+                o.latency_ms = Some(s.timeout_ms);
+                w.record(&o);
+            }
+            if let Some(n) = s.inflight {
+                let mut o = ObservationRef::new("g", &name);
+                o.count = 0;
+                o.saturation.inflight = Some(n);
+                w.record(&o);
+            }
+        }
+        w.close(end)
+    }
+
+    /// Runs the detector and an alert book; returns the (1-based) windows with a finding and
+    /// the last finding.
+    fn run(cfg: DeadlinePileUpConfig, windows: &[Vec<S>]) -> (Vec<usize>, Option<Finding>) {
+        let mut d = DeadlinePileUp::new(cfg.clone(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let rules = DetectorsConfig {
+            deadline_pile_up: cfg,
+            ..DetectorsConfig::default()
+        }
+        .rules();
+        let mut book = AlertBook::new(rules);
+        let (mut hits, mut last) = (Vec::new(), None);
+        for (i, shards) in windows.iter().enumerate() {
+            let snap = window(&mut w, (i + 1) as f64 * 10.0, shards);
+            let out = crate::detect::testkit::evaluate(&mut d, &mut book, &snap, 10.0);
+            if let Some(f) = out.last() {
+                hits.push(i + 1);
+                last = Some(f.clone());
+            }
+        }
+        (hits, last)
+    }
+
+    /// Four healthy shards for 40 windows, then `during(window)` for windows 41..=`to`, then
+    /// healthy again until window 60.
+    fn incident(to: usize, during: impl Fn(usize) -> Vec<S>) -> Vec<Vec<S>> {
+        (1..=60)
+            .map(|i| {
+                if (41..=to).contains(&i) {
+                    during(i)
+                } else {
+                    vec![healthy(); 4]
+                }
+            })
+            .collect()
+    }
+
+    fn everywhere(i: usize) -> Vec<S> {
+        let _ = i;
+        vec![piling(30); 4]
+    }
+
+    #[test]
+    fn a_group_wide_pile_up_fires_on_its_third_window_with_an_inferred_deadline() {
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &incident(50, everywhere));
+        // The shape rule: a step on a window boundary has outlasted a 20 s burst at its third.
+        assert_eq!(hits, (43..=50).collect::<Vec<_>>());
+        let f = last.unwrap();
+        assert_eq!(f.labels["group"], "g");
+        assert!(!f.labels.contains_key("shard"), "{f:?}");
+        let a = &f.annotations;
+        // The timeouts' median, 250 ms, read back as the top of its HDR bucket (1% error at
+        // 2 significant figures).
+        assert_eq!(a["deadline_ms"], "251");
+        assert_eq!(a["deadline_source"], "inferred");
+        // 120 timeouts of 920 requests, against 4 of 804.
+        assert_eq!(a["timeout_ratio"], "13.0%");
+        assert_eq!(a["baseline_timeout_ratio"], "0.5%");
+        assert_eq!(a["timeouts"], "120");
+        assert_eq!(a["windows"], "10");
+        assert!(a["mitigations"].contains("shorten deadlines"), "{a:?}");
+        assert!(a["mitigations"].contains("propagate cancellation"), "{a:?}");
+        assert!(a["mitigations"].contains("shed load"), "{a:?}");
+        assert!(a["summary"].contains("inferred deadline"), "{a:?}");
+        let crowd: f64 = a["ok_p99_of_deadline"]
+            .trim_end_matches('%')
+            .parse()
+            .unwrap();
+        assert!((96.0..100.0).contains(&crowd), "{a:?}");
+    }
+
+    #[test]
+    fn reported_in_flight_growth_is_in_the_verdict() {
+        let with = |s: S, n: f64| S {
+            inflight: Some(n),
+            ..s
+        };
+        let ws: Vec<Vec<S>> = (1..=45)
+            .map(|i| {
+                if i > 40 {
+                    vec![with(piling(30), 10.0); 4]
+                } else {
+                    vec![with(healthy(), 2.0); 4]
+                }
+            })
+            .collect();
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &ws);
+        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+        let a = last.unwrap().annotations;
+        assert_eq!(a["inflight"], "40.0");
+        assert_eq!(a["baseline_inflight"], "8.00");
+        assert_eq!(a["inflight_growth"], "5.00x");
+        assert!(
+            a["summary"].contains("5.00x the usual requests in flight"),
+            "{a:?}"
+        );
+        assert!(
+            a["description"].contains("Requests in flight: 40.0"),
+            "{a:?}"
+        );
+        // Without readings the description says the pile-up is inferred.
+        let (_, last) = run(DeadlinePileUpConfig::default(), &incident(45, everywhere));
+        let a = last.unwrap().annotations;
+        assert!(!a.contains_key("inflight"), "{a:?}");
+        assert!(
+            a["description"].contains("inferred from timeouts and latency"),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn one_shard_carrying_the_timeouts_is_named_and_a_configured_deadline_wins() {
+        let mut cfg = DeadlinePileUpConfig::default();
+        cfg.deadlines_ms.insert("g".to_owned(), 300.0);
+        let one = |_| vec![healthy(), healthy(), piling(90), healthy()];
+        let (hits, last) = run(cfg, &incident(50, one));
+        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+        let f = last.unwrap();
+        assert_eq!(f.labels["shard"], "s2");
+        assert_eq!(f.annotations["deadline_ms"], "300");
+        assert_eq!(f.annotations["deadline_source"], "configured");
+        assert_eq!(f.annotations["top_timeout_shard"], "s2");
+        assert!(f.annotations["description"].contains("(configured)"));
+    }
+
+    #[test]
+    fn one_slow_shard_among_many_crowds_its_own_p99_where_the_group_p99_cannot_see_it() {
+        // 41 shards: s7's slow successes are 2.4% of the group's, under its p99's reach.
+        let ws: Vec<Vec<S>> = (1..=50)
+            .map(|i| {
+                let mut v = vec![healthy(); 41];
+                if i > 40 {
+                    v[7] = piling(150);
+                }
+                v
+            })
+            .collect();
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &ws);
+        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+        let a = last.unwrap().annotations;
+        let group_p99: f64 = a["ok_p99_ms"].parse().unwrap();
+        assert!(group_p99 < 0.8 * 250.0, "{a:?}");
+        assert_eq!(a["top_timeout_shard"], "s7");
+        let shard_p99: f64 = a["top_timeout_shard_ok_p99_ms"].parse().unwrap();
+        assert_eq!(a["crowd_p99_ms"], a["top_timeout_shard_ok_p99_ms"]);
+        assert!(shard_p99 >= 0.8 * 250.0, "{a:?}");
+    }
+
+    #[test]
+    fn the_shard_label_stays_while_the_alert_is_active() {
+        // The incident starts on s2 and spreads to every shard: still the one alert.
+        let spreads = |i| {
+            if i < 45 {
+                vec![healthy(), healthy(), piling(90), healthy()]
+            } else {
+                vec![piling(90); 4]
+            }
+        };
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &incident(50, spreads));
+        assert_eq!(hits, (43..=50).collect::<Vec<_>>());
+        assert_eq!(last.unwrap().labels["shard"], "s2");
+    }
+
+    #[test]
+    fn timeouts_while_successes_stay_fast_are_not_a_pile_up() {
+        // Dropped connections: many timeouts at the deadline, successes still under 100 ms.
+        let hangs = |_| {
+            vec![
+                S {
+                    timeouts: 60,
+                    ..healthy()
+                };
+                4
+            ]
+        };
+        let (hits, _) = run(DeadlinePileUpConfig::default(), &incident(50, hangs));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn latency_near_a_deadline_without_more_timeouts_is_not_a_pile_up() {
+        let slow = |_| vec![piling(1); 4];
+        let (hits, _) = run(DeadlinePileUpConfig::default(), &incident(50, slow));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_two_window_pile_up_that_clears_is_absorbed() {
+        let (hits, _) = run(DeadlinePileUpConfig::default(), &incident(42, everywhere));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_steady_timeout_ratio_near_the_deadline_is_the_baseline() {
+        // Born piling up: the baselines learn it, nothing fires.
+        let ws: Vec<Vec<S>> = (1..=60).map(|_| vec![piling(30); 4]).collect();
+        let (hits, _) = run(DeadlinePileUpConfig::default(), &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn the_count_floor_keeps_a_quiet_group_silent() {
+        // 40 requests per shard and window: the ratio jumps to 9%, but 16 timeouts miss the
+        // count floor.
+        let quiet = |timeouts| S {
+            ok: 40,
+            ..piling(timeouts)
+        };
+        let cfg = DeadlinePileUpConfig {
+            min_requests: 100,
+            min_timeout_samples: 1,
+            ..DeadlinePileUpConfig::default()
+        };
+        let ws: Vec<Vec<S>> = (1..=60)
+            .map(|i| {
+                if i > 40 {
+                    vec![quiet(4); 4]
+                } else {
+                    vec![
+                        S {
+                            ok: 40,
+                            ..healthy()
+                        };
+                        4
+                    ]
+                }
+            })
+            .collect();
+        let (hits, _) = run(cfg, &ws);
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn nothing_is_judged_during_warm_up() {
+        let (hits, _) = run(
+            DeadlinePileUpConfig::default(),
+            &(1..=29).map(|_| vec![piling(90); 4]).collect::<Vec<_>>(),
+        );
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn baselines_freeze_while_the_alert_is_active() {
+        let long: Vec<Vec<S>> = (1..=400)
+            .map(|i| {
+                if i > 40 {
+                    vec![piling(30); 4]
+                } else {
+                    vec![healthy(); 4]
+                }
+            })
+            .collect();
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &long);
+        assert_eq!(hits.len(), 358);
+        assert_eq!(last.unwrap().annotations["baseline_timeout_ratio"], "0.5%");
+    }
+
+    #[test]
+    fn state_survives_a_restart() {
+        let mut d = DeadlinePileUp::new(DeadlinePileUpConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let book = AlertBook::default();
+        for i in 1..=31 {
+            let snap = window(&mut w, f64::from(i) * 10.0, &[healthy(); 4]);
+            let ctx = Context {
+                snapshot: &snap,
+                alerts: &book,
+                window_secs: 10.0,
+            };
+            d.evaluate(&ctx, &mut Vec::new());
+        }
+        let mut e = DeadlinePileUp::new(DeadlinePileUpConfig::default(), 10.0);
+        e.restore_state(d.save_state()).unwrap();
+        assert_eq!(e.groups["g"].ratio.samples(), 31);
+        assert_eq!(e.groups["g"].ok_p99, d.groups["g"].ok_p99);
+        assert!(e.restore_state(serde_json::json!([1])).is_err());
+    }
+
+    #[test]
+    fn state_of_departed_groups_is_evicted() {
+        let mut d = DeadlinePileUp::new(DeadlinePileUpConfig::default(), 10.0);
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let book = AlertBook::default();
+        let snap = window(&mut w, 10.0, &[healthy(); 4]);
+        let ctx = Context {
+            snapshot: &snap,
+            alerts: &book,
+            window_secs: 10.0,
+        };
+        d.evaluate(&ctx, &mut Vec::new());
+        assert_eq!(d.groups.len(), 1);
+        let empty = WindowSnapshot::empty(20.0);
+        let ctx = Context {
+            snapshot: &empty,
+            alerts: &book,
+            window_secs: 10.0,
+        };
+        d.evaluate(&ctx, &mut Vec::new());
+        assert!(d.groups.is_empty());
+    }
+
+    #[test]
+    fn check_reports_every_bad_field() {
+        let cfg = DeadlinePileUpConfig {
+            deadlines_ms: [("".to_owned(), 100.0), ("db".to_owned(), -1.0)].into(),
+            min_requests: 0,
+            min_timeouts: 0,
+            min_timeout_ratio: 1.5,
+            ratio_over_baseline: 0.5,
+            min_timeout_samples: 0,
+            crowd_fraction: 2.0,
+            latency_over_baseline: f64::NAN,
+            consecutive_windows: 0,
+            tolerated_burst_secs: -1.0,
+            shard_timeout_share: 1.1,
+            baseline_tau_secs: 0.0,
+            warmup_windows: 0,
+            ..DeadlinePileUpConfig::default()
+        };
+        let mut out = Vec::new();
+        cfg.check(&mut Problems::new("d", &mut out));
+        let fields: Vec<&str> = out.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "d.deadlines_ms",
+                "d.deadlines_ms.db",
+                "d.min_requests",
+                "d.min_timeouts",
+                "d.min_timeout_ratio",
+                "d.ratio_over_baseline",
+                "d.min_timeout_samples",
+                "d.crowd_fraction",
+                "d.latency_over_baseline",
+                "d.consecutive_windows",
+                "d.tolerated_burst_secs",
+                "d.shard_timeout_share",
+                "d.baseline_tau_secs",
+                "d.warmup_windows",
+            ]
+        );
+        let mut out = Vec::new();
+        DeadlinePileUpConfig::default().check(&mut Problems::new("x", &mut out));
+        assert!(out.is_empty(), "{out:?}");
+    }
+}
