@@ -13,18 +13,13 @@ use skewwatch_e2e::bench::{self, Plan, families};
 /// The seed the published table uses.
 const DEFAULT_SEED: u64 = 20_251_201;
 
-const USAGE: &str = "usage: detection_bench [--quick] [--seed N] [--trials N] [--benign-minutes N] [--family NAME]...";
+const USAGE: &str = "usage: detection_bench [--quick] [--seed N] [--trials N] [--benign-minutes N] [--threads N] [--family NAME]...";
 
 fn main() -> ExitCode {
     match parse(std::env::args().skip(1)) {
         Ok(plan) => {
             let started = Instant::now();
-            let figures = bench::run(&plan, |name| {
-                eprintln!(
-                    "detection_bench: {name} ({:.0} s so far)",
-                    started.elapsed().as_secs_f64()
-                );
-            });
+            let figures = bench::run(&plan, |what| eprintln!("detection_bench: {what}"));
             print!("{}", bench::report::render(&figures));
             eprintln!(
                 "detection_bench: done in {:.0} s",
@@ -46,6 +41,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut trials = None;
     let mut benign_minutes = None;
     let mut names = Vec::new();
+    let mut threads = None;
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().ok_or(format!("{a} needs {what}"));
         match a.as_str() {
@@ -54,6 +50,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--trials" => trials = Some(number(&value("a number of trials")?)?),
             "--benign-minutes" => benign_minutes = Some(number(&value("minutes")?)?),
             "--family" => names.push(value("a family name")?),
+            "--threads" => threads = Some(number(&value("a number of threads")?)?),
             "-h" | "--help" => return Err("help".to_owned()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -67,6 +64,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Plan, String> {
         plan.trials = u32::try_from(t)
             .map_err(|_| "--trials is too large".to_owned())?
             .max(1);
+    }
+    if let Some(n) = threads {
+        plan.threads = usize::try_from(n).unwrap_or(1).max(1);
     }
     if let Some(m) = benign_minutes {
         plan.benign_secs = m.max(1) as f64 * 60.0;

@@ -77,6 +77,8 @@ pub struct Plan {
     pub reference: (f64, usize, u32),
     /// Families to run.
     pub families: Vec<&'static Family>,
+    /// Threads the trials are spread over.
+    pub threads: usize,
 }
 
 impl Plan {
@@ -92,6 +94,7 @@ impl Plan {
             windows: vec![5, 10, 30],
             reference: (1000.0, 64, 10),
             families: FAMILIES.iter().collect(),
+            threads: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 
@@ -205,41 +208,95 @@ pub struct Figures {
     pub false_alarms: Vec<FalseAlarmRow>,
 }
 
-/// Runs the plan. `progress` is told each family's name as it starts.
+/// One trial to run: which row it belongs to and everything it needs.
+struct Job {
+    family: &'static Family,
+    condition: Condition,
+    seed: u64,
+    benign_secs: f64,
+}
+
+/// Runs the plan on [`Plan::threads`] threads; the figures do not depend on their number,
+/// because every trial has its own seed. `progress` is told what is about to run.
 pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Figures {
+    // One row per family and condition, in plan order; its trials are consecutive jobs.
+    let mut rows: Vec<(&'static Family, Condition, usize)> = Vec::new();
+    let mut jobs = Vec::new();
+    for &family in &plan.families {
+        for (ci, condition) in plan.conditions(family).into_iter().enumerate() {
+            let name = fnv1a64(family.name.as_bytes());
+            let (trials, benign_secs) = match family.incident {
+                Some(_) => (u64::from(plan.trials), 0.0),
+                None => (1, plan.benign_secs),
+            };
+            rows.push((family, condition, trials as usize));
+            jobs.extend((0..trials).map(|t| Job {
+                family,
+                condition,
+                seed: mix(plan.seed ^ mix(name ^ mix(((ci as u64) << 32) | t))),
+                benign_secs,
+            }));
+        }
+    }
+    progress(&format!(
+        "{} trials in {} conditions of {} families on {} threads",
+        jobs.len(),
+        rows.len(),
+        plan.families.len(),
+        plan.threads
+    ));
+    let mut trials = run_jobs(&jobs, plan.threads.max(1)).into_iter();
     let mut figures = Figures {
         plan: plan.clone(),
         detection: Vec::new(),
         false_alarms: Vec::new(),
     };
-    for &family in &plan.families {
-        progress(family.name);
-        for (ci, condition) in plan.conditions(family).into_iter().enumerate() {
-            let seed = |trial: u64| {
-                mix(plan.seed
-                    ^ mix(fnv1a64(family.name.as_bytes()) ^ mix(((ci as u64) << 32) | trial)))
-            };
-            if family.incident.is_some() {
-                let delays = (0..plan.trials)
-                    .map(|t| run_trial(family, &condition, seed(u64::from(t)), 0.0).delay)
-                    .collect();
-                figures.detection.push(DetectionRow {
-                    family,
-                    condition,
-                    delays,
-                });
-            } else {
-                let trial = run_trial(family, &condition, seed(0), plan.benign_secs);
-                figures.false_alarms.push(FalseAlarmRow {
-                    family,
-                    condition,
-                    shard_hours: condition.shards as f64 * plan.benign_secs / 3600.0,
-                    firings: trial.firings,
-                });
-            }
+    for (family, condition, n) in rows {
+        let done: Vec<Trial> = trials.by_ref().take(n).collect();
+        if family.incident.is_some() {
+            let delays = done.iter().map(|t| t.delay).collect();
+            figures.detection.push(DetectionRow {
+                family,
+                condition,
+                delays,
+            });
+        } else {
+            let firings = done.into_iter().next().map(|t| t.firings).unwrap_or_default();
+            figures.false_alarms.push(FalseAlarmRow {
+                family,
+                condition,
+                shard_hours: condition.shards as f64 * plan.benign_secs / 3600.0,
+                firings,
+            });
         }
     }
     figures
+}
+
+/// Runs every job, thread k taking jobs k, k + threads, ... (neighbouring jobs are trials of
+/// one condition and cost alike, so the threads stay about even); results in job order.
+fn run_jobs(jobs: &[Job], threads: usize) -> Vec<Trial> {
+    let mut out: Vec<Option<Trial>> = vec![None; jobs.len()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                scope.spawn(move || {
+                    jobs.iter()
+                        .enumerate()
+                        .skip(k)
+                        .step_by(threads)
+                        .map(|(i, j)| (i, run_trial(j.family, &j.condition, j.seed, j.benign_secs)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for (i, t) in h.join().expect("a benchmark thread panicked") {
+                out[i] = Some(t);
+            }
+        }
+    });
+    out.into_iter().map(|t| t.expect("every job ran")).collect()
 }
 
 /// What one trial saw.
