@@ -22,7 +22,14 @@ fn tiny(names: &[&str], trials: u32, benign_minutes: f64) -> Plan {
 
 #[test]
 fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
-    let figures = run(&tiny(&["hot_shard"], 6, 1.0), |_| {});
+    let plan = tiny(&["hot_shard"], 6, 1.0);
+    let figures = run(
+        &Plan {
+            threads: 2,
+            ..plan.clone()
+        },
+        |_| {},
+    );
     let row = figures
         .detection
         .iter()
@@ -33,6 +40,12 @@ fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
     // A real onset-to-firing delay: after the onset and no sooner than a few windows.
     let median = row.median_delay().unwrap();
     assert!((20.0..=120.0).contains(&median), "{median}");
+    // Every trial has its own seed: one thread gives the same delays as two.
+    let single = run(&Plan { threads: 1, ..plan }, |_| {});
+    let delays = |f: &skewwatch_e2e::bench::Figures| -> Vec<Vec<Option<f64>>> {
+        f.detection.iter().map(|r| r.delays.clone()).collect()
+    };
+    assert_eq!(delays(&single), delays(&figures));
 }
 
 #[test]
