@@ -164,7 +164,7 @@ pub const FAMILIES: &[Family] = &[
     },
     Family {
         name: "fast_failure",
-        about: "shard 0 fails 90% fast (not_found, 20× faster) and draws m times its load",
+        about: "shard 0 fails 90% (not_found) 100× faster, under a cache hit, and draws m times its load",
         incident: Some(Incident {
             detector: "FastFailureSink",
             target: Target::Shard,
@@ -177,7 +177,7 @@ pub const FAMILIES: &[Family] = &[
                         load: m,
                         error_ratio: 0.9,
                         error: Outcome::NotFound,
-                        latency_factor: 0.05,
+                        latency_factor: 0.01,
                         ..Slice::normal()
                     },
                 )
