@@ -261,7 +261,11 @@ pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Figures {
                 delays,
             });
         } else {
-            let firings = done.into_iter().next().map(|t| t.firings).unwrap_or_default();
+            let firings = done
+                .into_iter()
+                .next()
+                .map(|t| t.firings)
+                .unwrap_or_default();
             figures.false_alarms.push(FalseAlarmRow {
                 family,
                 condition,
