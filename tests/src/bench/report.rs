@@ -91,6 +91,10 @@ struct Totals {
 }
 
 fn false_alarms(out: &mut String, rows: &[FalseAlarmRow]) {
+    if rows.is_empty() {
+        let _ = writeln!(out, "No benign family was run: no false-alarm figures.");
+        return;
+    }
     let detectors: Vec<&str> = DetectorsConfig::KINDS.iter().map(|k| k.1).collect();
     let mut by_family: Vec<(&str, Totals)> = Vec::new();
     for r in rows {
