@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod alertmanager;
+pub mod bench;
 pub mod dashboards;
 pub mod deploy;
 pub mod prometheus;
