@@ -209,6 +209,25 @@ pub const FAMILIES: &[Family] = &[
         before: steady,
     },
     Family {
+        name: "deadline_pile_up",
+        about: "backend calls get 8× slower against a 100 ms deadline: successes crowd under it and a share m of requests time out at it, every shard",
+        incident: Some(Incident {
+            detector: "DeadlinePileUp",
+            target: Target::Group,
+            unit: "timeout ratio",
+            magnitudes: [0.02, 0.05, 0.2],
+            after: |m, _, _| Slice {
+                error_ratio: m,
+                error: Outcome::Timeout,
+                backend_factor: 8.0,
+                deadline_ms: 100.0,
+                ..Slice::normal()
+            },
+        }),
+        weights: equal,
+        before: steady,
+    },
+    Family {
         name: "near_capacity",
         about: "shard 0 takes m times its load; capacity is 2× the busiest shard's normal rate",
         incident: Some(Incident {

@@ -389,7 +389,8 @@ fn engine_config(
     cfg.detectors.capacity_headroom.capacities = vec![Capacity {
         group: GROUP.to_owned(),
         shard: "*".to_owned(),
-        max_requests_per_second: CAPACITY_FACTOR * busiest,
+        max_requests_per_second: Some(CAPACITY_FACTOR * busiest),
+        max_inflight: None,
     }];
     cfg
 }

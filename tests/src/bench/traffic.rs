@@ -44,6 +44,9 @@ pub struct Slice {
     pub latency_factor: f64,
     /// Multiplier of the latency of backend calls only (misses and failures).
     pub backend_factor: f64,
+    /// The clients' deadline, ms (infinite: none). With one, `timeout` failures take exactly
+    /// the deadline and no successful response is slower than it: what a deadline does.
+    pub deadline_ms: f64,
 }
 
 impl Slice {
@@ -61,6 +64,7 @@ impl Slice {
                 error: Outcome::Error,
                 latency_factor: 1.0,
                 backend_factor: 1.0,
+                deadline_ms: f64::INFINITY,
             }
         })
     }
@@ -181,7 +185,19 @@ impl Traffic {
         for (outcome, cache, count, lat, factor) in classes {
             obs.outcome = outcome;
             obs.cache = Some(cache);
-            record_stratified(engine, rng, &mut obs, count, lat, factor);
+            let (lat, factor) = match outcome {
+                Outcome::Timeout if sl.deadline_ms.is_finite() => (
+                    LatencyModel {
+                        median_ms: sl.deadline_ms,
+                        sigma: 0.0,
+                    },
+                    1.0,
+                ),
+                _ => (lat, factor),
+            };
+            // A success slower than the deadline would have been a timeout.
+            let cap = sl.deadline_ms * 0.99;
+            record_stratified(engine, rng, &mut obs, count, lat, factor, cap);
         }
     }
 }
@@ -196,13 +212,14 @@ fn record_stratified(
     count: u64,
     lat: LatencyModel,
     factor: f64,
+    cap_ms: f64,
 ) {
     let parts = count.min(PARTS);
     for j in 0..parts {
         obs.count = count / parts + u64::from(j < count % parts);
         let q = ((j as f64 + rng.uniform()) / parts as f64).clamp(1e-9, 1.0 - 1e-9);
         let ms = lat.median_ms * (lat.sigma * normal_quantile(q)).exp() * factor;
-        obs.latency_ms = Some(ms.clamp(0.001, 3_600_000.0));
+        obs.latency_ms = Some(ms.min(cap_ms).clamp(0.001, 3_600_000.0));
         engine.record(obs);
     }
 }
