@@ -19,9 +19,13 @@
 //!
 //! A window is *over* when u ≥ `warn_utilisation` (0.8), or when the line reaches u = 1 within
 //! `projection_horizon_secs` (10 min; 0 turns projection off) while u is already at least
-//! `projection_min_utilisation` (0.5). The condition holds after `consecutive_windows` (3)
-//! such windows in a row. The finding's severity is `critical` while u ≥
-//! `critical_utilisation` (0.9), else the configured severity.
+//! `projection_min_utilisation` (0.5). For the request-rate signal u is judged at its lower
+//! noise bound: the window's count n less `noise_sigmas` (2) standard deviations of Poisson
+//! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such
+//! windows in a row, once the streak cannot be a burst of `tolerated_burst_secs` (20 s): its
+//! utilisation fills more windows than such a burst could (the shape rule of
+//! [`crate::evidence`]), or it is longer than such a burst can stretch a streak. The finding's
+//! severity is `critical` while u ≥ `critical_utilisation` (0.9), else the configured severity.
 //!
 //! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is exponential with
 //! mean 1/(μ(1 − ρ)), so its p99 is ln(100)/(μ(1 − ρ)): 1/(1 − ρ) times the unloaded p99, 5× at
@@ -31,14 +35,20 @@
 //!
 //! # Why it does not false-alarm
 //!
-//! - Absolute utilisation has no noise floor to speak of at realistic rates, and three windows
-//!   in a row are needed, so a burst of up to 10 s (at most two windows) does not fire. Unlike
-//!   the relative detectors this one needs only three windows: running at 80% of a hard limit
-//!   across three windows is worth a warning even when it is a 20 s excursion.
-//! - The projection needs a full history of `projection_windows`, a positive trend that reaches saturation
-//!   within the horizon, *and* utilisation already at 0.5: a diurnal ramp at 30% utilisation is
-//!   not a capacity problem.
-//! - Shards without a configured capacity are never judged.
+//! - Poisson noise: a shard whose capacity is a few dozen requests a window measures its rate
+//!   coarsely, and a raw 80% line is crossed by chance three windows running every few hours
+//!   per shard. Judged at the 2-sigma lower bound, ordinary noise crosses it in about 2% of
+//!   windows and three in a row about once in 10^5. The price: at 100 requests a window a rate
+//!   is judged at 80% of its value, at 10,000 at 98%, so size windows (or capacities) so that
+//!   a shard near capacity sees a few thousand requests a window.
+//! - Bursts: a 20 s burst at any alignment holds two windows' worth of utilisation at 10 s
+//!   windows, under the 2.5 the shape rule needs, and stretches a streak to at most three
+//!   windows; a step shows 2.5 windows' worth by its third window, so it fires no later than
+//!   the count alone did when its onset is on a window boundary.
+//! - The projection needs a full history of `projection_windows`, a positive trend that
+//!   reaches saturation within the horizon, *and* utilisation already at 0.5: a diurnal ramp at
+//!   30% utilisation is not a capacity problem.
+//! - Shards without a configured capacity or readings are never judged.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -49,6 +59,7 @@ use crate::detect::{
     Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
     persisted_in,
 };
+use crate::evidence::StepEvidence;
 use crate::observation::quote;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -68,6 +79,12 @@ pub struct CapacityHeadroomConfig {
     pub critical_utilisation: f64,
     /// Consecutive over windows before the condition holds.
     pub consecutive_windows: u32,
+    /// Standard deviations of Poisson noise taken off a window's request count before its
+    /// rate is judged against `max_requests_per_second` (0 judges the raw rate).
+    pub noise_sigmas: f64,
+    /// Longest burst over the line that must not fire: the streak must also hold more than
+    /// this much of over-line utilisation (docs/adr/003), or outlast any such burst by count.
+    pub tolerated_burst_secs: f64,
     /// Windows in the linear fit of the projection.
     pub projection_windows: usize,
     /// A projected saturation within this many seconds makes a window over; 0 disables.
@@ -100,6 +117,8 @@ impl Default for CapacityHeadroomConfig {
             warn_utilisation: 0.8,
             critical_utilisation: 0.9,
             consecutive_windows: 3,
+            noise_sigmas: 2.0,
+            tolerated_burst_secs: 20.0,
             projection_windows: 10,
             projection_horizon_secs: 600.0,
             projection_min_utilisation: 0.5,
@@ -133,6 +152,13 @@ impl DetectorSettings for CapacityHeadroomConfig {
             );
         }
         p.windows("consecutive_windows", self.consecutive_windows);
+        p.range("noise_sigmas", self.noise_sigmas, 0.0, 10.0);
+        p.range(
+            "tolerated_burst_secs",
+            self.tolerated_burst_secs,
+            0.0,
+            86_400.0,
+        );
         // A line through two points has no residual to speak of: a trend needs three.
         p.windows_from("projection_windows", self.projection_windows, 3);
         p.range(
@@ -217,17 +243,29 @@ impl CapacityHeadroomConfig {
         let by_rate = cap
             .and_then(|c| c.max_requests_per_second)
             .map(|m| (s.requests_per_second / m, Source::RequestRate));
+        // Judged on the rate's lower noise bound; the other signals are readings, not counts.
+        let judged = |(u, source): (f64, Source)| match source {
+            Source::RequestRate => u * poisson_lower_fraction(s.requests, self.noise_sigmas),
+            Source::Inflight | Source::Reported => u,
+        };
         let by_inflight = cap
             .and_then(|c| c.max_inflight)
             .zip(s.inflight)
             .map(|(m, n)| (n / m, Source::Inflight));
         let reported = s.utilisation.map(|u| (u, Source::Reported));
-        let (u, source) = [by_rate, by_inflight, reported]
+        let readings = [by_rate, by_inflight, reported];
+        let (u, source) = readings
             .into_iter()
             .flatten()
             .max_by(|a, b| a.0.total_cmp(&b.0))?;
+        let u_judged = readings
+            .into_iter()
+            .flatten()
+            .map(judged)
+            .fold(0.0, f64::max);
         Some(Reading {
             u,
+            u_judged,
             source,
             capacity: cap.and_then(|c| c.max_requests_per_second),
         })
@@ -255,7 +293,11 @@ impl Source {
 /// A shard's utilisation in one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Reading {
+    /// The highest utilisation, as measured.
     u: f64,
+    /// The highest utilisation the window proves: the request rate's share taken at its lower
+    /// noise bound ([`poisson_lower_fraction`]).
+    u_judged: f64,
     source: Source,
     /// The configured request rate capacity, when there is one.
     capacity: Option<f64>,
@@ -265,6 +307,9 @@ struct Reading {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct ShardState {
     streak: u32,
+    /// Utilisation over the streak's windows: how much of it a burst could explain.
+    #[serde(default)]
+    evidence: StepEvidence,
     /// (window end, utilisation), oldest first, at most `projection_windows`.
     history: VecDeque<(f64, f64)>,
 }
@@ -273,12 +318,14 @@ struct ShardState {
 #[derive(Debug, Clone)]
 pub struct CapacityHeadroom {
     cfg: CapacityHeadroomConfig,
+    window_secs: f64,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
 impl CapacityHeadroom {
     fn evaluate_group(&mut self, now: f64, g: &GroupSnapshot, out: &mut Vec<Finding>) {
         let cfg = &self.cfg;
+        let window_secs = self.window_secs;
         let configured = cfg.capacities.iter().any(|c| c.group == g.group);
         if !configured && !g.shards.iter().any(|s| s.utilisation.is_some()) {
             self.state.remove(&g.group);
@@ -301,12 +348,16 @@ impl CapacityHeadroom {
             let eta = (st.history.len() >= cfg.projection_windows)
                 .then(|| saturation_in(&st.history, now))
                 .flatten();
+            let judged = reading.u_judged;
             let projected = cfg.projection_horizon_secs > 0.0
-                && u >= cfg.projection_min_utilisation
+                && judged >= cfg.projection_min_utilisation
                 && eta.is_some_and(|t| t <= cfg.projection_horizon_secs);
-            let over = u >= cfg.warn_utilisation || projected;
+            let over = judged >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
-            if st.streak >= cfg.consecutive_windows {
+            st.evidence.push(over, judged);
+            if st.streak >= cfg.consecutive_windows
+                && outlasts_a_burst(st, cfg.tolerated_burst_secs, window_secs)
+            {
                 out.push(render(
                     &g.group,
                     &s.shard,
@@ -315,6 +366,28 @@ impl CapacityHeadroom {
             }
         }
     }
+}
+
+/// True when the streak cannot be a tolerated burst of `tolerated` seconds at windows of `w`:
+/// its utilisation fills more windows than the burst could (the shape of the evidence), or it
+/// is longer than any such burst can stretch a streak (its length in windows, plus a partial
+/// window at each end).
+fn outlasts_a_burst(st: &ShardState, tolerated: f64, w: f64) -> bool {
+    let longest_burst_streak = (tolerated / w.max(f64::MIN_POSITIVE)).ceil() + 1.0;
+    st.evidence.outlasts(tolerated, w) || f64::from(st.streak) > longest_burst_streak
+}
+
+/// The fraction of a window's `requests` its rate is judged at: (n - z sqrt n) / n for
+/// `noise_sigmas` z, floored at 0. With z = 2, at 10 requests a window it is 0.37 (a handful of
+/// requests proves little), at 100 0.8, at 10,000 0.98: a well-measured rate is judged at
+/// nearly its value. Ordinary Poisson noise crosses a 2-sigma bound in about 2% of windows, so
+/// three such windows in a row about once in 10^5.
+fn poisson_lower_fraction(requests: u64, z: f64) -> f64 {
+    if requests == 0 {
+        return 0.0;
+    }
+    let n = requests as f64;
+    ((n - z * n.sqrt()) / n).max(0.0)
 }
 
 /// Seconds from `now` until the least-squares line through `history` reaches utilisation 1;
@@ -468,9 +541,10 @@ impl DetectorKind for CapacityHeadroom {
         cfg.rule.enabled
     }
 
-    fn new(cfg: CapacityHeadroomConfig, _window_secs: f64) -> Self {
+    fn new(cfg: CapacityHeadroomConfig, window_secs: f64) -> Self {
         CapacityHeadroom {
             cfg,
+            window_secs,
             state: BTreeMap::new(),
         }
     }
@@ -584,17 +658,81 @@ mod tests {
 
     #[test]
     fn eighty_five_percent_for_three_windows_warns_and_ninety_five_is_critical() {
-        let mut rig = Rig::new(vec![cap("db", "*", 100.0)]);
-        assert!(rig.window(&[85.0, 40.0]).is_empty());
-        assert!(rig.window(&[85.0, 40.0]).is_empty());
-        let f = rig.window(&[85.0, 40.0]);
+        // 8,500 requests a window: judged at 85% less 2 sigma of Poisson noise, 83%.
+        let mut rig = Rig::new(vec![cap("db", "*", 1000.0)]);
+        assert!(rig.window(&[850.0, 400.0]).is_empty());
+        assert!(rig.window(&[850.0, 400.0]).is_empty());
+        let f = rig.window(&[850.0, 400.0]);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].labels["shard"], "s0");
         assert_eq!(f[0].severity, Severity::Warning);
         assert_eq!(f[0].annotations["utilisation"], "0.850");
-        let f = rig.window(&[95.0, 40.0]);
+        let f = rig.window(&[950.0, 400.0]);
         assert_eq!(f[0].severity, Severity::Critical);
-        assert!(rig.window(&[50.0, 40.0]).is_empty());
+        assert!(rig.window(&[500.0, 400.0]).is_empty());
+    }
+
+    /// A shard at 60% of a small capacity (20 requests a window at capacity), its counts
+    /// Poisson: judged raw, noise takes it over 80% three windows running now and then;
+    /// judged at its 2-sigma lower bound, never in 20,000 windows.
+    #[test]
+    fn poisson_noise_at_a_small_capacity_does_not_fire() {
+        let firings = |noise_sigmas: f64| {
+            let mut rig = Rig::new(vec![cap("db", "*", 2.0)]);
+            rig.det.cfg.noise_sigmas = noise_sigmas;
+            rig.det.cfg.projection_horizon_secs = 0.0;
+            let mut rng = crate::prng::SplitMix64::new(17);
+            let mut n = 0;
+            for _ in 0..20_000 {
+                let count = poisson(&mut rng, 12.0);
+                n += rig.window(&[count as f64 / 10.0]).len();
+            }
+            n
+        };
+        assert_eq!(firings(2.0), 0);
+        assert!(firings(0.0) > 0, "the raw rate should cross by noise");
+    }
+
+    /// Knuth's method: fine for the small means of these tests.
+    fn poisson(rng: &mut crate::prng::SplitMix64, mean: f64) -> u64 {
+        let limit = (-mean).exp();
+        let (mut k, mut p) = (0, 1.0);
+        loop {
+            p *= rng.next_f64();
+            if p <= limit {
+                return k;
+            }
+            k += 1;
+        }
+    }
+
+    /// A 20 s burst to 150% spread over three windows (a partial window at each end) fills
+    /// three windows over the line when it is centred, yet holds two windows' worth of
+    /// utilisation: it does not fire, where a step to 150% fires at its third window.
+    #[test]
+    fn a_20_s_burst_at_any_alignment_does_not_fire_and_a_step_fires_at_its_third_window() {
+        let run = |tolerated: f64, windows: &[f64]| {
+            let mut rig = Rig::new(vec![cap("db", "*", 1000.0)]);
+            rig.det.cfg.tolerated_burst_secs = tolerated;
+            for _ in 0..20 {
+                assert!(rig.window(&[300.0]).is_empty());
+            }
+            let mut fired = None;
+            for (i, rps) in windows.iter().chain(&[300.0; 3]).enumerate() {
+                if fired.is_none() && !rig.window(&[*rps]).is_empty() {
+                    fired = Some(i);
+                }
+            }
+            fired
+        };
+        for tenth in 1..10 {
+            let a = f64::from(tenth) / 10.0;
+            let burst = [300.0 + 1200.0 * a, 1500.0, 300.0 + 1200.0 * (1.0 - a)];
+            assert_eq!(run(20.0, &burst), None, "alignment {a}");
+        }
+        // Centred, all three windows are over the line: the count alone fires.
+        assert_eq!(run(0.0, &[900.0, 1500.0, 900.0]), Some(2));
+        assert_eq!(run(20.0, &[1500.0; 6]), Some(2));
     }
 
     #[test]
@@ -608,6 +746,7 @@ mod tests {
         let s = &snap.groups[0].shards[0];
         let reading = |u, capacity| Reading {
             u,
+            u_judged: u,
             source: Source::RequestRate,
             capacity: Some(capacity),
         };
