@@ -298,6 +298,8 @@ mod tests {
             error_latency: None,
             latency_samples: 0,
             top_keys: Vec::new(),
+            inflight: None,
+            utilisation: None,
         }
     }
 

@@ -145,7 +145,12 @@ fn replay(
             // Out of order beyond the current window: counted in the current one.
             summary.late += 1;
         }
-        engine.record(&obs);
+        if record.has_readings() {
+            record.readings().for_each(|r| engine.read(&r));
+        }
+        if record.stands_for_requests() {
+            engine.record(&obs);
+        }
         summary.records += 1;
         summary.requests = summary.requests.saturating_add(obs.count);
     }
