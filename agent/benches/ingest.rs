@@ -99,7 +99,12 @@ fn replay_benches(c: &mut Criterion) {
                         .map(|e| e.transitions.len())
                         .sum::<usize>();
                 }
-                engine.record(&obs);
+                if record.has_readings() {
+                    record.readings().for_each(|r| engine.read(&r));
+                }
+                if record.stands_for_requests() {
+                    engine.record(&obs);
+                }
             }
             transitions
         })

@@ -141,7 +141,12 @@ fn run(path: &str, reps: usize) -> Option<usize> {
                     if ts >= engine.window_end() {
                         windows += engine.advance(ts).len();
                     }
-                    engine.record(&obs);
+                    if record.has_readings() {
+                        record.readings().for_each(|r| engine.read(&r));
+                    }
+                    if record.stands_for_requests() {
+                        engine.record(&obs);
+                    }
                 }
             });
             black_box(windows);

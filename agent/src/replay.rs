@@ -156,6 +156,10 @@ fn replay(
 
 /// The reader thread: parses `input` into batches in trace order and sends them; a bad line
 /// or a read error ends the trace, after the batch of the records before it.
+///
+/// A batch keeps its readings apart from its requests, so a record with saturation readings
+/// travels in a batch of its own: the engine then applies its readings at its place in the
+/// trace, not at the place of whatever batch it would have shared.
 fn read_batches(
     mut input: impl BufRead,
     max_future_secs: f64,
@@ -166,6 +170,11 @@ fn read_batches(
     let mut buf = Vec::with_capacity(512);
     let mut line_no = 0u64;
     let mut batch = Batch::with_capacity(BATCH_RECORDS);
+    // Sends the batch and starts a new one; false when the engine has stopped.
+    let send = |batch: &mut Batch| {
+        let full = std::mem::replace(batch, Batch::with_capacity(BATCH_RECORDS));
+        tx.send(full).is_ok()
+    };
     let result = loop {
         buf.clear();
         match input.read_until(b'\n', &mut buf) {
@@ -188,20 +197,32 @@ fn read_batches(
             }
         };
         let mut obs = record.observation();
-        match trace_time(obs.ts, latest, max_future_secs) {
-            Ok(ts) => {
-                latest = Some(latest.map_or(ts, |l| l.max(ts)));
-                obs.ts = Some(ts);
-            }
+        let ts = match trace_time(obs.ts, latest, max_future_secs) {
+            Ok(ts) => ts,
             Err(why) => break Err(ReplayError::BadLine { line: line_no, why }),
-        }
-        batch.push(&obs);
-        if batch.len() == BATCH_RECORDS {
-            let full = std::mem::replace(&mut batch, Batch::with_capacity(BATCH_RECORDS));
-            if tx.send(full).is_err() {
-                // The engine stopped; its error is the one to report.
+        };
+        latest = Some(latest.map_or(ts, |l| l.max(ts)));
+        obs.ts = Some(ts);
+        if record.has_readings() {
+            if !batch.is_empty() && !send(&mut batch) {
                 return Ok(());
             }
+            for mut r in record.readings() {
+                r.ts = Some(ts);
+                batch.push_reading(&r);
+            }
+            if record.stands_for_requests() {
+                batch.push(&obs);
+            }
+            if !send(&mut batch) {
+                return Ok(());
+            }
+            continue;
+        }
+        batch.push(&obs);
+        // The engine stopped if the send fails; its error is the one to report.
+        if batch.len() == BATCH_RECORDS && !send(&mut batch) {
+            return Ok(());
         }
     };
     if !batch.is_empty() {
@@ -221,21 +242,45 @@ fn run_engine(
 ) -> Result<Option<Engine>, ReplayError> {
     let mut engine: Option<Engine> = None;
     for batch in rx.iter() {
+        if let Some(first) = batch.readings().next() {
+            // One record's readings, and its request if it stands for one.
+            let ts = first.ts.expect("the reader sets every reading's ts");
+            let e = reach(&mut engine, config, ts, out, summary)?;
+            batch.readings().for_each(|r| e.read(&r));
+            for obs in batch.iter() {
+                e.record(&obs);
+                summary.requests = summary.requests.saturating_add(obs.count);
+            }
+            summary.records += 1;
+            continue;
+        }
         for obs in batch.iter() {
             let ts = obs.ts.expect("the reader sets every record's ts");
-            let engine = engine.get_or_insert_with(|| Engine::new(config.engine.clone(), ts));
-            if ts >= engine.window_end() {
-                for ev in engine.advance(ts) {
-                    emit(out, &ev, summary)?;
-                }
-            } else if ts < engine.window_start() {
-                // Out of order beyond the current window: counted in the current one.
-                summary.late += 1;
-            }
-            engine.record(&obs);
+            reach(&mut engine, config, ts, out, summary)?.record(&obs);
             summary.records += 1;
             summary.requests = summary.requests.saturating_add(obs.count);
         }
+    }
+    Ok(engine)
+}
+
+/// The engine at trace time `ts`: created at the first record, its windows closed (and their
+/// transitions written) up to `ts`; a record older than the open window is counted late and
+/// goes into the open window.
+fn reach<'e>(
+    engine: &'e mut Option<Engine>,
+    config: &Config,
+    ts: f64,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<&'e mut Engine, ReplayError> {
+    let engine = engine.get_or_insert_with(|| Engine::new(config.engine.clone(), ts));
+    if ts >= engine.window_end() {
+        for ev in engine.advance(ts) {
+            emit(out, &ev, summary)?;
+        }
+    } else if ts < engine.window_start() {
+        summary.late += 1;
     }
     Ok(engine)
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Alert, AlertBook, Transition};
 use crate::detect::{Context, Detector, DetectorsConfig};
-use crate::observation::{Batch, ObservationRef};
+use crate::observation::{Batch, ObservationRef, ReadingRef};
 use crate::snapshot::WindowSnapshot;
 use crate::window::{WindowConfig, Windows};
 
@@ -121,7 +121,12 @@ impl Engine {
         self.windows.record(obs);
     }
 
-    /// Adds every observation of a batch to the current window.
+    /// Adds one validated saturation reading to the current window.
+    pub fn read(&mut self, reading: &ReadingRef<'_>) {
+        self.windows.read(reading);
+    }
+
+    /// Adds every observation and reading of a batch to the current window.
     pub fn record_batch(&mut self, batch: &Batch) {
         self.windows.record_batch(batch);
     }

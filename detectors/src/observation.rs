@@ -4,6 +4,11 @@
 //! Inputs (StatsD, NDJSON, replay traces) parse into [`ObservationRef`], borrowing from their
 //! buffers; [`Batch`] packs many of them into one string arena so a batch crosses a channel
 //! with two allocations instead of several per record.
+//!
+//! A shard's saturation (requests in flight, utilisation) is not a request: it arrives as a
+//! [`ReadingRef`], its own record in the batch's second, short list. Readings come once per
+//! shard per report rather than once per request, so the request records stay as narrow as
+//! the hot paths need them.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -17,7 +22,7 @@ pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
 /// Largest accepted `count` for one record.
 pub const MAX_COUNT: u64 = 1 << 40;
 /// Largest accepted `inflight` reading: a billion requests in flight on one shard is a unit
-/// mistake, and the bound keeps the reading exact enough in the batch's `f32`.
+/// mistake.
 pub const MAX_INFLIGHT: f64 = 1e9;
 
 /// The label value that stands for the empty key, because Prometheus and Alertmanager drop
@@ -190,7 +195,10 @@ pub enum RejectReason {
     UnsupportedMetric,
     /// `inflight` is not a number in 0..=1e9, or `utilisation` not in 0..=1 (StatsD gauge
     /// deltas `+n`/`-n` included: they need the sender's previous value).
-    #[error("inflight must be a number in 0..=1e9 and utilisation a number in 0..=1")]
+    #[error(
+        "inflight must be a number in 0..=1e9 and utilisation a number in 0..=1, both absolute \
+         (a StatsD gauge delta +n/-n is not taken)"
+    )]
     BadGauge,
 }
 
@@ -287,35 +295,6 @@ pub struct ObservationRef<'a> {
     pub outcome: Outcome,
     /// Cache result, when the request went through a look-aside cache.
     pub cache: Option<CacheResult>,
-    /// Saturation readings of the shard, when the record carries any. A record with a
-    /// reading may have `count` 0: it then reports the shard's state and no request.
-    pub saturation: Saturation,
-}
-
-/// A shard's saturation as its sender reads it: requests in flight, and utilisation in 0..=1.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Saturation {
-    /// Requests in flight on the shard.
-    pub inflight: Option<f64>,
-    /// Busy fraction of the shard (CPU, worker pool, connection pool), 0..=1.
-    pub utilisation: Option<f64>,
-}
-
-impl Saturation {
-    /// True when neither reading is present.
-    pub fn is_empty(&self) -> bool {
-        self.inflight.is_none() && self.utilisation.is_none()
-    }
-
-    /// Checks the readings' ranges.
-    fn validate(&self) -> Result<(), RejectReason> {
-        let ok = |v: Option<f64>, max: f64| v.is_none_or(|v| (0.0..=max).contains(&v));
-        if ok(self.inflight, MAX_INFLIGHT) && ok(self.utilisation, 1.0) {
-            Ok(())
-        } else {
-            Err(RejectReason::BadGauge)
-        }
-    }
 }
 
 impl<'a> ObservationRef<'a> {
@@ -330,28 +309,19 @@ impl<'a> ObservationRef<'a> {
             latency_ms: None,
             outcome: Outcome::Ok,
             cache: None,
-            saturation: Saturation::default(),
         }
     }
 
     /// Checks the data-model rules that do not depend on the wire format.
     pub fn validate(&self) -> Result<(), RejectReason> {
-        if self.group.is_empty()
-            || self.group.len() > MAX_NAME_BYTES
-            || self.shard.is_empty()
-            || self.shard.len() > MAX_NAME_BYTES
-        {
+        if !names_fit(self.group, self.shard) {
             return Err(RejectReason::FieldLength);
         }
         if self.key.is_some_and(|k| k.len() > MAX_KEY_BYTES) {
             return Err(RejectReason::FieldLength);
         }
-        // A record of readings alone stands for no request.
-        if (self.count == 0 && self.saturation.is_empty()) || self.count > MAX_COUNT {
+        if self.count == 0 || self.count > MAX_COUNT {
             return Err(RejectReason::BadCount);
-        }
-        if !self.saturation.is_empty() {
-            self.saturation.validate()?;
         }
         if let Some(l) = self.latency_ms
             && !(l.is_finite() && (0.0..=MAX_LATENCY_MS).contains(&l))
@@ -361,6 +331,79 @@ impl<'a> ObservationRef<'a> {
         if let Some(ts) = self.ts
             && !ts.is_finite()
         {
+            return Err(RejectReason::BadTimestamp);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `group` and `shard` are each 1..=[`MAX_NAME_BYTES`] bytes long.
+#[inline(always)]
+fn names_fit(group: &str, shard: &str) -> bool {
+    !(group.is_empty()
+        || group.len() > MAX_NAME_BYTES
+        || shard.is_empty()
+        || shard.len() > MAX_NAME_BYTES)
+}
+
+/// What a saturation reading measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadingKind {
+    /// Requests in flight on the shard, 0..=[`MAX_INFLIGHT`].
+    Inflight,
+    /// Busy fraction of the shard (CPU, worker pool, connection pool), 0..=1.
+    Utilisation,
+}
+
+impl ReadingKind {
+    /// Both kinds.
+    pub const ALL: [ReadingKind; 2] = [ReadingKind::Inflight, ReadingKind::Utilisation];
+
+    /// The field and gauge name: `inflight` or `utilisation`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadingKind::Inflight => "inflight",
+            ReadingKind::Utilisation => "utilisation",
+        }
+    }
+
+    /// The largest value a reading of this kind takes.
+    pub fn max(self) -> f64 {
+        match self {
+            ReadingKind::Inflight => MAX_INFLIGHT,
+            ReadingKind::Utilisation => 1.0,
+        }
+    }
+}
+
+/// One saturation reading of a shard as its sender sees it, borrowing its strings from the
+/// input buffer. It stands for no request: the window keeps each shard's highest reading of
+/// each kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadingRef<'a> {
+    /// Trace time in unix seconds, when the input carried one.
+    pub ts: Option<f64>,
+    /// The sharded system.
+    pub group: &'a str,
+    /// The shard that reports.
+    pub shard: &'a str,
+    /// What was read.
+    pub kind: ReadingKind,
+    /// The value, absolute (not a change since the previous reading).
+    pub value: f64,
+}
+
+impl ReadingRef<'_> {
+    /// Checks the data-model rules: names as for an observation, the value in
+    /// 0..=[`ReadingKind::max`] (NaN is out), a finite `ts`.
+    pub fn validate(&self) -> Result<(), RejectReason> {
+        if !names_fit(self.group, self.shard) {
+            return Err(RejectReason::FieldLength);
+        }
+        if !(0.0..=self.kind.max()).contains(&self.value) {
+            return Err(RejectReason::BadGauge);
+        }
+        if self.ts.is_some_and(|ts| !ts.is_finite()) {
             return Err(RejectReason::BadTimestamp);
         }
         Ok(())
@@ -438,34 +481,36 @@ struct Packed {
     latency_ms: Option<f64>,
     outcome: Outcome,
     cache: Option<CacheResult>,
-    /// Saturation readings as `f32`, NaN for absent: 8 bytes rather than the 32 of two
-    /// `Option<f64>`, as every queued record pays for them.
-    inflight: f32,
-    utilisation: f32,
 }
 
-/// A reading packed as `f32`, NaN for absent.
-fn pack(v: Option<f64>) -> f32 {
-    v.map_or(f32::NAN, |v| v as f32)
-}
-
-/// The reading [`pack`] packed, rounded to a millionth so that `0.85` comes back as 0.85
-/// rather than the `f32`'s 0.8500000238 (readings need no finer grain).
-fn unpack(v: f32) -> Option<f64> {
-    (!v.is_nan()).then(|| (f64::from(v) * 1e6).round() / 1e6)
+/// A packed [`ReadingRef`] inside a [`Batch`].
+#[derive(Debug, Clone, Copy)]
+struct PackedReading {
+    ts: Option<f64>,
+    group: (u32, u32),
+    shard: (u32, u32),
+    kind: ReadingKind,
+    value: f64,
 }
 
 /// Many observations in one string arena: what ingest hands the pipeline.
+///
+/// Saturation readings ([`ReadingRef`]) are a second list beside the observations, with
+/// their strings in the same arena. A consumer applies both lists; their order does not
+/// matter within a window, as a window keeps the highest of each reading.
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
     arena: String,
     records: Vec<Packed>,
+    readings: Vec<PackedReading>,
 }
 
 impl Batch {
     /// Heap bytes the batch holds: what it costs while it waits in a queue.
     pub fn heap_bytes(&self) -> usize {
-        self.arena.capacity() + self.records.capacity() * std::mem::size_of::<Packed>()
+        self.arena.capacity()
+            + self.records.capacity() * std::mem::size_of::<Packed>()
+            + self.readings.capacity() * std::mem::size_of::<PackedReading>()
     }
 
     /// An empty batch with room for `records` records of about 48 string bytes each.
@@ -473,6 +518,7 @@ impl Batch {
         Batch {
             arena: String::with_capacity(records * 48),
             records: Vec::with_capacity(records),
+            readings: Vec::new(),
         }
     }
 
@@ -504,8 +550,19 @@ impl Batch {
             latency_ms: obs.latency_ms,
             outcome: obs.outcome,
             cache: obs.cache,
-            inflight: pack(obs.saturation.inflight),
-            utilisation: pack(obs.saturation.utilisation),
+        });
+    }
+
+    /// Appends a copy of `reading`. The caller validates first.
+    pub fn push_reading(&mut self, reading: &ReadingRef<'_>) {
+        let group = self.append(reading.group);
+        let shard = self.append(reading.shard);
+        self.readings.push(PackedReading {
+            ts: reading.ts,
+            group,
+            shard,
+            kind: reading.kind,
+            value: reading.value,
         });
     }
 
@@ -522,14 +579,14 @@ impl Batch {
         (start, self.arena.len() as u32)
     }
 
-    /// Number of records.
+    /// Number of records: observations and readings.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.records.len() + self.readings.len()
     }
 
-    /// True when the batch holds no record.
+    /// True when the batch holds no record, observation or reading.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.records.is_empty() && self.readings.is_empty()
     }
 
     /// Total requests the batch stands for (sum of counts).
@@ -543,9 +600,24 @@ impl Batch {
     pub fn clear(&mut self) {
         self.arena.clear();
         self.records.clear();
+        self.readings.clear();
     }
 
-    /// The records, in insertion order.
+    /// The saturation readings, in insertion order.
+    pub fn readings(&self) -> impl ExactSizeIterator<Item = ReadingRef<'_>> + '_ {
+        self.readings.iter().map(move |p| {
+            let s = |r: (u32, u32)| &self.arena[r.0 as usize..r.1 as usize];
+            ReadingRef {
+                ts: p.ts,
+                group: s(p.group),
+                shard: s(p.shard),
+                kind: p.kind,
+                value: p.value,
+            }
+        })
+    }
+
+    /// The observations, in insertion order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = ObservationRef<'_>> + '_ {
         self.records.iter().map(move |p| {
             let s = |r: (u32, u32)| &self.arena[r.0 as usize..r.1 as usize];
@@ -558,10 +630,6 @@ impl Batch {
                 latency_ms: p.latency_ms,
                 outcome: p.outcome,
                 cache: p.cache,
-                saturation: Saturation {
-                    inflight: unpack(p.inflight),
-                    utilisation: unpack(p.utilisation),
-                },
             }
         })
     }
@@ -591,33 +659,79 @@ mod tests {
     }
 
     #[test]
-    fn saturation_readings_round_trip_a_batch_and_allow_count_zero_only_with_a_reading() {
+    fn readings_ride_beside_the_observations_and_stand_for_no_request() {
         let mut b = Batch::with_capacity(2);
-        let mut r = ObservationRef::new("db", "s1");
-        r.count = 0;
-        r.saturation.utilisation = Some(0.85);
-        r.saturation.inflight = Some(42.0);
-        assert_eq!(r.validate(), Ok(()));
-        b.push(&r);
         b.push(&ObservationRef::new("db", "s1"));
-        let got: Vec<_> = b.iter().collect();
-        assert_eq!(got[0], r);
-        assert!(got[1].saturation.is_empty());
-        assert_eq!(b.requests(), 1);
-        let mut bare = ObservationRef::new("db", "s1");
-        bare.count = 0;
-        assert_eq!(bare.validate(), Err(RejectReason::BadCount));
-        for (inflight, utilisation) in [
-            (Some(-1.0), None),
-            (None, Some(1.01)),
-            (None, Some(f64::NAN)),
+        let r = ReadingRef {
+            ts: Some(1_700_000_000.5),
+            group: "db",
+            shard: "s2",
+            kind: ReadingKind::Utilisation,
+            value: 0.85,
+        };
+        b.push_reading(&r);
+        assert_eq!((b.len(), b.requests()), (2, 1));
+        assert_eq!(b.iter().count(), 1);
+        assert_eq!(b.readings().collect::<Vec<_>>(), vec![r]);
+        let with_readings = b.heap_bytes();
+        b.clear();
+        assert!(b.is_empty());
+        assert_eq!(b.readings().count(), 0);
+        b.push_reading(&r);
+        assert!(
+            !b.is_empty(),
+            "a batch of readings alone must still be handed over"
+        );
+        assert!(with_readings > 0);
+    }
+
+    #[test]
+    fn reading_validate_rejects_each_rule() {
+        let ok = ReadingRef {
+            ts: None,
+            group: "g",
+            shard: "s",
+            kind: ReadingKind::Inflight,
+            value: MAX_INFLIGHT,
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let long = "x".repeat(MAX_NAME_BYTES + 1);
+        for (r, reason) in [
+            (ReadingRef { shard: "", ..ok }, RejectReason::FieldLength),
+            (ReadingRef { group: &long, ..ok }, RejectReason::FieldLength),
+            (ReadingRef { value: -0.5, ..ok }, RejectReason::BadGauge),
+            (ReadingRef { value: 2e9, ..ok }, RejectReason::BadGauge),
+            (
+                ReadingRef {
+                    value: f64::NAN,
+                    ..ok
+                },
+                RejectReason::BadGauge,
+            ),
+            (
+                ReadingRef {
+                    kind: ReadingKind::Utilisation,
+                    value: 1.01,
+                    ..ok
+                },
+                RejectReason::BadGauge,
+            ),
+            (
+                ReadingRef {
+                    ts: Some(f64::INFINITY),
+                    ..ok
+                },
+                RejectReason::BadTimestamp,
+            ),
         ] {
-            r.saturation = Saturation {
-                inflight,
-                utilisation,
-            };
-            assert_eq!(r.validate(), Err(RejectReason::BadGauge));
+            assert_eq!(r.validate(), Err(reason), "{r:?}");
         }
+        let full = ReadingRef {
+            kind: ReadingKind::Utilisation,
+            value: 1.0,
+            ..ok
+        };
+        assert_eq!(full.validate(), Ok(()));
     }
 
     #[test]

@@ -18,7 +18,9 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::keys::{KeyHash, KeySummary};
-use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, Saturation};
+use crate::observation::{
+    Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, ReadingKind, ReadingRef,
+};
 use crate::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, WindowSnapshot};
 use crate::stats::SkewStats;
 
@@ -157,9 +159,9 @@ struct ShardWindow {
     ok_latency: Latency,
     err_latency: Latency,
     keys: Option<KeySummary>,
-    /// Highest saturation readings of the window (see [`Saturation`]).
-    saturation: Saturation,
-    /// Closed windows in a row without a request.
+    /// Highest saturation readings of the window.
+    readings: Readings,
+    /// Closed windows in a row without a request or a reading.
     idle_windows: u32,
     /// The last window (by sequence number) with a request: least recently active goes first
     /// when a cap is reached.
@@ -188,7 +190,7 @@ impl ShardWindow {
             ok_latency: Latency::default(),
             err_latency: Latency::default(),
             keys: None,
-            saturation: Saturation::default(),
+            readings: Readings::default(),
             idle_windows: 0,
             last_active: now,
             role: Role::Named,
@@ -207,7 +209,7 @@ impl ShardWindow {
         self.cache_misses = 0;
         self.ok_latency.reset();
         self.err_latency.reset();
-        self.saturation = Saturation::default();
+        self.readings = Readings::default();
         if let Some(k) = &mut self.keys {
             k.clear();
         }
@@ -449,6 +451,10 @@ impl Windows {
         self.live_shards
     }
 
+    /// The slot of `group`, admitting it if it is new. Always inlined: [`Windows::record`] and
+    /// [`Windows::read`] both call it, and a second caller made the compiler keep it out of
+    /// line, which cost every observation about 20 instructions (`scripts/instructions.sh`).
+    #[inline(always)]
     fn group_index(&mut self, group: &str) -> usize {
         if let Some((i, name)) = &self.last_group
             && &**name == group
@@ -519,7 +525,9 @@ impl Windows {
         i
     }
 
-    /// The slot of `shard` in group slot `gi`, admitting it if it is new.
+    /// The slot of `shard` in group slot `gi`, admitting it if it is new; always inlined, as
+    /// [`Windows::group_index`] is.
+    #[inline(always)]
     fn shard_index(&mut self, gi: usize, shard: &str) -> usize {
         let g = &mut self.groups[gi];
         if let Some(&i) = g.index.get(shard) {
@@ -591,12 +599,6 @@ impl Windows {
         g.last_active = seq;
         let s = &mut g.shards[si];
         s.last_active = seq;
-        if !obs.saturation.is_empty() {
-            s.saturation = highest(s.saturation, obs.saturation);
-            if obs.count == 0 {
-                return;
-            }
-        }
         let n = &mut s.by_outcome[obs.outcome.index()];
         *n = n.saturating_add(obs.count);
         match obs.cache {
@@ -631,10 +633,28 @@ impl Windows {
         }
     }
 
-    /// Adds every observation of `batch`.
+    /// Adds one saturation reading to the current window: the shard keeps the highest of each
+    /// kind. The shard is admitted as a request would admit it, and a shard that reports
+    /// counts as active, so a shard that reports readings and serves no request stays known.
+    /// The caller has validated it.
+    pub fn read(&mut self, reading: &ReadingRef<'_>) {
+        let seq = self.seq;
+        let gi = self.group_index(reading.group);
+        let si = self.shard_index(gi, reading.shard);
+        let g = &mut self.groups[gi];
+        g.last_active = seq;
+        let s = &mut g.shards[si];
+        s.last_active = seq;
+        s.readings.raise(reading.kind, reading.value);
+    }
+
+    /// Adds every observation and every reading of `batch`.
     pub fn record_batch(&mut self, batch: &Batch) {
         for obs in batch.iter() {
             self.record(&obs);
+        }
+        for reading in batch.readings() {
+            self.read(&reading);
         }
     }
 
@@ -650,7 +670,7 @@ impl Windows {
             // Expiry first: an expired shard had no request in this window, so it loses nothing,
             // and it is shown as a zero-load shard for exactly `shard_idle_windows` windows.
             for s in &mut g.shards {
-                s.idle_windows = if s.requests() == 0 {
+                s.idle_windows = if s.requests() == 0 && s.readings.is_empty() {
                     s.idle_windows.saturating_add(1)
                 } else {
                     0
@@ -703,17 +723,28 @@ impl Windows {
     }
 }
 
-/// Each reading's highest value. The highest rather than the last: a window holds several
-/// readings, queueing responds to the peak, and the maximum does not depend on the order in
-/// which UDP delivered them, so replay and live agree.
-fn highest(a: Saturation, b: Saturation) -> Saturation {
-    let max = |x: Option<f64>, y: Option<f64>| match (x, y) {
-        (Some(x), Some(y)) => Some(x.max(y)),
-        (x, y) => x.or(y),
-    };
-    Saturation {
-        inflight: max(a.inflight, b.inflight),
-        utilisation: max(a.utilisation, b.utilisation),
+/// A shard's highest readings of the window, by kind.
+///
+/// The highest rather than the last: a window holds several readings, queueing responds to the
+/// peak, and the maximum does not depend on the order in which UDP delivered them, so replay
+/// and the live agent agree.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Readings {
+    inflight: Option<f64>,
+    utilisation: Option<f64>,
+}
+
+impl Readings {
+    fn raise(&mut self, kind: ReadingKind, value: f64) {
+        let slot = match kind {
+            ReadingKind::Inflight => &mut self.inflight,
+            ReadingKind::Utilisation => &mut self.utilisation,
+        };
+        *slot = Some(slot.map_or(value, |v| v.max(value)));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.inflight.is_none() && self.utilisation.is_none()
     }
 }
 
@@ -824,8 +855,8 @@ fn snapshot_shard(
             .as_ref()
             .map(|k| key_shares(k, cfg.shard_top_keys, requests))
             .unwrap_or_default(),
-        inflight: s.saturation.inflight,
-        utilisation: s.saturation.utilisation,
+        inflight: s.readings.inflight,
+        utilisation: s.readings.utilisation,
     }
 }
 
@@ -919,6 +950,93 @@ mod tests {
 
     fn obs<'a>(g: &'a str, s: &'a str) -> ObservationRef<'a> {
         ObservationRef::new(g, s)
+    }
+
+    fn reading<'a>(g: &'a str, s: &'a str, kind: ReadingKind, value: f64) -> ReadingRef<'a> {
+        ReadingRef {
+            ts: None,
+            group: g,
+            shard: s,
+            kind,
+            value,
+        }
+    }
+
+    #[test]
+    fn readings_keep_the_highest_of_the_window_whatever_their_order_and_stand_for_no_request() {
+        use ReadingKind::{Inflight, Utilisation};
+        let values = [
+            (Utilisation, 0.4),
+            (Inflight, 12.0),
+            (Utilisation, 0.9),
+            (Inflight, 3.0),
+        ];
+        let mut snaps = Vec::new();
+        for order in [values, [values[3], values[2], values[1], values[0]]] {
+            let mut w = Windows::new(WindowConfig::default(), 0.0);
+            for _ in 0..3 {
+                w.record(&obs("db", "s1"));
+                w.record(&obs("db", "s2"));
+            }
+            for (kind, v) in order {
+                w.read(&reading("db", "s1", kind, v));
+            }
+            snaps.push(w.close(10.0));
+        }
+        assert_eq!(snaps[0], snaps[1], "the order of readings must not matter");
+        let db = snaps[0].group("db").unwrap();
+        let (s1, s2) = (db.shard("s1").unwrap(), db.shard("s2").unwrap());
+        assert_eq!((s1.utilisation, s1.inflight), (Some(0.9), Some(12.0)));
+        assert_eq!((s2.utilisation, s2.inflight), (None, None));
+        // Readings are not requests: both shards carry the same load.
+        assert_eq!((s1.requests, s2.requests), (3, 3));
+        assert_eq!(s1.share, s2.share);
+    }
+
+    #[test]
+    fn readings_reset_with_the_window_and_a_batch_applies_them() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut b = Batch::with_capacity(2);
+        b.push(&obs("db", "s1"));
+        b.push_reading(&reading("db", "s1", ReadingKind::Utilisation, 0.7));
+        w.record_batch(&b);
+        let first = w.close(10.0);
+        let s1 = first.group("db").unwrap().shard("s1").unwrap();
+        assert_eq!((s1.requests, s1.utilisation), (1, Some(0.7)));
+        w.record(&obs("db", "s1"));
+        let second = w.close(20.0);
+        assert_eq!(
+            second.group("db").unwrap().shard("s1").unwrap().utilisation,
+            None
+        );
+    }
+
+    #[test]
+    fn a_shard_that_only_reports_readings_stays_known_and_expires_when_it_stops() {
+        let cfg = WindowConfig {
+            shard_idle_windows: 2,
+            ..WindowConfig::default()
+        };
+        let mut w = Windows::new(cfg, 0.0);
+        let mut t = 0.0;
+        for _ in 0..5 {
+            w.record(&obs("db", "busy"));
+            w.read(&reading("db", "quiet", ReadingKind::Inflight, 4.0));
+            t += 10.0;
+            let snap = w.close(t);
+            let quiet = snap.group("db").unwrap().shard("quiet");
+            assert_eq!(
+                quiet.map(|s| (s.requests, s.inflight)),
+                Some((0, Some(4.0)))
+            );
+        }
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            w.record(&obs("db", "busy"));
+            t += 10.0;
+            seen.push(w.close(t).group("db").unwrap().shard("quiet").is_some());
+        }
+        assert_eq!(seen, [true, true, false, false]);
     }
 
     #[test]

@@ -317,7 +317,7 @@ pub fn render_alerts(out: &mut String, alerts: &[Alert]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skewwatch_detectors::observation::ObservationRef;
+    use skewwatch_detectors::observation::{ObservationRef, ReadingKind, ReadingRef};
     use skewwatch_detectors::window::{WindowConfig, Windows};
 
     #[test]
@@ -336,11 +336,18 @@ mod tests {
     #[test]
     fn reported_saturation_is_exported_per_shard_and_only_where_reported() {
         let mut w = Windows::new(WindowConfig::default(), 0.0);
-        let mut r = ObservationRef::new("db", "s1");
-        r.count = 0;
-        r.saturation.utilisation = Some(0.85);
-        r.saturation.inflight = Some(12.0);
-        w.record(&r);
+        for (kind, value) in [
+            (ReadingKind::Utilisation, 0.85),
+            (ReadingKind::Inflight, 12.0),
+        ] {
+            w.read(&ReadingRef {
+                ts: None,
+                group: "db",
+                shard: "s1",
+                kind,
+                value,
+            });
+        }
         w.record(&ObservationRef::new("db", "s2"));
         let snap = w.close(10.0);
         let mut out = String::new();

@@ -180,7 +180,6 @@ impl Mapper {
             latency_ms,
             outcome,
             cache,
-            saturation: Default::default(),
         };
         obs.validate()?;
         Ok(obs)

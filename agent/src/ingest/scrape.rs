@@ -379,7 +379,6 @@ fn observation<'a>(
         latency_ms,
         outcome,
         cache,
-        saturation: Default::default(),
     };
     obs.validate()?;
     Ok(obs)

@@ -24,27 +24,33 @@
 //!   `|T<unix seconds>` sets the observation's `ts`.
 //! - DogStatsD 1.1 multi-value packets (`name:1:2:3|d`) are not taken: one line is one record.
 //!
-//! Two gauges report a shard's saturation rather than a request (a record with `count` 0):
+//! When a line breaks several rules, the first of this order is reported: `Malformed`,
+//! `UnsupportedMetric`, `MissingGroup`, `MissingShard`, the value (`BadLatency` / `BadCount`),
+//! the sample rate (`BadCount`), `BadTimestamp`, `UnknownOutcome`, `BadCache`, then the
+//! data-model rules of [`ObservationRef::validate`].
+//!
+//! Two gauges report a shard's saturation rather than a request; each line is a
+//! [`ReadingRef`], pushed to the batch's list of readings:
 //!
 //! ```text
 //! skewwatch.inflight:<n>|g|#group:<g>,shard:<s>        requests in flight, 0..=1e9
 //! skewwatch.utilisation:<0..1>|g|#group:<g>,shard:<s>  busy fraction of the shard
 //! ```
 //!
-//! They take type `g` only, and `group` and `shard` as above (other tags and `|@` are
-//! ignored, `|T` is read). A value with a sign is a StatsD gauge *delta*, which needs the
-//! sender's previous value: it is [`RejectReason::BadGauge`], as is a value out of range.
-//!
-//! When a line breaks several rules, the first of this order is reported: `Malformed`,
-//! `UnsupportedMetric`, `MissingGroup`, `MissingShard`, the value (`BadLatency` / `BadCount`),
-//! the sample rate (`BadCount`), `BadTimestamp`, `UnknownOutcome`, `BadCache`, then the
-//! data-model rules of [`ObservationRef::validate`].
+//! They take type `g` only, and the `group` and `shard` tags (other tags and `|@` are ignored,
+//! `|T` is read). A value with a sign is a StatsD gauge *delta*, which needs the sender's
+//! previous value: it is [`RejectReason::BadGauge`], as is a value out of range. Errors come
+//! in the order `Malformed`, `UnsupportedMetric`, `MissingGroup`, `MissingShard`, `BadGauge`,
+//! `BadTimestamp`, then [`ReadingRef::validate`]. The request parser never sees them: a gauge
+//! is read only after a line failed as a request for another metric name, so the request
+//! path runs the same instructions as without gauges.
 //!
 //! The parser is on the hot path (millions of lines a second over UDP): it works on the
 //! datagram's bytes, borrows every string from them and allocates nothing.
 
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, MAX_COUNT, ObservationRef, Outcome, RejectReason, Rejections, Saturation,
+    Batch, CacheResult, MAX_COUNT, ObservationRef, Outcome, ReadingKind, ReadingRef, RejectReason,
+    Rejections,
 };
 
 use super::mapping::{Mapped, Mapper};
@@ -132,7 +138,11 @@ fn parse_lines(
             }
             Err(reason) => {
                 let line = datagram.get(line_start..end).unwrap_or_default();
-                if on_error(line, reason, out, rejected) {
+                let taken = match take_gauge(line, reason, out) {
+                    Ok(()) => true,
+                    Err(reason) => on_error(line, reason, out, rejected),
+                };
+                if taken {
                     accepted += 1;
                 }
             }
@@ -152,8 +162,58 @@ pub fn parse_line(line: &[u8]) -> Result<ObservationRef<'_>, RejectReason> {
 /// `skewwatch.request:` as bytes.
 const PREFIX: &[u8] = b"skewwatch.request:";
 /// The saturation gauges' names and colons, as bytes.
-const INFLIGHT: &[u8] = b"skewwatch.inflight:";
-const UTILISATION: &[u8] = b"skewwatch.utilisation:";
+const GAUGES: [(&[u8], ReadingKind); 2] = [
+    (b"skewwatch.inflight:", ReadingKind::Inflight),
+    (b"skewwatch.utilisation:", ReadingKind::Utilisation),
+];
+
+/// A line the request parser refused for `reason`: when it is a saturation gauge, pushes its
+/// reading to `out`; otherwise gives back why the line is refused (the gauge's own error for
+/// a bad gauge line). Out of line and cold: gauges come once per shard per report, not per
+/// request, and inlined into the line loop the gauge code made every request line dearer.
+#[cold]
+#[inline(never)]
+fn take_gauge(line: &[u8], reason: RejectReason, out: &mut Batch) -> Result<(), RejectReason> {
+    if reason != RejectReason::UnsupportedMetric {
+        return Err(reason);
+    }
+    let reading = parse_gauge(line)?;
+    out.push_reading(&reading);
+    Ok(())
+}
+
+/// Parses and validates one saturation gauge line (without its line end). A line that is not
+/// one of the two gauges is [`RejectReason::UnsupportedMetric`].
+pub fn parse_gauge(line: &[u8]) -> Result<ReadingRef<'_>, RejectReason> {
+    let Some(&(name, kind)) = GAUGES.iter().find(|(name, _)| line.starts_with(name)) else {
+        return Err(RejectReason::UnsupportedMetric);
+    };
+    let text = std::str::from_utf8(line).map_err(|_| RejectReason::Malformed)?;
+    let sections = Sections::scan_typed(text, name.len(), text.len(), |t| match t {
+        Some(b"g") => Ok(()),
+        Some(b"") | None => Err(RejectReason::Malformed),
+        Some(_) => Err(RejectReason::UnsupportedMetric),
+    })?;
+    let group = sections.tags.group.ok_or(RejectReason::MissingGroup)?;
+    let shard = sections.tags.shard.ok_or(RejectReason::MissingShard)?;
+    if sections.value.starts_with(['+', '-']) {
+        return Err(RejectReason::BadGauge);
+    }
+    let value = parse_f64(sections.value).ok_or(RejectReason::BadGauge)?;
+    let ts = match sections.ts {
+        None => None,
+        Some(t) => Some(parse_u64(t).ok_or(RejectReason::BadTimestamp)? as f64),
+    };
+    let reading = ReadingRef {
+        ts,
+        group,
+        shard,
+        kind,
+        value,
+    };
+    reading.validate()?;
+    Ok(reading)
+}
 
 /// Parses and validates the line `text[start..end]`. `start` and `end` are at line
 /// boundaries (so at char boundaries), and the byte at `end`, if any, is `\r` or `\n`.
@@ -163,8 +223,7 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         .get(start..end)
         .is_some_and(|line| line.starts_with(PREFIX))
     {
-        // Off the request path: gauges come once per shard per report, not per request.
-        return parse_gauge(text, start, end);
+        return Err(foreign_line_reason(sub(text, start, end)));
     }
 
     let Sections {
@@ -174,16 +233,12 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         ts,
         tags: raw,
     } = Sections::scan(text, start + PREFIX.len(), end)?;
-    if let Kind::Gauge = kind {
-        return Err(RejectReason::UnsupportedMetric);
-    }
 
     let group = raw.group.ok_or(RejectReason::MissingGroup)?;
     let shard = raw.shard.ok_or(RejectReason::MissingShard)?;
     let (requests, latency_ms) = match kind {
         Kind::Latency => (1, Some(parse_f64(value).ok_or(RejectReason::BadLatency)?)),
         Kind::Counter => (parse_u64(value).ok_or(RejectReason::BadCount)?, None),
-        Kind::Gauge => return Err(RejectReason::UnsupportedMetric),
     };
     let count = match rate {
         None => requests,
@@ -211,49 +266,7 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         latency_ms,
         outcome,
         cache,
-        saturation: Saturation::default(),
     };
-    obs.validate()?;
-    Ok(obs)
-}
-
-/// Parses a saturation gauge line `text[start..end]`, or names why a line that is neither a
-/// request nor a gauge is rejected. Kept out of line and cold, so the request path's code
-/// stays as it was: inlined, it cost each request line about 22 instructions more (callgrind,
-/// `scripts/instructions.sh statsd_datagram`).
-#[cold]
-#[inline(never)]
-fn parse_gauge(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, RejectReason> {
-    let line = text.as_bytes().get(start..end).unwrap_or_default();
-    let (is_inflight, name_len) = if line.starts_with(INFLIGHT) {
-        (true, INFLIGHT.len())
-    } else if line.starts_with(UTILISATION) {
-        (false, UTILISATION.len())
-    } else {
-        return Err(foreign_line_reason(sub(text, start, end)));
-    };
-    let sections = Sections::scan(text, start + name_len, end)?;
-    if !matches!(sections.kind, Kind::Gauge) {
-        return Err(RejectReason::UnsupportedMetric);
-    }
-    let group = sections.tags.group.ok_or(RejectReason::MissingGroup)?;
-    let shard = sections.tags.shard.ok_or(RejectReason::MissingShard)?;
-    if sections.value.starts_with(['+', '-']) {
-        return Err(RejectReason::BadGauge);
-    }
-    let value = parse_f64(sections.value).ok_or(RejectReason::BadGauge)?;
-    let ts = match sections.ts {
-        None => None,
-        Some(t) => Some(parse_u64(t).ok_or(RejectReason::BadTimestamp)? as f64),
-    };
-    let mut obs = ObservationRef::new(group, shard);
-    obs.ts = ts;
-    obs.count = 0;
-    if is_inflight {
-        obs.saturation.inflight = Some(value);
-    } else {
-        obs.saturation.utilisation = Some(value);
-    }
     obs.validate()?;
     Ok(obs)
 }
@@ -265,37 +278,49 @@ enum Kind {
     Latency,
     /// `c`: a number of requests.
     Counter,
-    /// `g`: a gauge, taken only for the saturation readings.
-    Gauge,
 }
 
-/// The parts of a line after `skewwatch.request:`, as raw text.
-struct Sections<'a> {
+/// The parts of a line after the metric name and its `:`, as raw text; `K` is what the
+/// StatsD type says (a request's [`Kind`], or nothing for a gauge, whose only type is `g`).
+struct Sections<'a, K = Kind> {
     value: &'a str,
-    kind: Kind,
+    kind: K,
     rate: Option<&'a str>,
     ts: Option<&'a str>,
     tags: RawTags<'a>,
 }
 
 impl<'a> Sections<'a> {
-    /// Splits `<value>|<type>[|section]...` in `text[from..end]` in one pass over the bytes.
-    /// Hand-written rather than `str::split`, whose per-item searcher setup took most of a
-    /// line's time.
+    /// [`Sections::scan_typed`] for a request line.
     fn scan(text: &'a str, from: usize, end: usize) -> Result<Self, RejectReason> {
+        Self::scan_typed(text, from, end, |t| match t {
+            Some(b"ms" | b"h" | b"d") => Ok(Kind::Latency),
+            Some(b"c") => Ok(Kind::Counter),
+            Some(b"") | None => Err(RejectReason::Malformed),
+            Some(_) => Err(RejectReason::UnsupportedMetric),
+        })
+    }
+}
+
+impl<'a, K> Sections<'a, K> {
+    /// Splits `<value>|<type>[|section]...` in `text[from..end]` in one pass over the bytes;
+    /// `kind_of` reads the type. Hand-written rather than `str::split`, whose per-item searcher
+    /// setup took most of a line's time. Always inlined, so each caller gets its own copy and
+    /// the request path's type match is what it was before gauges had one.
+    #[inline(always)]
+    fn scan_typed(
+        text: &'a str,
+        from: usize,
+        end: usize,
+        kind_of: impl Fn(Option<&[u8]>) -> Result<K, RejectReason>,
+    ) -> Result<Self, RejectReason> {
         let bytes = text.as_bytes();
         let value_end = find(bytes, from, end, b'|', b'|');
         if value_end == end {
             return Err(RejectReason::Malformed);
         }
         let type_end = find(bytes, value_end + 1, end, b'|', b'|');
-        let kind = match bytes.get(value_end + 1..type_end) {
-            Some(b"ms" | b"h" | b"d") => Kind::Latency,
-            Some(b"c") => Kind::Counter,
-            Some(b"g") => Kind::Gauge,
-            Some(b"") | None => return Err(RejectReason::Malformed),
-            Some(_) => return Err(RejectReason::UnsupportedMetric),
-        };
+        let kind = kind_of(bytes.get(value_end + 1..type_end))?;
         let mut sections = Sections {
             value: sub(text, from, value_end),
             kind,
@@ -341,7 +366,10 @@ struct RawTags<'a> {
 
 impl<'a> RawTags<'a> {
     /// Reads the `tag:value,tag:value` list that starts at `start` in `text`, up to the next
-    /// `|` or `end`; returns where it stopped.
+    /// `|` or `end`; returns where it stopped. Always inlined: the gauge parser calls it too,
+    /// and with a second caller the compiler kept it out of line, which cost every request
+    /// line about 35 instructions (`scripts/instructions.sh statsd_datagram`).
+    #[inline(always)]
     fn read(&mut self, text: &'a str, start: usize, end: usize) -> usize {
         let bytes = text.as_bytes();
         let mut start = start;
@@ -573,63 +601,8 @@ mod tests {
                 latency_ms: Some(12.5),
                 outcome: Outcome::Timeout,
                 cache: Some(CacheResult::Miss),
-                saturation: Saturation::default(),
             }
         );
-    }
-
-    #[test]
-    fn saturation_gauges_are_readings_of_no_request() {
-        let obs = ok("skewwatch.inflight:42|g|#group:db,shard:s1,key:ignored|T1700000000");
-        assert_eq!((obs.group, obs.shard, obs.count), ("db", "s1", 0));
-        assert_eq!(obs.saturation.inflight, Some(42.0));
-        assert_eq!(obs.saturation.utilisation, None);
-        assert_eq!(obs.ts, Some(1_700_000_000.0));
-        let obs = ok("skewwatch.utilisation:0.85|g|#shard:s2,group:db");
-        assert_eq!(obs.saturation.utilisation, Some(0.85));
-        assert_eq!(obs.saturation.inflight, None);
-        for (line, reason) in [
-            (
-                &b"skewwatch.utilisation:1.2|g|#group:db,shard:s"[..],
-                RejectReason::BadGauge,
-            ),
-            (
-                b"skewwatch.inflight:+3|g|#group:db,shard:s",
-                RejectReason::BadGauge,
-            ),
-            (
-                b"skewwatch.inflight:-3|g|#group:db,shard:s",
-                RejectReason::BadGauge,
-            ),
-            (
-                b"skewwatch.inflight:many|g|#group:db,shard:s",
-                RejectReason::BadGauge,
-            ),
-            (
-                b"skewwatch.inflight:3|c|#group:db,shard:s",
-                RejectReason::UnsupportedMetric,
-            ),
-            (
-                b"skewwatch.inflight:3|g|#shard:s",
-                RejectReason::MissingGroup,
-            ),
-            (
-                b"skewwatch.utilisation:0.5|g|#group:db",
-                RejectReason::MissingShard,
-            ),
-            // A gauge of requests is not a request.
-            (
-                b"skewwatch.request:3|g|#group:db,shard:s",
-                RejectReason::UnsupportedMetric,
-            ),
-            (b"skewwatch.request:3|g", RejectReason::UnsupportedMetric),
-            (
-                b"skewwatch.inflightx:3|g|#group:db,shard:s",
-                RejectReason::UnsupportedMetric,
-            ),
-        ] {
-            assert_eq!(err(line), reason, "{}", String::from_utf8_lossy(line));
-        }
     }
 
     #[test]
@@ -918,6 +891,116 @@ mod tests {
         assert_eq!(rejected.get(RejectReason::BadLatency), 1);
         assert_eq!(rejected.get(RejectReason::UnsupportedMetric), 1);
         assert_eq!(rejected.get(RejectReason::MissingGroup), 1);
+    }
+
+    #[test]
+    fn saturation_gauges_are_readings_not_requests() {
+        let r = parse_gauge(b"skewwatch.inflight:42|g|#group:db,shard:s1,key:ignored|T1700000000")
+            .unwrap();
+        assert_eq!(
+            r,
+            ReadingRef {
+                ts: Some(1_700_000_000.0),
+                group: "db",
+                shard: "s1",
+                kind: ReadingKind::Inflight,
+                value: 42.0,
+            }
+        );
+        let r = parse_gauge(b"skewwatch.utilisation:0.85|g|@0.5|#shard:s2,group:db").unwrap();
+        assert_eq!(
+            (r.kind, r.value, r.shard),
+            (ReadingKind::Utilisation, 0.85, "s2")
+        );
+        for (line, reason) in [
+            (
+                &b"skewwatch.utilisation:1.2|g|#group:db,shard:s"[..],
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:+3|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:-3|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:many|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:2e9|g|#group:db,shard:s",
+                RejectReason::BadGauge,
+            ),
+            (
+                b"skewwatch.inflight:3|c|#group:db,shard:s",
+                RejectReason::UnsupportedMetric,
+            ),
+            (b"skewwatch.inflight:3", RejectReason::Malformed),
+            (
+                b"skewwatch.inflight:3|g|#shard:s",
+                RejectReason::MissingGroup,
+            ),
+            (
+                b"skewwatch.utilisation:0.5|g|#group:db",
+                RejectReason::MissingShard,
+            ),
+            (
+                b"skewwatch.utilisation:0.5|g|#group:db,shard:s|Tnoon",
+                RejectReason::BadTimestamp,
+            ),
+            (
+                b"skewwatch.inflightx:3|g|#group:db,shard:s",
+                RejectReason::UnsupportedMetric,
+            ),
+        ] {
+            let got = parse_gauge(line).map(|r| r.value);
+            assert_eq!(got, Err(reason), "{}", String::from_utf8_lossy(line));
+        }
+        // A gauge of requests is not a request, and a gauge is not a request line either.
+        assert_eq!(
+            err(b"skewwatch.request:3|g|#group:db,shard:s"),
+            RejectReason::UnsupportedMetric
+        );
+        assert_eq!(
+            err(b"skewwatch.inflight:3|g|#group:db,shard:s"),
+            RejectReason::UnsupportedMetric
+        );
+    }
+
+    #[test]
+    fn a_datagram_takes_gauges_beside_requests_and_counts_a_bad_gauge() {
+        // The same lines, once valid UTF-8 and once with a bad byte in a line of its own, which
+        // sends the datagram down the line-by-line path.
+        for tail in [&b""[..], b"\xff\n"] {
+            let mut datagram = b"skewwatch.request:1|ms|#group:g,shard:a\n\
+                skewwatch.utilisation:0.9|g|#group:g,shard:a\n\
+                skewwatch.inflight:+1|g|#group:g,shard:a\n\
+                skewwatch.inflight:7|g|#group:g,shard:b\n\
+                skewwatch.request:2|ms|#group:g,shard:b\n"
+                .to_vec();
+            datagram.extend_from_slice(tail);
+            let mut batch = Batch::default();
+            let mut rejected = Rejections::default();
+            let accepted = parse_datagram(&datagram, &mut batch, &mut rejected);
+            assert_eq!((accepted, batch.len(), batch.requests()), (4, 4, 2));
+            let shards: Vec<_> = batch.iter().map(|o| o.shard).collect();
+            assert_eq!(shards, ["a", "b"]);
+            let readings: Vec<_> = batch
+                .readings()
+                .map(|r| (r.shard, r.kind, r.value))
+                .collect();
+            assert_eq!(
+                readings,
+                [
+                    ("a", ReadingKind::Utilisation, 0.9),
+                    ("b", ReadingKind::Inflight, 7.0)
+                ]
+            );
+            assert_eq!(rejected.get(RejectReason::BadGauge), 1);
+            assert_eq!(rejected.total(), 1 + u64::from(!tail.is_empty()));
+        }
     }
 
     #[test]

@@ -580,9 +580,16 @@ impl Detector for CapacityHeadroom {
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
-    use crate::observation::{ObservationRef, Saturation};
+    use crate::observation::{ObservationRef, ReadingKind, ReadingRef};
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
+
+    /// The readings a shard reports in a window.
+    #[derive(Clone, Copy)]
+    struct Saturation {
+        inflight: Option<f64>,
+        utilisation: Option<f64>,
+    }
 
     struct Rig {
         det: CapacityHeadroom,
@@ -638,13 +645,20 @@ mod tests {
             o.count = 200;
             self.windows.record(&o);
             for scale in [1.0, 0.5] {
-                let mut r = ObservationRef::new("db", "s0");
-                r.count = 0;
-                r.saturation = Saturation {
-                    inflight: sat.inflight.map(|n| n * scale),
-                    utilisation: sat.utilisation.map(|u| u * scale),
-                };
-                self.windows.record(&r);
+                let readings = [
+                    (ReadingKind::Inflight, sat.inflight),
+                    (ReadingKind::Utilisation, sat.utilisation),
+                ];
+                for (kind, value) in readings {
+                    let Some(value) = value else { continue };
+                    self.windows.read(&ReadingRef {
+                        ts: None,
+                        group: "db",
+                        shard: "s0",
+                        kind,
+                        value: value * scale,
+                    });
+                }
             }
             self.t += 10.0;
             let snap = self.windows.close(self.t);

@@ -4,7 +4,9 @@
 //! [`record`] reads such a line into the same [`RawRecord`] the serde path builds, or
 //! declines (`None`) at the first thing it does not handle: an escape, a nested value, a
 //! negative number or an exponent, more digits than an `f64` holds exactly, bytes that are not
-//! UTF-8, or anything that is not valid JSON. The caller then runs the serde path, which
+//! UTF-8, anything that is not valid JSON, or a saturation reading (`inflight`,
+//! `utilisation`: rare, and kept out of [`RawRecord`] so that the other records stay cheap).
+//! The caller then runs the serde path, which
 //! handles all of JSON and decides what is malformed; so the fast path never has to be right
 //! about an error, only about a success. Its numbers are computed exactly as serde_json
 //! computes them (an integer as `u64`; a decimal as its digits divided by a power of ten,
@@ -39,6 +41,8 @@ pub(super) fn record(line: &[u8]) -> Option<RawRecord<'_>> {
     }
     i = skip_ws(b, i + 1);
     let mut raw = RawRecord::default();
+    // Where a reading field's value goes: any sends the record down the serde path.
+    let mut reading = None;
     if b.get(i) == Some(&b'}') {
         i += 1;
     } else {
@@ -50,7 +54,7 @@ pub(super) fn record(line: &[u8]) -> Option<RawRecord<'_>> {
             }
             i = skip_ws(b, i + 1);
             let (value, next) = value(text, i)?;
-            if let Some(slot) = slot(&mut raw, name) {
+            if let Some(slot) = slot(&mut raw, &mut reading, name) {
                 *slot = Some(value);
             }
             i = skip_ws(b, next);
@@ -64,12 +68,16 @@ pub(super) fn record(line: &[u8]) -> Option<RawRecord<'_>> {
             }
         }
     }
-    (skip_ws(b, i) == b.len()).then_some(raw)
+    (skip_ws(b, i) == b.len() && reading.is_none()).then_some(raw)
 }
 
-/// Where a field's value goes; `None` for a field the record does not read. Duplicates
-/// overwrite, so the last one wins, as in the serde path.
-fn slot<'r, 'a>(raw: &'r mut RawRecord<'a>, name: &str) -> Option<&'r mut Option<Json<'a>>> {
+/// Where a field's value goes (`reading` for a saturation reading); `None` for a field the
+/// record does not read. Duplicates overwrite, so the last one wins, as in the serde path.
+fn slot<'r, 'a>(
+    raw: &'r mut RawRecord<'a>,
+    reading: &'r mut Option<Json<'a>>,
+    name: &str,
+) -> Option<&'r mut Option<Json<'a>>> {
     Some(match name {
         "ts" => &mut raw.ts,
         "group" => &mut raw.group,
@@ -79,8 +87,7 @@ fn slot<'r, 'a>(raw: &'r mut RawRecord<'a>, name: &str) -> Option<&'r mut Option
         "latency_ms" => &mut raw.latency_ms,
         "outcome" => &mut raw.outcome,
         "cache" => &mut raw.cache,
-        "inflight" => &mut raw.inflight,
-        "utilisation" => &mut raw.utilisation,
+        "inflight" | "utilisation" => reading,
         _ => return None,
     })
 }

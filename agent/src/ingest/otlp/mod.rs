@@ -414,7 +414,6 @@ pub fn emit(
         latency_ms: call.latency_ms,
         outcome: call.outcome,
         cache,
-        saturation: Default::default(),
     };
     match obs.validate() {
         Ok(()) => {
