@@ -600,7 +600,7 @@ mod tests {
     use super::*;
     use crate::alert::AlertBook;
     use crate::detect::DetectorsConfig;
-    use crate::observation::ObservationRef;
+    use crate::observation::{ObservationRef, ReadingKind, ReadingRef};
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
@@ -658,10 +658,13 @@ mod tests {
                 w.record(&o);
             }
             if let Some(n) = s.inflight {
-                let mut o = ObservationRef::new("g", &name);
-                o.count = 0;
-                o.saturation.inflight = Some(n);
-                w.record(&o);
+                w.read(&ReadingRef {
+                    ts: None,
+                    group: "g",
+                    shard: &name,
+                    kind: ReadingKind::Inflight,
+                    value: n,
+                });
             }
         }
         w.close(end)
