@@ -674,23 +674,16 @@ mod tests {
     /// the last finding.
     fn run(cfg: DeadlinePileUpConfig, windows: &[Vec<S>]) -> (Vec<usize>, Option<Finding>) {
         let mut d = DeadlinePileUp::new(cfg.clone(), 10.0);
-        let mut w = Windows::new(WindowConfig::default(), 0.0);
-        let rules = DetectorsConfig {
+        let config = DetectorsConfig {
             deadline_pile_up: cfg,
             ..DetectorsConfig::default()
-        }
-        .rules();
-        let mut book = AlertBook::new(rules);
-        let (mut hits, mut last) = (Vec::new(), None);
-        for (i, shards) in windows.iter().enumerate() {
-            let snap = window(&mut w, (i + 1) as f64 * 10.0, shards);
-            let out = crate::detect::testkit::evaluate(&mut d, &mut book, &snap, 10.0);
-            if let Some(f) = out.last() {
-                hits.push(i + 1);
-                last = Some(f.clone());
-            }
-        }
-        (hits, last)
+        };
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let snaps = windows
+            .iter()
+            .enumerate()
+            .map(|(i, shards)| window(&mut w, (i + 1) as f64 * 10.0, shards));
+        crate::detect::testkit::firings(&mut d, &config, snaps)
     }
 
     /// Four healthy shards for 40 windows, then `during(window)` for windows 41..=`to`, then

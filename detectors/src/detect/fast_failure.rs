@@ -503,26 +503,16 @@ mod tests {
     /// finding and the last finding.
     fn run(cfg: FastFailureSinkConfig, windows: &[Vec<C>]) -> (Vec<usize>, Option<Finding>) {
         let mut d = FastFailureSink::new(cfg.clone(), 10.0);
+        let config = DetectorsConfig {
+            fast_failure_sink: cfg,
+            ..DetectorsConfig::default()
+        };
         let mut w = Windows::new(WindowConfig::default(), 0.0);
-        let mut book = AlertBook::new(
-            DetectorsConfig {
-                fast_failure_sink: cfg,
-                ..DetectorsConfig::default()
-            }
-            .rules(),
-        );
-        let (mut hits, mut last) = (Vec::new(), None);
-        for (i, win) in windows.iter().enumerate() {
-            let end = (i + 1) as f64 * 10.0;
+        let snaps = windows.iter().enumerate().map(|(i, win)| {
             record(&mut w, win);
-            let snap = w.close(end);
-            let out = crate::detect::testkit::evaluate(&mut d, &mut book, &snap, 10.0);
-            if let Some(f) = out.last() {
-                hits.push(i + 1);
-                last = Some(f.clone());
-            }
-        }
-        (hits, last)
+            w.close((i + 1) as f64 * 10.0)
+        });
+        crate::detect::testkit::firings(&mut d, &config, snaps)
     }
 
     fn fleet(n: usize) -> Vec<C> {

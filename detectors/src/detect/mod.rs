@@ -402,7 +402,7 @@ pub fn num(x: f64) -> String {
 /// Test support shared by the detectors' unit tests.
 #[cfg(test)]
 pub(crate) mod testkit {
-    use super::{Context, Detector};
+    use super::{Context, Detector, DetectorsConfig};
     use crate::alert::{AlertBook, Finding};
     use crate::snapshot::WindowSnapshot;
 
@@ -422,6 +422,24 @@ pub(crate) mod testkit {
         det.evaluate(&ctx, &mut out);
         book.update(snap.end, out.clone());
         out
+    }
+
+    /// Runs `det` over 10 s windows with an alert book of `config`'s rules; returns the
+    /// 1-based windows with a finding, and the last finding.
+    pub(crate) fn firings(
+        det: &mut dyn Detector,
+        config: &DetectorsConfig,
+        snaps: impl IntoIterator<Item = WindowSnapshot>,
+    ) -> (Vec<usize>, Option<Finding>) {
+        let mut book = AlertBook::new(config.rules());
+        let (mut hits, mut last) = (Vec::new(), None);
+        for (i, snap) in snaps.into_iter().enumerate() {
+            if let Some(f) = evaluate(det, &mut book, &snap, 10.0).pop() {
+                hits.push(i + 1);
+                last = Some(f);
+            }
+        }
+        (hits, last)
     }
 }
 

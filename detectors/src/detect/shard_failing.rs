@@ -400,23 +400,16 @@ mod tests {
     /// the last finding.
     fn run(cfg: ShardFailingConfig, windows: &[Vec<S>]) -> (Vec<usize>, Option<Finding>) {
         let mut d = ShardFailing::new(cfg.clone(), 10.0);
-        let mut w = Windows::new(WindowConfig::default(), 0.0);
-        let rules = DetectorsConfig {
+        let config = DetectorsConfig {
             shard_failing: cfg,
             ..DetectorsConfig::default()
-        }
-        .rules();
-        let mut book = AlertBook::new(rules);
-        let (mut hits, mut last) = (Vec::new(), None);
-        for (i, shards) in windows.iter().enumerate() {
-            let snap = window(&mut w, (i + 1) as f64 * 10.0, shards);
-            let out = crate::detect::testkit::evaluate(&mut d, &mut book, &snap, 10.0);
-            if let Some(f) = out.last() {
-                hits.push(i + 1);
-                last = Some(f.clone());
-            }
-        }
-        (hits, last)
+        };
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let snaps = windows
+            .iter()
+            .enumerate()
+            .map(|(i, shards)| window(&mut w, (i + 1) as f64 * 10.0, shards));
+        crate::detect::testkit::firings(&mut d, &config, snaps)
     }
 
     /// 128 shards at 80 requests per window each (1,024 req/s for the group), shard 5 failing
