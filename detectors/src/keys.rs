@@ -35,26 +35,38 @@
 //! deterministically (Agarwal et al., *Mergeable Summaries*, PODS 2012) with the same
 //! guarantees.
 //!
-//! The smallest count is kept at the root of a binary min-heap of `(count, slot)` entries; a
-//! small open-addressing table finds a key's slot, comparing 32 hash bits stored in each bucket
-//! before reading any slot. Callers that feed one key to several summaries hash it once
-//! ([`KeyHash`], [`KeySummary::record_hashed`]). The hot path (a monitored key) probes the
-//! table, adds, and sifts the entry down the heap; a filtered key touches one counter. Neither
-//! allocates. An eviction reuses the evicted slot's key buffer, so it allocates only when the
-//! new key is longer than any key that slot held before.
+//! A small open-addressing table finds a key's slot, comparing 32 hash bits stored in each
+//! bucket before reading any slot. Callers that feed one key to several summaries hash it once
+//! ([`KeyHash`], [`KeySummary::record_hashed`]).
+//!
+//! The smallest count is found through a *lazy* binary min-heap of `(stored count, slot)`
+//! entries. A slot holds its own count; an increment adds to it and leaves the heap alone, so
+//! a stored count is a lower bound of its slot's count (counts only grow). The admission test
+//! first compares with the root's stored count, a lower bound of every count: a key whose
+//! `c + w` is under it is filtered without touching the heap. Otherwise the root is *settled*:
+//! while its stored count is stale, it takes its slot's count and sinks. A root whose stored
+//! count is exact holds the true minimum (it is at most every other stored count, each at most
+//! its slot's count), so admission compares with the same minimum as an eagerly ordered heap
+//! and the bounds above hold unchanged. Each settling pass consumes increments made since the
+//! entry was placed, so passes never outnumber increments.
+//!
+//! Costs: a monitored key probes the table and adds, O(1); a filtered key probes and touches
+//! one counter; an eviction settles the root, rewrites the slot and two index entries, and
+//! sinks the new count, O(log m). None allocates, except an eviction whose key is longer than
+//! any key its slot's buffer held before.
 //!
 //! # Determinism
 //!
 //! Replay must reproduce the live agent's output. The hash is foldhash with a fixed seed, the
 //! eviction victim among equal counts is fixed by the heap's shape (itself a function of the
-//! input sequence only), [`KeySummary::top`] breaks count ties by key, and merge orders its
-//! candidates the same way. The same input sequence therefore always gives the same output,
+//! input sequence only, as is which stored counts are stale when the root is settled),
+//! [`KeySummary::top`] breaks count ties by key, and merge orders its candidates the same way. The same input sequence therefore always gives the same output,
 //! across runs and machines.
 //!
 //! # Memory
 //!
-//! About 90 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
-//! per key: a 56-byte slot, a 16-byte heap entry, 16 bytes of index (8 per bucket, two buckets
+//! About 96 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
+//! per key: a 48-byte slot, a 16-byte heap entry, 16 bytes of index (8 per bucket, two buckets
 //! per slot, up to 32 when the capacity is not a power of two) and 16 bytes of filter (four
 //! 32-bit counters). At the default capacity of 1024 that is about 140 KB with 32-byte keys and
 //! about 370 KB with the longest accepted keys (256 bytes). Slots are allocated as keys
@@ -147,21 +159,22 @@ impl KeyEstimate {
     }
 }
 
-/// One monitored key. Its count lives in its heap entry, where the heap compares it.
+/// One monitored key with its bounds.
 #[derive(Debug, Clone)]
 struct Slot {
-    /// Up to 24 bytes inline, so comparing a short key reads no other cache line.
     key: String,
     /// Hash of `key`, kept so probing compares integers before strings and deletion can find
     /// the key's home bucket without rehashing.
     hash: u64,
+    /// The key's count: what an increment adds to, without touching the heap.
+    count: u64,
     error: u64,
-    /// Position of this slot's entry in the min-heap.
-    heap_pos: u32,
 }
 
-/// A heap entry: a slot's count beside its number, so sifting compares counts in one array
-/// without a detour through the slots.
+/// A heap entry: a lower bound of a slot's count beside its number, so sifting compares
+/// counts in one array without a detour through the slots. The bound is the slot's count
+/// when the entry was last placed; increments since then are not reflected (the heap is
+/// lazy, see [`KeySummary::settle_root`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct HeapEntry {
     count: u64,
@@ -197,8 +210,11 @@ pub struct KeySummary {
     capacity: usize,
     /// Monitored keys; slot numbers are stable until [`KeySummary::clear`] or a merge.
     slots: Vec<Slot>,
-    /// The slots' counts as a binary min-heap.
+    /// One entry per slot, a binary min-heap of lower bounds of the slots' counts.
     heap: Vec<HeapEntry>,
+    /// The root's stored count (0 while the heap is empty), kept beside the other fields so
+    /// the admission test of a rare key reads no heap memory.
+    least: u64,
     index: SlotIndex,
     /// Key buffers kept by `clear` and `merge` for reuse; `spare.len() + slots.len()` stays at
     /// most `capacity`.
@@ -216,7 +232,9 @@ pub struct KeySummary {
 
 impl SlotIndex {
     fn new(capacity: usize) -> Self {
-        let len = (2 * capacity).next_power_of_two().max(2);
+        // At least one bucket stays empty even with capacity + 1 keys, as an eviction holds
+        // them for a moment; 2 · capacity ensures it from capacity 2 up.
+        let len = (2 * capacity).next_power_of_two().max(4);
         Self {
             buckets: vec![EMPTY; len],
             shift: 64 - len.trailing_zeros(),
@@ -239,6 +257,9 @@ impl SlotIndex {
     }
 
     /// The slot holding `key`, or `Err(bucket)` with the empty bucket where it would go.
+    /// Always inlined: it runs twice per keyed observation and most probes end at the first
+    /// or second bucket, so a call's set-up would cost about as much as the probe.
+    #[inline(always)]
     fn find(&self, slots: &[Slot], hash: u64, key: &str) -> Result<u32, usize> {
         let tag = hash & !0xffff_ffff;
         let mut b = self.home(hash);
@@ -249,13 +270,20 @@ impl SlotIndex {
             }
             if e & !0xffff_ffff == tag {
                 let s = e as u32;
-                let slot = &slots[s as usize];
-                if slot.hash == hash && slot.key == key {
+                if let Some(slot) = slots.get(s as usize)
+                    && slot.hash == hash
+                    && same_key(slot.key.as_bytes(), key.as_bytes())
+                {
                     return Ok(s);
                 }
             }
             b = (b + 1) & self.mask();
         }
+    }
+
+    /// Puts `slot` with `hash` into `bucket`, the empty bucket [`Self::find`] returned for it.
+    fn insert_at(&mut self, bucket: usize, hash: u64, slot: u32) {
+        self.buckets[bucket] = Self::entry(hash, slot);
     }
 
     /// Puts `slot` into the first empty bucket from its home; the key must not be present.
@@ -335,6 +363,7 @@ impl KeySummary {
             capacity,
             slots: Vec::new(),
             heap: Vec::new(),
+            least: 0,
             index: SlotIndex::new(capacity),
             spare: Vec::new(),
             filter: Vec::new(),
@@ -380,17 +409,18 @@ impl KeySummary {
         self.total = self.total.saturating_add(weight);
         match self.index.find(&self.slots, hash, key) {
             Ok(s) => {
-                let pos = self.slots[s as usize].heap_pos as usize;
-                let entry = &mut self.heap[pos];
-                entry.count = entry.count.saturating_add(weight);
-                self.sift_down(pos);
+                // The heap entry keeps the old count as a lower bound; settle_root catches up
+                // when this slot reaches the root.
+                if let Some(slot) = self.slots.get_mut(s as usize) {
+                    slot.count = slot.count.saturating_add(weight);
+                }
             }
             Err(_) if self.slots.len() < self.capacity => {
                 let key = self.take_buffer(key);
                 let floor = self.floor;
                 self.push_slot(key, hash, floor.saturating_add(weight), floor);
             }
-            Err(_) => self.admit_or_filter(key, hash, weight),
+            Err(bucket) => self.admit_or_filter(key, hash, weight, bucket),
         }
     }
 
@@ -407,7 +437,7 @@ impl KeySummary {
         let slot = &self.slots[s as usize];
         Some(KeyEstimate {
             key: slot.key.clone(),
-            count: self.heap[slot.heap_pos as usize].count,
+            count: slot.count,
             error: slot.error,
         })
     }
@@ -452,6 +482,7 @@ impl KeySummary {
     pub fn clear(&mut self) {
         self.spare.extend(self.slots.drain(..).map(|s| s.key));
         self.heap.clear();
+        self.least = 0;
         self.index.clear();
         self.filter.fill(0);
         self.floor = 0;
@@ -478,10 +509,7 @@ impl KeySummary {
                 });
             }
         }
-        let counts: Vec<u64> = (0..self.slots.len() as u32)
-            .map(|s| self.count_of(s))
-            .collect();
-        for (s, count) in std::mem::take(&mut self.slots).into_iter().zip(counts) {
+        for s in std::mem::take(&mut self.slots) {
             let (c, e) = match other.index.find(&other.slots, s.hash, &s.key) {
                 Ok(j) => (other.count_of(j), other.slots[j as usize].error),
                 Err(_) => (other.floor, other.floor),
@@ -489,7 +517,7 @@ impl KeySummary {
             merged.push(Entry {
                 key: s.key,
                 hash: s.hash,
-                count: count.saturating_add(c),
+                count: s.count.saturating_add(c),
                 error: s.error.saturating_add(e),
             });
         }
@@ -502,6 +530,7 @@ impl KeySummary {
                 .extend(merged.drain(self.capacity..).map(|s| s.key));
         }
         self.heap.clear();
+        self.least = 0;
         self.index.clear();
         for e in merged {
             self.push_slot(e.key, e.hash, e.count, e.error);
@@ -516,16 +545,12 @@ impl KeySummary {
 
     /// The count of slot `s`.
     fn count_of(&self, s: u32) -> u64 {
-        self.heap[self.slots[s as usize].heap_pos as usize].count
+        self.slots[s as usize].count
     }
 
     /// The `k` highest-ranked monitored keys, in rank order.
     fn ranked(&self, k: usize) -> Vec<Entry> {
-        let mut order: Vec<(u64, &Slot)> = self
-            .heap
-            .iter()
-            .map(|e| (e.count, &self.slots[e.slot as usize]))
-            .collect();
+        let mut order: Vec<(u64, &Slot)> = self.slots.iter().map(|s| (s.count, s)).collect();
         let rank =
             |a: &(u64, &Slot), b: &(u64, &Slot)| b.0.cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key));
         if k < order.len() {
@@ -559,16 +584,16 @@ impl KeySummary {
     /// Adds a new slot; the key must not be monitored and the summary must not be full.
     fn push_slot(&mut self, key: String, hash: u64, count: u64, error: u64) {
         let s = self.slots.len() as u32;
-        let pos = self.heap.len();
         self.slots.push(Slot {
             key,
             hash,
+            count,
             error,
-            heap_pos: pos as u32,
         });
         self.index.insert(hash, s);
         self.heap.push(HeapEntry { count, slot: s });
-        self.sift_up(pos);
+        self.sift_up(self.heap.len() - 1);
+        self.least = self.heap[0].count;
     }
 
     /// An unmonitored key arrives at a full summary. If its bucket's filter counter plus
@@ -576,28 +601,17 @@ impl KeySummary {
     /// nothing else moves: a rare key costs one increment. Otherwise the key evicts the
     /// smallest slot with count `counter + weight` and error `counter`, and the evicted count
     /// raises the evicted key's counter, which keeps that counter an upper bound for it.
-    fn admit_or_filter(&mut self, key: &str, hash: u64, weight: u64) {
-        let HeapEntry {
-            count: min,
-            slot: s,
-        } = self.heap[0];
-        // 32-bit counters keep the filter small enough to stay in cache; a window whose counts
-        // outgrow them (billions per key) falls back to plain Space-Saving, where every
-        // counter reads as `floor`.
-        let filtering = self.floor < u64::from(u32::MAX);
-        if filtering && self.filter.is_empty() {
-            let buckets = (FILTER_BUCKETS_PER_SLOT * self.capacity).next_power_of_two();
-            self.filter = vec![self.floor as u32; buckets];
-        } else if !filtering {
-            self.filter = Vec::new();
-        }
-        let mask = self.filter.len().wrapping_sub(1);
+    /// `bucket` is the empty index bucket where the key would go.
+    fn admit_or_filter(&mut self, key: &str, hash: u64, weight: u64, bucket: usize) {
+        let mask = self.filter_mask();
         let counter = match self.filter.get(hash as usize & mask) {
             Some(&c) => u64::from(c),
             None => self.floor,
         };
         let with = counter.saturating_add(weight);
-        if with < min {
+        // The root's stored count is a lower bound of every count, so a key under it is
+        // filtered without settling the heap; most rare keys stop here.
+        if with < self.least || with < self.settle_root() {
             match self.filter.get_mut(hash as usize & mask) {
                 Some(c) if with < u64::from(u32::MAX) => *c = with as u32,
                 _ => self.filter = Vec::new(),
@@ -605,14 +619,59 @@ impl KeySummary {
             self.floor = self.floor.max(with);
             return;
         }
+        self.evict(key, hash, bucket, counter, with, mask);
+    }
+
+    /// The filter's index mask, after allocating the filter when the summary first needs it
+    /// and dropping it once counts outgrow its 32-bit counters. With no filter the mask
+    /// matches no counter and every counter reads as `floor`.
+    fn filter_mask(&mut self) -> usize {
+        // 32-bit counters keep the filter small enough to stay in cache; a window whose counts
+        // outgrow them (billions per key) falls back to plain Space-Saving.
+        let filtering = self.floor < u64::from(u32::MAX);
+        if filtering && self.filter.is_empty() {
+            let buckets = (FILTER_BUCKETS_PER_SLOT * self.capacity).next_power_of_two();
+            self.filter = vec![self.floor as u32; buckets];
+        } else if !filtering {
+            self.filter = Vec::new();
+        }
+        self.filter.len().wrapping_sub(1)
+    }
+
+    /// Brings the root up to date and returns the smallest count. Every stored count is a
+    /// lower bound of its slot's count, so a root whose stored count is exact holds the
+    /// smallest count; a stale root takes its slot's count and sinks. Each pass consumes
+    /// increments made since the entry was last placed, so the passes never outnumber the
+    /// increments: O(log m) amortized per increment, and nothing for a key that never
+    /// reaches the root.
+    fn settle_root(&mut self) -> u64 {
+        loop {
+            let root = self.heap[0];
+            let count = self.slots[root.slot as usize].count;
+            if count == root.count {
+                return count;
+            }
+            self.heap[0].count = count;
+            self.sift_down_root();
+        }
+    }
+
+    /// Replaces the key of the root's slot, whose count `min` is the smallest (the caller has
+    /// settled the root), by `key` with count `with` and error `counter`. `bucket` is the empty
+    /// index bucket where `key` goes; `mask` the filter's.
+    fn evict(&mut self, key: &str, hash: u64, bucket: usize, counter: u64, with: u64, mask: usize) {
+        let s = self.heap[0].slot;
         let slot = &mut self.slots[s as usize];
-        let old_hash = slot.hash;
+        let (old_hash, min) = (slot.hash, slot.count);
         slot.key.clear();
         slot.key.push_str(key);
         slot.hash = hash;
+        slot.count = with;
         slot.error = counter;
+        // The new key first, into the bucket its probe found empty (the index has room for one
+        // more than capacity); removing the old key may then shift it nearer its home.
+        self.index.insert_at(bucket, hash, s);
         self.index.remove(old_hash, s);
-        self.index.insert(hash, s);
         // The evicted key's true weight is at most its count, the minimum.
         match self.filter.get_mut(old_hash as usize & mask) {
             Some(c) if min < u64::from(u32::MAX) => *c = (*c).max(min as u32),
@@ -620,62 +679,85 @@ impl KeySummary {
         }
         self.floor = self.floor.max(min);
         self.heap[0].count = with;
-        self.sift_down(0);
+        self.sift_down_root();
     }
 
-    /// Puts `entry` at heap position `pos`.
-    fn place(&mut self, pos: usize, entry: HeapEntry) {
-        self.heap[pos] = entry;
-        self.slots[entry.slot as usize].heap_pos = pos as u32;
-    }
-
-    /// Restores heap order after the count at `pos` decreased or a slot was appended there.
-    /// Moves parents down into the hole and writes the moving entry once.
+    /// Restores heap order after an entry was appended at `pos`. Moves parents down into the
+    /// hole and writes the moving entry once.
     fn sift_up(&mut self, mut pos: usize) {
-        let moving = self.heap[pos];
+        let heap = &mut self.heap[..];
+        let moving = heap[pos];
         while pos > 0 {
             let parent = (pos - 1) / 2;
-            if moving.count >= self.heap[parent].count {
+            if moving.count >= heap[parent].count {
                 break;
             }
-            self.place(pos, self.heap[parent]);
+            heap[pos] = heap[parent];
             pos = parent;
         }
-        self.place(pos, moving);
+        heap[pos] = moving;
     }
 
-    /// Restores heap order after the count at `pos` increased. Equal counts stop the descent,
-    /// so among equal minimums the one already nearest the root stays the eviction victim.
-    fn sift_down(&mut self, mut pos: usize) {
-        let heap = &self.heap[..];
-        let n = heap.len();
-        let moving = heap[pos];
-        // Fast exit: most increments leave the entry no larger than its children.
-        let left = 2 * pos + 1;
-        if left >= n
-            || (moving.count <= heap[left].count
-                && (left + 1 >= n || moving.count <= heap[left + 1].count))
-        {
+    /// Restores heap order after the root's stored count increased. Equal counts stop the
+    /// descent, so among equal minimums the one already nearest the root stays the eviction
+    /// victim.
+    fn sift_down_root(&mut self) {
+        let heap = &mut self.heap[..];
+        let Some(&moving) = heap.first() else {
             return;
-        }
+        };
+        let mut pos = 0;
         loop {
             let left = 2 * pos + 1;
-            if left >= n {
+            let Some(&l) = heap.get(left) else {
                 break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.heap[right].count < self.heap[left].count {
-                right
-            } else {
-                left
             };
-            if self.heap[child].count >= moving.count {
+            let (child, c) = match heap.get(left + 1) {
+                Some(&r) if r.count < l.count => (left + 1, r),
+                _ => (left, l),
+            };
+            if c.count >= moving.count {
                 break;
             }
-            self.place(pos, self.heap[child]);
+            heap[pos] = c;
             pos = child;
         }
-        self.place(pos, moving);
+        heap[pos] = moving;
+        self.least = heap[0].count;
+    }
+}
+
+/// Key equality that the compiler keeps inline: `==` on strings calls `memcmp`, whose call and
+/// length dispatch cost more than the comparison of a short key. Compares whole 8-byte words,
+/// then the last (possibly overlapping) word; keys under 8 bytes by 4-byte halves or bytes.
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |x: &[u8], at: usize| -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&x[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let half = |x: &[u8], at: usize| -> u32 {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&x[at..at + 4]);
+        u32::from_ne_bytes(w)
+    };
+    if n >= 8 {
+        let mut at = 0;
+        while at + 8 < n {
+            if word(a, at) != word(b, at) {
+                return false;
+            }
+            at += 8;
+        }
+        word(a, n - 8) == word(b, n - 8)
+    } else if n >= 4 {
+        half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4)
+    } else {
+        a.iter().zip(b).all(|(x, y)| x == y)
     }
 }
 
@@ -737,8 +819,14 @@ mod tests {
     fn check_invariants(s: &KeySummary) {
         assert!(s.slots.len() <= s.capacity);
         assert_eq!(s.heap.len(), s.slots.len());
+        let mut in_heap = vec![false; s.slots.len()];
         for (pos, entry) in s.heap.iter().enumerate() {
-            assert_eq!(s.slots[entry.slot as usize].heap_pos as usize, pos);
+            let seen = std::mem::replace(&mut in_heap[entry.slot as usize], true);
+            assert!(!seen, "slot {} twice in the heap", entry.slot);
+            assert!(
+                entry.count <= s.count_of(entry.slot),
+                "stored count above the slot's count"
+            );
             if pos > 0 {
                 assert!(s.heap[(pos - 1) / 2].count <= entry.count, "heap order");
             }
@@ -747,6 +835,7 @@ mod tests {
             s.spare.len() + s.slots.len() <= s.capacity,
             "too many key buffers"
         );
+        assert_eq!(s.least, s.heap.first().map_or(0, |e| e.count));
         let indexed = s.index.buckets.iter().filter(|&&b| b != EMPTY).count();
         assert_eq!(indexed, s.slots.len());
         for (i, slot) in s.slots.iter().enumerate() {
@@ -873,6 +962,65 @@ mod tests {
         }
 
         #[test]
+        fn evictions_take_a_smallest_count_and_filtered_keys_stay_under_it(
+            stream in stream(400),
+            capacity in 1usize..24,
+        ) {
+            // The heap's stored counts lag behind the slots' counts; every admission test must
+            // still compare against the true smallest count, and evict a slot holding it.
+            let mut s = KeySummary::new(capacity);
+            for &(id, w) in &stream {
+                let k = key(id.into());
+                let before: BTreeMap<String, u64> =
+                    s.slots.iter().map(|x| (x.key.clone(), x.count)).collect();
+                s.record(&k, w);
+                check_invariants(&s);
+                if w == 0 || before.contains_key(&k) || before.len() < capacity {
+                    continue;
+                }
+                let min = before.values().copied().min().unwrap_or(0);
+                let gone: Vec<&String> =
+                    before.keys().filter(|key| s.estimate(key).is_none()).collect();
+                match s.estimate(&k) {
+                    Some(e) => {
+                        prop_assert_eq!(gone.len(), 1);
+                        prop_assert_eq!(before[gone[0]], min, "evicted a count above the minimum");
+                        prop_assert!(e.count >= min, "admitted under the minimum");
+                    }
+                    None => {
+                        prop_assert!(gone.is_empty());
+                        let counter = s.filter.get(bucket(&k, capacity)).copied();
+                        prop_assert!(
+                            counter.is_none_or(|c| u64::from(c) < min),
+                            "filtered at or over the minimum"
+                        );
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn same_key_agrees_with_string_equality(
+            a in prop::collection::vec(0u8..3, 0..40),
+            flip in any::<prop::sample::Index>(),
+        ) {
+            let a: String = a.iter().map(|&b| char::from(b'a' + b)).collect();
+            prop_assert!(same_key(a.as_bytes(), a.as_bytes()));
+            // Differs in one byte, anywhere, including the overlapping last word.
+            if !a.is_empty() {
+                let mut b = a.clone().into_bytes();
+                let i = flip.index(b.len());
+                b[i] = b'z';
+                prop_assert!(!same_key(a.as_bytes(), &b));
+            }
+            // Same bytes, different lengths.
+            let longer = a.clone() + "a";
+            prop_assert!(!same_key(a.as_bytes(), longer.as_bytes()));
+            let half = &a.as_bytes()[..a.len() / 2];
+            prop_assert_eq!(same_key(a.as_bytes(), half), a.is_empty());
+        }
+
+        #[test]
         fn merging_four_summaries_keeps_bounds_that_contain_the_truth(
             parts in prop::collection::vec(stream(150), 4),
             tail in stream(150),
@@ -967,6 +1115,14 @@ mod tests {
         assert_eq!(s.estimate("a"), Some(est("a", 5, 0)));
         assert_eq!(KeySummary::new(0).capacity(), 1);
         assert_eq!(KeySummary::default().capacity(), DEFAULT_CAPACITY);
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn per_slot_sizes_match_the_module_docs() {
+        // The Memory section's per-slot figures: a slot, a heap entry.
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
+        assert_eq!(std::mem::size_of::<HeapEntry>(), 16);
     }
 
     #[test]

@@ -118,6 +118,9 @@ struct Latency {
 }
 
 impl Latency {
+    /// Inlined: four call sites in [`Windows::record`], the per-observation hot path, where a
+    /// call costs about a tenth of an unkeyed observation.
+    #[inline]
     fn record(&mut self, sigfig: u8, latency_ms: f64, count: u64) {
         let hist = self.hist.get_or_insert_with(|| new_histogram(sigfig));
         // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the
