@@ -727,10 +727,12 @@ impl KeySummary {
     }
 }
 
-/// Key equality that the compiler keeps inline: `==` on strings calls `memcmp`, whose call and
-/// length dispatch cost more than the comparison of a short key. Compares whole 8-byte words,
-/// then the last (possibly overlapping) word; keys under 8 bytes by 4-byte halves or bytes.
-fn same_key(a: &[u8], b: &[u8]) -> bool {
+/// Byte equality that the compiler keeps inline: `==` on strings calls `memcmp`, whose call and
+/// length dispatch cost more than the comparison of a short key or name. Compares whole 8-byte
+/// words, then the last (possibly overlapping) word; under 8 bytes by 4-byte halves or bytes.
+/// Also what the window uses to recognise the previous observation's group.
+#[inline]
+pub(crate) fn same_key(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;

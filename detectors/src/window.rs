@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::keys::{KeyHash, KeySummary};
+use crate::keys::{KeyHash, KeySummary, same_key};
 use crate::observation::{
     Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, ReadingKind, ReadingRef,
 };
@@ -459,8 +459,10 @@ impl Windows {
     /// line, which cost every observation about 20 instructions (`scripts/instructions.sh`).
     #[inline(always)]
     fn group_index(&mut self, group: &str) -> usize {
+        // Most batches carry one group: this compare runs for every observation, so it is
+        // kept inline rather than a `memcmp` call.
         if let Some((i, name)) = &self.last_group
-            && &**name == group
+            && same_key(name.as_bytes(), group.as_bytes())
         {
             return *i;
         }
