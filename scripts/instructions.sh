@@ -19,12 +19,12 @@ bin=$(cargo bench -p skewwatch --bench instructions --no-run --message-format=js
 paths=("$@")
 if [ ${#paths[@]} -eq 0 ]; then
   paths=(statsd_datagram statsd_mixed_datagram statsd_datagram_mapped statsd_mixed_datagram_mapped
-         statsd_mapped_lines ndjson_body record_no_key record_with_key
+         statsd_mapped_lines ndjson_body record_no_key record_with_key record_with_hot_keys
          record_no_key_1000_shards replay render_1000_shards)
 fi
 declare -A unit=([statsd_datagram]=line [statsd_mixed_datagram]=line [statsd_datagram_mapped]=line
   [statsd_mixed_datagram_mapped]=line [statsd_mapped_lines]=line [ndjson_body]=record
-  [record_no_key]=observation [record_with_key]=observation [record_no_key_1000_shards]=observation
+  [record_no_key]=observation [record_with_key]=observation [record_with_hot_keys]=observation [record_no_key_1000_shards]=observation
   [replay]=record [render_1000_shards]=shard)
 
 out=$(mktemp -d)

@@ -34,6 +34,7 @@ const PATHS: &[(&str, usize)] = &[
     ("ndjson_body", 20),
     ("record_no_key", 200_000),
     ("record_with_key", 200_000),
+    ("record_with_hot_keys", 200_000),
     ("record_no_key_1000_shards", 200_000),
     ("replay", 100_000),
     ("render_1000_shards", 5),
@@ -114,10 +115,16 @@ fn run(path: &str, reps: usize) -> Option<usize> {
             });
             reps * 1_000
         }
-        "record_no_key" | "record_with_key" | "record_no_key_1000_shards" => {
+        "record_no_key"
+        | "record_with_key"
+        | "record_with_hot_keys"
+        | "record_no_key_1000_shards" => {
             let (shards, keys) = match path {
                 "record_no_key" => (64, None),
                 "record_with_key" => (64, Some(100_000)),
+                // Few keys, all monitored by both summaries: the increment path, where the
+                // with-key stream above is almost all filtering and eviction.
+                "record_with_hot_keys" => (64, Some(20)),
                 _ => (1_000, None),
             };
             let b = common::batch(shards, keys, reps);

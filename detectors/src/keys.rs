@@ -104,7 +104,8 @@
 //! single hash), on a stream of 10⁵ keys drawn as u² over 64 shards. There only about 3% of
 //! the updates find their key monitored, 52% are filtered and 45% evict: the flatter the
 //! stream, the more evictions, each a walk down the heap. The lazy heap pays off on skewed
-//! streams, where most updates are increments of monitored keys and no longer sift.
+//! streams, where most updates are increments of monitored keys and no longer sift:
+//! `record_with_hot_keys` (20 keys, all monitored) counts about 589 (707 with the eager heap).
 
 use std::hash::BuildHasher;
 
