@@ -11,7 +11,8 @@
 //! without touching the engine's order of events.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -22,7 +23,7 @@ use skewwatch_detectors::engine::{Engine, Evaluation};
 use skewwatch_detectors::observation::Batch;
 
 use crate::config::Config;
-use crate::ingest::ndjson;
+use crate::ingest::ndjson::{self, Record};
 
 /// `skewwatch replay` arguments.
 #[derive(Debug, clap::Args)]
@@ -46,6 +47,10 @@ const BAD_LINE: u8 = 2;
 /// record, small enough to stay in the caches.
 const BATCH_RECORDS: usize = 4096;
 
+/// Bytes the reader thread asks of the trace at a time: a few thousand lines, so a read's
+/// cost is spread thin, in a buffer that stays in the caches while its lines are parsed.
+const READ_BYTES: usize = 256 * 1024;
+
 /// Batches that may wait between the reader thread and the engine: bounds replay's memory
 /// (about 0.4 MiB a batch) whatever the trace's length.
 const QUEUE_BATCHES: usize = 8;
@@ -67,11 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => Config::embedded(),
     };
     let name = args.trace.display().to_string();
-    let input: Box<dyn BufRead + Send> = if name == "-" {
-        Box::new(BufReader::with_capacity(1 << 20, io::stdin()))
+    let input: Box<dyn Read + Send> = if name == "-" {
+        Box::new(io::stdin())
     } else {
         let f = File::open(&args.trace).with_context(|| format!("opening trace {name}"))?;
-        Box::new(BufReader::with_capacity(1 << 20, f))
+        Box::new(f)
     };
     let stdout = io::stdout().lock();
     let mut out = BufWriter::new(stdout);
@@ -124,7 +129,7 @@ pub enum ReplayError {
 /// Replays every line of `input`, writing transitions to `out`: parsing on a reader thread,
 /// the engine on this one.
 fn replay(
-    input: impl BufRead + Send,
+    input: impl Read + Send,
     config: &Config,
     max_future_secs: f64,
     out: &mut impl Write,
@@ -157,78 +162,133 @@ fn replay(
 /// The reader thread: parses `input` into batches in trace order and sends them; a bad line
 /// or a read error ends the trace, after the batch of the records before it.
 ///
-/// A batch keeps its readings apart from its requests, so a record with saturation readings
-/// travels in a batch of its own: the engine then applies its readings at its place in the
-/// trace, not at the place of whatever batch it would have shared.
+/// The trace is read in blocks of [`READ_BYTES`] and parsed where it lies: each block's whole
+/// lines go to [`ndjson::for_each_line`] and the part line at its end is moved to the front,
+/// to be completed by the next read. A line longer than a block grows the buffer to hold it.
 fn read_batches(
-    mut input: impl BufRead,
+    mut input: impl Read,
     max_future_secs: f64,
     tx: &mpsc::SyncSender<Batch>,
 ) -> Result<(), ReplayError> {
-    // The latest time the trace has reached (`None` before the first record).
-    let mut latest: Option<f64> = None;
-    let mut buf = Vec::with_capacity(512);
-    let mut line_no = 0u64;
-    let mut batch = Batch::with_capacity(BATCH_RECORDS);
-    // Sends the batch and starts a new one; false when the engine has stopped.
-    let send = |batch: &mut Batch| {
-        let full = std::mem::replace(batch, Batch::with_capacity(BATCH_RECORDS));
-        tx.send(full).is_ok()
+    let mut reader = Reader {
+        latest: None,
+        lines: 0,
+        batch: Batch::with_capacity(BATCH_RECORDS),
+        max_future_secs,
+        tx,
     };
+    let mut buf = vec![0u8; READ_BYTES];
+    // Bytes of `buf` read and not yet parsed: a part line, then what the last read added.
+    let mut filled = 0;
     let result = loop {
-        buf.clear();
-        match input.read_until(b'\n', &mut buf) {
-            Ok(0) => break Ok(()),
-            Ok(_) => {}
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = match input.read(buf.get_mut(filled..).unwrap_or_default()) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => break Err(ReplayError::Io(e)),
+        };
+        filled += n;
+        let data = buf.get(..filled).unwrap_or_default();
+        // At the end of the trace its last line needs no newline; before it, only whole
+        // lines are parsed. The bytes before this read hold no newline (they are a part line).
+        let added = data.get(filled - n..).unwrap_or_default();
+        let whole = match (n, added.iter().rposition(|&b| b == b'\n')) {
+            (0, _) => filled,
+            (_, Some(newline)) => filled - n + newline + 1,
+            (_, None) => continue,
+        };
+        match reader.parse(data.get(..whole).unwrap_or_default()) {
+            Ok(true) => {}
+            // The engine stopped; its error is the one to report.
+            Ok(false) => return Ok(()),
+            Err(e) => break Err(e),
         }
-        line_no += 1;
-        let line = trim(&buf);
-        if line.is_empty() {
-            continue;
+        if n == 0 {
+            break Ok(());
         }
-        let record = match ndjson::parse_record(line) {
-            Ok(r) => r,
-            Err(r) => {
-                break Err(ReplayError::BadLine {
-                    line: line_no,
-                    why: r.to_string(),
-                });
+        buf.copy_within(whole..filled, 0);
+        filled -= whole;
+    };
+    if !reader.batch.is_empty() {
+        let _ = tx.send(reader.batch);
+    }
+    result
+}
+
+/// The reader thread's state between blocks of the trace.
+struct Reader<'t> {
+    /// The latest time the trace has reached (`None` before the first record).
+    latest: Option<f64>,
+    /// Lines read before the current block.
+    lines: u64,
+    /// The batch being filled.
+    batch: Batch,
+    max_future_secs: f64,
+    tx: &'t mpsc::SyncSender<Batch>,
+}
+
+impl Reader<'_> {
+    /// Parses a block of whole lines into batches, sending each one that fills; `Ok(false)`
+    /// when the engine has stopped.
+    fn parse(&mut self, block: &[u8]) -> Result<bool, ReplayError> {
+        let lines = self.lines;
+        let flow = ndjson::for_each_line(block, |number, record| {
+            let line = lines + number as u64 + 1;
+            let record = record.map_err(|r| ReplayError::BadLine {
+                line,
+                why: r.to_string(),
+            });
+            match record.and_then(|record| self.take(line, &record)) {
+                Ok(true) => ControlFlow::Continue(()),
+                Ok(false) => ControlFlow::Break(Ok(false)),
+                Err(e) => ControlFlow::Break(Err(e)),
             }
-        };
+        });
+        match flow {
+            ControlFlow::Continue(n) => {
+                self.lines += n as u64;
+                Ok(true)
+            }
+            ControlFlow::Break(stop) => stop,
+        }
+    }
+
+    /// Puts one record on line `line` into the batch; `Ok(false)` when the engine has
+    /// stopped.
+    ///
+    /// A batch keeps its readings apart from its requests, so a record with saturation
+    /// readings travels in a batch of its own: the engine then applies its readings at its
+    /// place in the trace, not at the place of whatever batch it would have shared.
+    fn take(&mut self, line: u64, record: &Record<'_>) -> Result<bool, ReplayError> {
         let mut obs = record.observation();
-        let ts = match trace_time(obs.ts, latest, max_future_secs) {
-            Ok(ts) => ts,
-            Err(why) => break Err(ReplayError::BadLine { line: line_no, why }),
-        };
-        latest = Some(latest.map_or(ts, |l| l.max(ts)));
+        let ts = trace_time(obs.ts, self.latest, self.max_future_secs)
+            .map_err(|why| ReplayError::BadLine { line, why })?;
+        self.latest = Some(self.latest.map_or(ts, |l| l.max(ts)));
         obs.ts = Some(ts);
         if record.has_readings() {
-            if !batch.is_empty() && !send(&mut batch) {
-                return Ok(());
+            if !self.batch.is_empty() && !self.send() {
+                return Ok(false);
             }
             for mut r in record.readings() {
                 r.ts = Some(ts);
-                batch.push_reading(&r);
+                self.batch.push_reading(&r);
             }
             if record.stands_for_requests() {
-                batch.push(&obs);
+                self.batch.push(&obs);
             }
-            if !send(&mut batch) {
-                return Ok(());
-            }
-            continue;
+            return Ok(self.send());
         }
-        batch.push(&obs);
-        // The engine stopped if the send fails; its error is the one to report.
-        if batch.len() == BATCH_RECORDS && !send(&mut batch) {
-            return Ok(());
-        }
-    };
-    if !batch.is_empty() {
-        let _ = tx.send(batch);
+        self.batch.push(&obs);
+        Ok(self.batch.len() < BATCH_RECORDS || self.send())
     }
-    result
+
+    /// Sends the batch and starts a new one; false when the engine has stopped.
+    fn send(&mut self) -> bool {
+        let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_RECORDS));
+        self.tx.send(full).is_ok()
+    }
 }
 
 /// The engine's side: every record in trace order, windows closed on trace time as it
@@ -307,14 +367,6 @@ fn emit(out: &mut impl Write, ev: &Evaluation, summary: &mut Summary) -> io::Res
         summary.transitions += 1;
     }
     Ok(())
-}
-
-fn trim(line: &[u8]) -> &[u8] {
-    let mut l = line;
-    while let [rest @ .., b'\n' | b'\r' | b' ' | b'\t'] = l {
-        l = rest;
-    }
-    l
 }
 
 #[cfg(test)]
