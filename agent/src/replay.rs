@@ -447,6 +447,96 @@ mod tests {
         assert_eq!(s.windows, 3);
     }
 
+    /// A trace in which one shard of 16 takes half the traffic after 32 windows of even
+    /// load (the detectors' warm-up is 30): enough for an alert, and longer than one read of
+    /// the reader thread.
+    fn hot_trace() -> String {
+        let mut t = String::new();
+        for i in 0..8_000u32 {
+            let ts = 1_700_000_000.0 + f64::from(i) * 0.05;
+            let shard = if i >= 6_400 && i % 2 == 0 { 0 } else { i % 16 };
+            t.push_str(&format!(
+                "{{\"ts\":{ts:.2},\"group\":\"g\",\"shard\":\"s{shard}\",\"key\":\"k{}\",\"latency_ms\":{}.5}}\n",
+                i % 97,
+                i % 40
+            ));
+        }
+        assert!(t.len() > READ_BYTES);
+        t
+    }
+
+    /// Hands out its bytes 1 to 7 at a time, so lines arrive cut at every place.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.step = self.step % 7 + 1;
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_trace_read_in_small_pieces_replays_the_same() {
+        let trace = hot_trace();
+        let (whole, s) = run_str(&trace).unwrap();
+        assert!(s.transitions > 0, "the trace should raise an alert");
+        let mut out = Vec::new();
+        let mut t = Summary::default();
+        let input = Trickle {
+            data: trace.as_bytes(),
+            step: 0,
+        };
+        replay(input, &Config::embedded(), 86_400.0, &mut out, &mut t).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), whole);
+        assert_eq!(
+            (t.records, t.windows, t.transitions),
+            (s.records, s.windows, s.transitions)
+        );
+    }
+
+    #[test]
+    fn a_line_longer_than_a_read_is_read_whole() {
+        let padding = "x".repeat(3 * READ_BYTES);
+        let t = format!(
+            "{{\"ts\":1,\"group\":\"g\",\"shard\":\"s\"}}\n\
+             {{\"ts\":2,\"group\":\"g\",\"shard\":\"s\",\"note\":\"{padding}\"}}\r\n\
+             {{\"ts\":3,\"group\":\"g\",\"shard\":\"s\"}}"
+        );
+        let (_, s) = run_str(&t).unwrap();
+        assert_eq!(s.records, 3);
+        let t = format!("{t}\n\n{{\"ts\":4,\"group\":\"g\",\"shard\":\"s\",\"note\":\"{padding}\"");
+        match run_str(&t) {
+            Err(ReplayError::BadLine { line, why }) => {
+                assert_eq!(line, 5);
+                assert!(why.contains("malformed"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_line_with_bytes_that_are_not_utf8_is_a_bad_line() {
+        let t = b"{\"ts\":1,\"group\":\"g\",\"shard\":\"s\"}\n{\"ts\":2,\"group\":\"g\xff\",\"shard\":\"s\"}\n";
+        let mut s = Summary::default();
+        match replay(
+            &t[..],
+            &Config::embedded(),
+            86_400.0,
+            &mut Vec::new(),
+            &mut s,
+        ) {
+            Err(ReplayError::BadLine { line, .. }) => assert_eq!(line, 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.records, 1);
+    }
+
     #[test]
     fn windows_follow_trace_time() {
         let t = "{\"ts\":100,\"group\":\"g\",\"shard\":\"s\"}\n{\"ts\":135,\"group\":\"g\",\"shard\":\"s\"}\n";

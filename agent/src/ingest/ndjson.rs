@@ -1272,6 +1272,32 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_that_is_not_utf8_costs_only_its_line() {
+        let body = b"{\"group\":\"g\",\"shard\":\"a\"}\n\
+            {\"group\":\"g\xff\",\"shard\":\"s\"}\n\
+            {\"group\":\"g\",\"shard\":\"b\"}\n\
+            \xe2\x82\n\
+            {\"group\":\"g\",\"shard\":\"c\",\"key\":\"\xc3\xa9\"}";
+        let mut batch = Batch::default();
+        let result = parse_body(body, &mut batch);
+        let got: Vec<_> = batch.iter().map(|o| (o.shard, o.key)).collect();
+        assert_eq!(got, vec![("a", None), ("b", None), ("c", Some("\u{e9}"))]);
+        assert_eq!(
+            result.errors,
+            vec![
+                LineError {
+                    line: 2,
+                    reason: RejectReason::Malformed
+                },
+                LineError {
+                    line: 4,
+                    reason: RejectReason::Malformed
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn errors_are_capped_but_counts_are_not() {
         let body = "x\n".repeat(50);
         let result = parse_body(body.as_bytes(), &mut Batch::default());
@@ -1393,6 +1419,35 @@ mod tests {
         #[test]
         fn fast_path_agrees_with_serde(line in object_strategy()) {
             prop_assert_eq!(parse_record(line.as_bytes()), parse_record_serde(line.as_bytes()));
+        }
+
+        #[test]
+        fn for_each_line_is_parse_record_on_each_line(
+            lines in proptest::collection::vec(
+                prop_oneof![line_strategy(), object_strategy().prop_map(String::into_bytes)],
+                0..8,
+            ),
+            newline_at_end in any::<bool>(),
+        ) {
+            let mut body = lines.join(&b'\n');
+            if newline_at_end {
+                body.push(b'\n');
+            }
+            let mut got = Vec::new();
+            let read = for_each_line(&body, |number, record| {
+                got.push((number, record));
+                ControlFlow::<()>::Continue(())
+            });
+            let want: Vec<_> = body
+                .split(|&b| b == b'\n')
+                .enumerate()
+                .filter(|(_, line)| !line.iter().all(|&b| is_json_whitespace(b)))
+                .map(|(number, line)| (number, parse_record(line)))
+                .collect();
+            prop_assert_eq!(got, want);
+            let newlines = body.iter().filter(|&&b| b == b'\n').count();
+            let lines = newlines + usize::from(body.last().is_some_and(|&b| b != b'\n'));
+            prop_assert_eq!(read, ControlFlow::Continue(lines));
         }
 
         #[test]
