@@ -1358,6 +1358,14 @@ mod tests {
             Just("utilisation"),
             Just("other"),
             Just(r"gr\u006fup"),
+            // Near misses of the names the fast path matches in place.
+            Just("tsx"),
+            Just("t"),
+            Just("cach"),
+            Just("counts"),
+            Just("latency_msx"),
+            Just("inflights"),
+            Just(""),
         ];
         let value = prop_oneof![
             "\"[a-z0-9:_-]{0,12}\"",

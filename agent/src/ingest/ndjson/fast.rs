@@ -59,26 +59,29 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(RawRecord<'_>, usiz
     }
     i = skip_ws(b, i + 1);
     let mut raw = RawRecord::default();
+    // Where the value of a field the record does not read goes.
+    let mut skipped = None;
     if b.get(i) == Some(&b'}') {
         i += 1;
     } else {
         loop {
-            let (name, next) = string(text, i)?;
+            let (name, next) = name(text, i)?;
             i = expect(b, next, b':')?;
             let (value, next) = value(text, skip_ws(b, i))?;
             // Duplicates overwrite, so the last one wins, as in the serde path.
-            match name {
-                "ts" => raw.ts = Some(value),
-                "group" => raw.group = Some(value),
-                "shard" => raw.shard = Some(value),
-                "key" => raw.key = Some(value),
-                "count" => raw.count = Some(value),
-                "latency_ms" => raw.latency_ms = Some(value),
-                "outcome" => raw.outcome = Some(value),
-                "cache" => raw.cache = Some(value),
-                "inflight" | "utilisation" => return None,
-                _ => {}
-            }
+            let slot = match name {
+                Name::Ts => &mut raw.ts,
+                Name::Group => &mut raw.group,
+                Name::Shard => &mut raw.shard,
+                Name::Key => &mut raw.key,
+                Name::Count => &mut raw.count,
+                Name::LatencyMs => &mut raw.latency_ms,
+                Name::Outcome => &mut raw.outcome,
+                Name::Cache => &mut raw.cache,
+                Name::Reading => return None,
+                Name::Other => &mut skipped,
+            };
+            *slot = Some(value);
             i = skip_ws(b, next);
             match b.get(i) {
                 Some(b',') => i = skip_ws(b, i + 1),
@@ -94,9 +97,56 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(RawRecord<'_>, usiz
     matches!(b.get(i), None | Some(b'\n')).then_some((raw, i))
 }
 
+/// What a field's name tells the fast path to do with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Ts,
+    Group,
+    Shard,
+    Key,
+    Count,
+    LatencyMs,
+    Outcome,
+    Cache,
+    /// `inflight` or `utilisation`: the record goes to the serde path.
+    Reading,
+    /// A field the record does not read.
+    Other,
+}
+
+/// The field name at `i` (its opening quote) and the index after its closing quote. A known
+/// name is matched in place, closing quote included, by its first letter and one compare of
+/// a few bytes; any other name is read as a string.
+#[inline(always)]
+fn name(text: &str, i: usize) -> Option<(Name, usize)> {
+    let b = text.as_bytes();
+    let rest = b.get(i + 1..).filter(|_| b.get(i) == Some(&b'"'))?;
+    let known = |word: &[u8], name: Name| rest.starts_with(word).then_some((name, word.len()));
+    let hit = match rest.first()? {
+        b't' => known(b"ts\"", Name::Ts),
+        b'g' => known(b"group\"", Name::Group),
+        b's' => known(b"shard\"", Name::Shard),
+        b'k' => known(b"key\"", Name::Key),
+        b'c' => known(b"count\"", Name::Count).or_else(|| known(b"cache\"", Name::Cache)),
+        b'l' => known(b"latency_ms\"", Name::LatencyMs),
+        b'o' => known(b"outcome\"", Name::Outcome),
+        b'i' => known(b"inflight\"", Name::Reading),
+        b'u' => known(b"utilisation\"", Name::Reading),
+        _ => None,
+    };
+    match hit {
+        Some((name, len)) => Some((name, i + 1 + len)),
+        None => string(text, i).map(|(_, next)| (Name::Other, next)),
+    }
+}
+
 /// Index of the first byte at or after `i` that is not whitespace within a line.
 #[inline(always)]
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    // Compact JSON has no whitespace: one test for that before the loop.
+    if b.get(i).is_none_or(|&c| c > b' ') {
+        return i;
+    }
     while let Some(b' ' | b'\t' | b'\r') = b.get(i) {
         i += 1;
     }
