@@ -20,8 +20,8 @@
 //!
 //! The text is already UTF-8 (the caller checks a whole block at once, which is cheaper than
 //! a check per line); the bytes outside strings are ASCII by the grammar. Cost: one pass over
-//! the line's bytes, strings scanned eight bytes at a time and the digits of a number eight
-//! at a time when there are as many (docs/performance.md).
+//! the line's bytes, strings scanned eight bytes at a time and the digits of a number up to
+//! eight at a time, known field names matched in place (docs/performance.md).
 
 use std::borrow::Cow;
 
@@ -266,13 +266,16 @@ fn number(b: &[u8], i: usize) -> Option<(Json<'static>, usize)> {
 /// 2^64: the caller bounds the number of digits (19 for any `acc` below 10^19 / 10^n is safe).
 #[inline(always)]
 fn digits(b: &[u8], mut i: usize, mut acc: u64) -> (u64, usize) {
-    // Eight digits at a time (a unix time has ten before its point).
+    // Up to eight digits at a time: a unix time has ten before its point, a latency a few.
     while let Some(chunk) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-        let Some(v) = eight_digits(u64::from_le_bytes(*chunk)) else {
-            break;
-        };
-        acc = acc.wrapping_mul(100_000_000).wrapping_add(v);
-        i += 8;
+        let (value, n) = leading_digits(u64::from_le_bytes(*chunk));
+        acc = acc
+            .wrapping_mul(POW10_U64.get(n).copied().unwrap_or(1))
+            .wrapping_add(value);
+        i += n;
+        if n < 8 {
+            return (acc, i);
+        }
     }
     while let Some(&c @ b'0'..=b'9') = b.get(i) {
         acc = acc.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
@@ -281,23 +284,42 @@ fn digits(b: &[u8], mut i: usize, mut acc: u64) -> (u64, usize) {
     (acc, i)
 }
 
-/// The value of eight ASCII digits read as a little-endian word (first digit lowest), or
-/// `None` if any byte is not a digit.
+/// Powers of ten for up to eight digits.
+const POW10_U64: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// The ASCII digits that begin eight bytes read as a little-endian word (first byte lowest):
+/// their value and how many there are (0..=8).
 #[inline(always)]
-fn eight_digits(w: u64) -> Option<u64> {
-    const ZEROS: u64 = u64::from_ne_bytes([b'0'; 8]);
-    const HIGH_NIBBLES: u64 = u64::from_ne_bytes([0xF0; 8]);
-    // Each byte is 0x30..=0x39: its high nibble is 3, and adding 6 does not carry into it.
-    let carried = (w.wrapping_add(u64::from_ne_bytes([0x06; 8])) & HIGH_NIBBLES) >> 4;
-    if (w & HIGH_NIBBLES) | carried != u64::from_ne_bytes([0x33; 8]) {
-        return None;
+fn leading_digits(w: u64) -> (u64, usize) {
+    const LOW7: u64 = u64::from_ne_bytes([0x7F; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A digit byte becomes its value 0..=9; every other byte becomes 10 or more.
+    let x = w ^ u64::from_ne_bytes([b'0'; 8]);
+    // Flags bytes of 10 or more: the low seven bits plus 0x76 reach 0x80 exactly then, and
+    // never carry into the next byte; a byte with its high bit set is flagged by `| x`.
+    let flagged = ((x & LOW7).wrapping_add(u64::from_ne_bytes([0x76; 8])) | x) & HIGH;
+    let n = (flagged.trailing_zeros() / 8) as usize;
+    if n == 0 {
+        return (0, 0);
     }
+    // The `n` digits moved to the top, with zero digits below them: the same value, and
+    // the bytes after the digits shifted out.
+    let v = x << (64 - 8 * n);
     // Pairs, then quadruples, then all eight, each step one multiply: the first digit is the
     // most significant.
-    let v = w - ZEROS;
     let v = v.wrapping_mul(10).wrapping_add(v >> 8) & 0x00FF_00FF_00FF_00FF;
     let v = v.wrapping_mul(100).wrapping_add(v >> 16) & 0x0000_FFFF_0000_FFFF;
-    Some(v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xFFFF_FFFF)
+    (v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xFFFF_FFFF, n)
 }
 
 #[cfg(test)]
@@ -312,24 +334,29 @@ mod tests {
     }
 
     #[test]
-    fn eight_digits_reads_only_digits() {
-        assert_eq!(
-            eight_digits(u64::from_le_bytes(*b"12345678")),
-            Some(12_345_678)
-        );
-        assert_eq!(eight_digits(u64::from_le_bytes(*b"00000000")), Some(0));
-        assert_eq!(
-            eight_digits(u64::from_le_bytes(*b"99999999")),
-            Some(99_999_999)
-        );
-        for bad in [
-            b"1234567.",
-            b"/2345678",
-            b"1234567:",
-            b"12 45678",
-            b"\xb12345678",
-        ] {
-            assert_eq!(eight_digits(u64::from_le_bytes(*bad)), None, "{bad:?}");
+    fn leading_digits_reads_the_digits_before_anything_else() {
+        let read = |s: &[u8; 8]| leading_digits(u64::from_le_bytes(*s));
+        assert_eq!(read(b"12345678"), (12_345_678, 8));
+        assert_eq!(read(b"00000000"), (0, 8));
+        assert_eq!(read(b"99999999"), (99_999_999, 8));
+        assert_eq!(read(b"1234567."), (1_234_567, 7));
+        assert_eq!(read(b"38.41}\n{"), (38, 2));
+        assert_eq!(read(b"0012\"abc"), (12, 4));
+        assert_eq!(read(b"7/345678"), (7, 1));
+        for none in [b"/2345678", b":2345678", b" 2345678", b"\xb02345678", b"\xb92345678"] {
+            assert_eq!(read(none), (0, 0), "{none:?}");
+        }
+        // Every byte value in every place: only 0x30..=0x39 counts as a digit.
+        for byte in 0..=255u8 {
+            for at in 0..8 {
+                let mut w = *b"55555555";
+                w[at] = byte;
+                let digits = if byte.is_ascii_digit() { 8 } else { at };
+                let (value, n) = read(&w);
+                assert_eq!(n, digits, "{w:?}");
+                let text = std::str::from_utf8(&w[..n]).unwrap();
+                assert_eq!(value, text.parse::<u64>().unwrap_or(0), "{w:?}");
+            }
         }
     }
 
