@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use skewwatch_detectors::engine::{Engine, Evaluation};
-use skewwatch_detectors::observation::Batch;
+use skewwatch_detectors::observation::{Batch, ObservationRef};
 
 use crate::config::Config;
 use crate::ingest::ndjson::{self, Record};
@@ -309,19 +309,48 @@ fn run_engine(
             batch.readings().for_each(|r| e.read(&r));
             for obs in batch.iter() {
                 e.record(&obs);
-                summary.requests = summary.requests.saturating_add(obs.count);
             }
             summary.records += 1;
-            continue;
+        } else {
+            record_batch(&mut engine, &batch, config, out, summary)?;
+            summary.records += batch.len() as u64;
         }
-        for obs in batch.iter() {
-            let ts = obs.ts.expect("the reader sets every record's ts");
-            reach(&mut engine, config, ts, out, summary)?.record(&obs);
-            summary.records += 1;
-            summary.requests = summary.requests.saturating_add(obs.count);
-        }
+        summary.requests = summary.requests.saturating_add(batch.requests());
     }
     Ok(engine)
+}
+
+/// The observations of a batch in order, each after the windows before its time have
+/// closed: [`reach`] for each record, with the open window's bounds kept between records
+/// (they change only when a window closes).
+fn record_batch(
+    engine: &mut Option<Engine>,
+    batch: &Batch,
+    config: &Config,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
+    let mut records = batch.iter();
+    let Some(first) = records.next() else {
+        return Ok(());
+    };
+    let ts = |obs: &ObservationRef<'_>| obs.ts.expect("the reader sets every record's ts");
+    let e = reach(engine, config, ts(&first), out, summary)?;
+    e.record(&first);
+    let (mut start, mut end) = (e.window_start(), e.window_end());
+    for obs in records {
+        let ts = ts(&obs);
+        if ts >= end {
+            for ev in e.advance(ts) {
+                emit(out, &ev, summary)?;
+            }
+            (start, end) = (e.window_start(), e.window_end());
+        } else if ts < start {
+            summary.late += 1;
+        }
+        e.record(&obs);
+    }
+    Ok(())
 }
 
 /// The engine at trace time `ts`: created at the first record, its windows closed (and their
