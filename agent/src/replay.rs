@@ -4,11 +4,13 @@
 //! Output is one JSON line per alert transition on stdout, and a one-line summary on stderr.
 //! Deterministic: the same trace and configuration give byte-identical output.
 //!
-//! Two threads: a reader thread reads and parses the trace into [`Batch`]es of
+//! Two threads: a reader thread reads the trace in blocks of [`READ_BYTES`], parses each
+//! block's whole lines where they lie ([`ndjson::for_each_line`]) into [`Batch`]es of
 //! [`BATCH_RECORDS`] records and hands them over a channel of [`QUEUE_BATCHES`]; the calling
 //! thread owns the engine and takes the records in trace order, one by one, exactly as if it
-//! had parsed them itself. Parsing is most of replay's work, so this uses the second core
-//! without touching the engine's order of events.
+//! had parsed them itself. Parsing was most of replay's work, so this uses the second core
+//! without touching the engine's order of events. Memory is bounded by the queue (about
+//! 3 MiB), the read buffer, and the longest line, which the buffer grows to hold.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};

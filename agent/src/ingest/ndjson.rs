@@ -3,7 +3,10 @@
 //! It sits at the start of the flow (`Observation -> Window -> SkewStats -> Detectors ->
 //! Alerts/Snapshot -> Outputs`): `POST /api/v1/observations` hands its body to [`parse_body`],
 //! which validates each record and packs the good ones into a [`Batch`] for the pipeline;
-//! `skewwatch replay` reads a trace line by line with [`parse_record`], which keeps the `ts`.
+//! `skewwatch replay` reads a trace in blocks and hands each block's whole lines to
+//! [`for_each_line`], which gives each line's [`Record`] (its `ts` kept) as [`parse_record`]
+//! would. Both scan the text in place: one UTF-8 check per block, and the fast path finds each
+//! line's end as it reads the record.
 //!
 //! A body is one JSON object per line (blank lines skipped), or a single JSON array of objects
 //! (told apart by the first non-whitespace byte being `[`). The fields follow the data model of
