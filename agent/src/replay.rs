@@ -4,14 +4,17 @@
 //! Output is one JSON line per alert transition on stdout, and a one-line summary on stderr.
 //! Deterministic: the same trace and configuration give byte-identical output.
 //!
-//! Two threads: a reader thread reads and parses the trace into [`Batch`]es of
+//! Two threads: a reader thread reads the trace in blocks of [`READ_BYTES`], parses each
+//! block's whole lines where they lie ([`ndjson::for_each_line`]) into [`Batch`]es of
 //! [`BATCH_RECORDS`] records and hands them over a channel of [`QUEUE_BATCHES`]; the calling
 //! thread owns the engine and takes the records in trace order, one by one, exactly as if it
-//! had parsed them itself. Parsing is most of replay's work, so this uses the second core
-//! without touching the engine's order of events.
+//! had parsed them itself. Parsing was most of replay's work, so this uses the second core
+//! without touching the engine's order of events. Memory is bounded by the queue (about
+//! 3 MiB), the read buffer, and the longest line, which the buffer grows to hold.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -19,10 +22,10 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use skewwatch_detectors::engine::{Engine, Evaluation};
-use skewwatch_detectors::observation::Batch;
+use skewwatch_detectors::observation::{Batch, ObservationRef};
 
 use crate::config::Config;
-use crate::ingest::ndjson;
+use crate::ingest::ndjson::{self, Record};
 
 /// `skewwatch replay` arguments.
 #[derive(Debug, clap::Args)]
@@ -46,6 +49,10 @@ const BAD_LINE: u8 = 2;
 /// record, small enough to stay in the caches.
 const BATCH_RECORDS: usize = 4096;
 
+/// Bytes the reader thread asks of the trace at a time: a few thousand lines, so a read's
+/// cost is spread thin, in a buffer that stays in the caches while its lines are parsed.
+const READ_BYTES: usize = 256 * 1024;
+
 /// Batches that may wait between the reader thread and the engine: bounds replay's memory
 /// (about 0.4 MiB a batch) whatever the trace's length.
 const QUEUE_BATCHES: usize = 8;
@@ -67,11 +74,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => Config::embedded(),
     };
     let name = args.trace.display().to_string();
-    let input: Box<dyn BufRead + Send> = if name == "-" {
-        Box::new(BufReader::with_capacity(1 << 20, io::stdin()))
+    let input: Box<dyn Read + Send> = if name == "-" {
+        Box::new(io::stdin())
     } else {
         let f = File::open(&args.trace).with_context(|| format!("opening trace {name}"))?;
-        Box::new(BufReader::with_capacity(1 << 20, f))
+        Box::new(f)
     };
     let stdout = io::stdout().lock();
     let mut out = BufWriter::new(stdout);
@@ -124,7 +131,7 @@ pub enum ReplayError {
 /// Replays every line of `input`, writing transitions to `out`: parsing on a reader thread,
 /// the engine on this one.
 fn replay(
-    input: impl BufRead + Send,
+    input: impl Read + Send,
     config: &Config,
     max_future_secs: f64,
     out: &mut impl Write,
@@ -157,78 +164,133 @@ fn replay(
 /// The reader thread: parses `input` into batches in trace order and sends them; a bad line
 /// or a read error ends the trace, after the batch of the records before it.
 ///
-/// A batch keeps its readings apart from its requests, so a record with saturation readings
-/// travels in a batch of its own: the engine then applies its readings at its place in the
-/// trace, not at the place of whatever batch it would have shared.
+/// The trace is read in blocks of [`READ_BYTES`] and parsed where it lies: each block's whole
+/// lines go to [`ndjson::for_each_line`] and the part line at its end is moved to the front,
+/// to be completed by the next read. A line longer than a block grows the buffer to hold it.
 fn read_batches(
-    mut input: impl BufRead,
+    mut input: impl Read,
     max_future_secs: f64,
     tx: &mpsc::SyncSender<Batch>,
 ) -> Result<(), ReplayError> {
-    // The latest time the trace has reached (`None` before the first record).
-    let mut latest: Option<f64> = None;
-    let mut buf = Vec::with_capacity(512);
-    let mut line_no = 0u64;
-    let mut batch = Batch::with_capacity(BATCH_RECORDS);
-    // Sends the batch and starts a new one; false when the engine has stopped.
-    let send = |batch: &mut Batch| {
-        let full = std::mem::replace(batch, Batch::with_capacity(BATCH_RECORDS));
-        tx.send(full).is_ok()
+    let mut reader = Reader {
+        latest: None,
+        lines: 0,
+        batch: Batch::with_capacity(BATCH_RECORDS),
+        max_future_secs,
+        tx,
     };
+    let mut buf = vec![0u8; READ_BYTES];
+    // Bytes of `buf` read and not yet parsed: a part line, then what the last read added.
+    let mut filled = 0;
     let result = loop {
-        buf.clear();
-        match input.read_until(b'\n', &mut buf) {
-            Ok(0) => break Ok(()),
-            Ok(_) => {}
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = match input.read(buf.get_mut(filled..).unwrap_or_default()) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => break Err(ReplayError::Io(e)),
+        };
+        filled += n;
+        let data = buf.get(..filled).unwrap_or_default();
+        // At the end of the trace its last line needs no newline; before it, only whole
+        // lines are parsed. The bytes before this read hold no newline (they are a part line).
+        let added = data.get(filled - n..).unwrap_or_default();
+        let whole = match (n, added.iter().rposition(|&b| b == b'\n')) {
+            (0, _) => filled,
+            (_, Some(newline)) => filled - n + newline + 1,
+            (_, None) => continue,
+        };
+        match reader.parse(data.get(..whole).unwrap_or_default()) {
+            Ok(true) => {}
+            // The engine stopped; its error is the one to report.
+            Ok(false) => return Ok(()),
+            Err(e) => break Err(e),
         }
-        line_no += 1;
-        let line = trim(&buf);
-        if line.is_empty() {
-            continue;
+        if n == 0 {
+            break Ok(());
         }
-        let record = match ndjson::parse_record(line) {
-            Ok(r) => r,
-            Err(r) => {
-                break Err(ReplayError::BadLine {
-                    line: line_no,
-                    why: r.to_string(),
-                });
+        buf.copy_within(whole..filled, 0);
+        filled -= whole;
+    };
+    if !reader.batch.is_empty() {
+        let _ = tx.send(reader.batch);
+    }
+    result
+}
+
+/// The reader thread's state between blocks of the trace.
+struct Reader<'t> {
+    /// The latest time the trace has reached (`None` before the first record).
+    latest: Option<f64>,
+    /// Lines read before the current block.
+    lines: u64,
+    /// The batch being filled.
+    batch: Batch,
+    max_future_secs: f64,
+    tx: &'t mpsc::SyncSender<Batch>,
+}
+
+impl Reader<'_> {
+    /// Parses a block of whole lines into batches, sending each one that fills; `Ok(false)`
+    /// when the engine has stopped.
+    fn parse(&mut self, block: &[u8]) -> Result<bool, ReplayError> {
+        let lines = self.lines;
+        let flow = ndjson::for_each_line(block, |number, record| {
+            let line = lines + number as u64 + 1;
+            let record = record.map_err(|r| ReplayError::BadLine {
+                line,
+                why: r.to_string(),
+            });
+            match record.and_then(|record| self.take(line, &record)) {
+                Ok(true) => ControlFlow::Continue(()),
+                Ok(false) => ControlFlow::Break(Ok(false)),
+                Err(e) => ControlFlow::Break(Err(e)),
             }
-        };
+        });
+        match flow {
+            ControlFlow::Continue(n) => {
+                self.lines += n as u64;
+                Ok(true)
+            }
+            ControlFlow::Break(stop) => stop,
+        }
+    }
+
+    /// Puts one record on line `line` into the batch; `Ok(false)` when the engine has
+    /// stopped.
+    ///
+    /// A batch keeps its readings apart from its requests, so a record with saturation
+    /// readings travels in a batch of its own: the engine then applies its readings at its
+    /// place in the trace, not at the place of whatever batch it would have shared.
+    fn take(&mut self, line: u64, record: &Record<'_>) -> Result<bool, ReplayError> {
         let mut obs = record.observation();
-        let ts = match trace_time(obs.ts, latest, max_future_secs) {
-            Ok(ts) => ts,
-            Err(why) => break Err(ReplayError::BadLine { line: line_no, why }),
-        };
-        latest = Some(latest.map_or(ts, |l| l.max(ts)));
+        let ts = trace_time(obs.ts, self.latest, self.max_future_secs)
+            .map_err(|why| ReplayError::BadLine { line, why })?;
+        self.latest = Some(self.latest.map_or(ts, |l| l.max(ts)));
         obs.ts = Some(ts);
         if record.has_readings() {
-            if !batch.is_empty() && !send(&mut batch) {
-                return Ok(());
+            if !self.batch.is_empty() && !self.send() {
+                return Ok(false);
             }
             for mut r in record.readings() {
                 r.ts = Some(ts);
-                batch.push_reading(&r);
+                self.batch.push_reading(&r);
             }
             if record.stands_for_requests() {
-                batch.push(&obs);
+                self.batch.push(&obs);
             }
-            if !send(&mut batch) {
-                return Ok(());
-            }
-            continue;
+            return Ok(self.send());
         }
-        batch.push(&obs);
-        // The engine stopped if the send fails; its error is the one to report.
-        if batch.len() == BATCH_RECORDS && !send(&mut batch) {
-            return Ok(());
-        }
-    };
-    if !batch.is_empty() {
-        let _ = tx.send(batch);
+        self.batch.push(&obs);
+        Ok(self.batch.len() < BATCH_RECORDS || self.send())
     }
-    result
+
+    /// Sends the batch and starts a new one; false when the engine has stopped.
+    fn send(&mut self) -> bool {
+        let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_RECORDS));
+        self.tx.send(full).is_ok()
+    }
 }
 
 /// The engine's side: every record in trace order, windows closed on trace time as it
@@ -249,19 +311,48 @@ fn run_engine(
             batch.readings().for_each(|r| e.read(&r));
             for obs in batch.iter() {
                 e.record(&obs);
-                summary.requests = summary.requests.saturating_add(obs.count);
             }
             summary.records += 1;
-            continue;
+        } else {
+            record_batch(&mut engine, &batch, config, out, summary)?;
+            summary.records += batch.len() as u64;
         }
-        for obs in batch.iter() {
-            let ts = obs.ts.expect("the reader sets every record's ts");
-            reach(&mut engine, config, ts, out, summary)?.record(&obs);
-            summary.records += 1;
-            summary.requests = summary.requests.saturating_add(obs.count);
-        }
+        summary.requests = summary.requests.saturating_add(batch.requests());
     }
     Ok(engine)
+}
+
+/// The observations of a batch in order, each after the windows before its time have
+/// closed: [`reach`] for each record, with the open window's bounds kept between records
+/// (they change only when a window closes).
+fn record_batch(
+    engine: &mut Option<Engine>,
+    batch: &Batch,
+    config: &Config,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
+    let mut records = batch.iter();
+    let Some(first) = records.next() else {
+        return Ok(());
+    };
+    let ts = |obs: &ObservationRef<'_>| obs.ts.expect("the reader sets every record's ts");
+    let e = reach(engine, config, ts(&first), out, summary)?;
+    e.record(&first);
+    let (mut start, mut end) = (e.window_start(), e.window_end());
+    for obs in records {
+        let ts = ts(&obs);
+        if ts >= end {
+            for ev in e.advance(ts) {
+                emit(out, &ev, summary)?;
+            }
+            (start, end) = (e.window_start(), e.window_end());
+        } else if ts < start {
+            summary.late += 1;
+        }
+        e.record(&obs);
+    }
+    Ok(())
 }
 
 /// The engine at trace time `ts`: created at the first record, its windows closed (and their
@@ -307,14 +398,6 @@ fn emit(out: &mut impl Write, ev: &Evaluation, summary: &mut Summary) -> io::Res
         summary.transitions += 1;
     }
     Ok(())
-}
-
-fn trim(line: &[u8]) -> &[u8] {
-    let mut l = line;
-    while let [rest @ .., b'\n' | b'\r' | b' ' | b'\t'] = l {
-        l = rest;
-    }
-    l
 }
 
 #[cfg(test)]
@@ -393,6 +476,96 @@ mod tests {
         assert_eq!(s.records, 3 * BATCH_RECORDS as u64);
         // [100,110) [110,120) [120,130) closed; [130,140) was open at the bad line.
         assert_eq!(s.windows, 3);
+    }
+
+    /// A trace in which one shard of 16 takes half the traffic after 32 windows of even
+    /// load (the detectors' warm-up is 30): enough for an alert, and longer than one read of
+    /// the reader thread.
+    fn hot_trace() -> String {
+        let mut t = String::new();
+        for i in 0..8_000u32 {
+            let ts = 1_700_000_000.0 + f64::from(i) * 0.05;
+            let shard = if i >= 6_400 && i % 2 == 0 { 0 } else { i % 16 };
+            t.push_str(&format!(
+                "{{\"ts\":{ts:.2},\"group\":\"g\",\"shard\":\"s{shard}\",\"key\":\"k{}\",\"latency_ms\":{}.5}}\n",
+                i % 97,
+                i % 40
+            ));
+        }
+        assert!(t.len() > READ_BYTES);
+        t
+    }
+
+    /// Hands out its bytes 1 to 7 at a time, so lines arrive cut at every place.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.step = self.step % 7 + 1;
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_trace_read_in_small_pieces_replays_the_same() {
+        let trace = hot_trace();
+        let (whole, s) = run_str(&trace).unwrap();
+        assert!(s.transitions > 0, "the trace should raise an alert");
+        let mut out = Vec::new();
+        let mut t = Summary::default();
+        let input = Trickle {
+            data: trace.as_bytes(),
+            step: 0,
+        };
+        replay(input, &Config::embedded(), 86_400.0, &mut out, &mut t).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), whole);
+        assert_eq!(
+            (t.records, t.windows, t.transitions),
+            (s.records, s.windows, s.transitions)
+        );
+    }
+
+    #[test]
+    fn a_line_longer_than_a_read_is_read_whole() {
+        let padding = "x".repeat(3 * READ_BYTES);
+        let t = format!(
+            "{{\"ts\":1,\"group\":\"g\",\"shard\":\"s\"}}\n\
+             {{\"ts\":2,\"group\":\"g\",\"shard\":\"s\",\"note\":\"{padding}\"}}\r\n\
+             {{\"ts\":3,\"group\":\"g\",\"shard\":\"s\"}}"
+        );
+        let (_, s) = run_str(&t).unwrap();
+        assert_eq!(s.records, 3);
+        let t = format!("{t}\n\n{{\"ts\":4,\"group\":\"g\",\"shard\":\"s\",\"note\":\"{padding}\"");
+        match run_str(&t) {
+            Err(ReplayError::BadLine { line, why }) => {
+                assert_eq!(line, 5);
+                assert!(why.contains("malformed"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_line_with_bytes_that_are_not_utf8_is_a_bad_line() {
+        let t = b"{\"ts\":1,\"group\":\"g\",\"shard\":\"s\"}\n{\"ts\":2,\"group\":\"g\xff\",\"shard\":\"s\"}\n";
+        let mut s = Summary::default();
+        match replay(
+            &t[..],
+            &Config::embedded(),
+            86_400.0,
+            &mut Vec::new(),
+            &mut s,
+        ) {
+            Err(ReplayError::BadLine { line, .. }) => assert_eq!(line, 2),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.records, 1);
     }
 
     #[test]

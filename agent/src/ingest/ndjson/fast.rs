@@ -1,21 +1,27 @@
-//! The fast path for the records almost every client sends: one flat JSON object whose values
-//! are strings without escapes, plain non-negative numbers, `true`, `false` or `null`.
+//! The fast path for the records almost every client sends: one flat JSON object on one line,
+//! whose values are strings without escapes, plain non-negative numbers, `true`, `false` or
+//! `null`.
 //!
-//! [`record`] reads such a line into the same [`RawRecord`] the serde path builds, or
-//! declines (`None`) at the first thing it does not handle: an escape, a nested value, a
-//! negative number or an exponent, more digits than an `f64` holds exactly, bytes that are not
-//! UTF-8, anything that is not valid JSON, or a saturation reading (`inflight`,
-//! `utilisation`: rare, and kept out of [`RawRecord`] so that the other records stay cheap).
-//! The caller then runs the serde path, which
+//! [`record_at`] reads such a line, straight out of a larger text, into the same [`RawRecord`]
+//! the serde path builds, and finds the line's end as it goes, so a caller scanning a body or
+//! a trace needs no separate search for newlines. It declines (`None`) at the first thing it
+//! does not handle: an escape, a nested value, a negative number or an exponent, more digits
+//! than an `f64` holds exactly, anything that is not valid JSON, a newline inside the object,
+//! or a saturation reading (`inflight`, `utilisation`: rare, and kept out of [`RawRecord`] so
+//! that the other records stay cheap). The caller then runs the serde path on the line, which
 //! handles all of JSON and decides what is malformed; so the fast path never has to be right
-//! about an error, only about a success. Its numbers are computed exactly as serde_json
-//! computes them (an integer as `u64`; a decimal as its digits divided by a power of ten,
-//! which is exact and correctly rounded below 2^53 and 10^22). A property test checks that the
-//! two paths agree.
+//! about an error, only about a success.
 //!
-//! Cost: one UTF-8 check of the line and one pass over its bytes, strings scanned eight bytes
-//! at a time; the serde path spent about six times as many instructions on a typical record
-//! (docs/performance.md).
+//! Numbers are computed exactly as serde_json and `str::parse` compute them: an integer as
+//! `u64`; a decimal of at most 15 significant digits as its digits (an exact `f64`, below 2^53)
+//! divided by a power of ten (exact up to 10^22), and one IEEE division of two exact operands
+//! is correctly rounded. Property tests check the numbers against `str::parse::<f64>` bit for
+//! bit, and whole records against the serde path.
+//!
+//! The text is already UTF-8 (the caller checks a whole block at once, which is cheaper than
+//! a check per line); the bytes outside strings are ASCII by the grammar. Cost: one pass over
+//! the line's bytes, strings scanned eight bytes at a time and the digits of a number up to
+//! eight at a time, known field names matched in place (docs/performance.md).
 
 use std::borrow::Cow;
 
@@ -31,32 +37,51 @@ const POW10: [f64; MAX_DECIMAL_DIGITS + 1] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
 ];
 
-/// Reads one JSON object (JSON whitespace around it allowed), or declines.
+/// Reads one JSON object that is the whole of `line` (JSON whitespace around it allowed),
+/// or declines.
 pub(super) fn record(line: &[u8]) -> Option<RawRecord<'_>> {
     let text = std::str::from_utf8(line).ok()?;
+    let (raw, end) = record_at(text, 0)?;
+    let rest = text.as_bytes().get(end..)?;
+    rest.iter()
+        .all(|&b| super::is_json_whitespace(b))
+        .then_some(raw)
+}
+
+/// Reads the record of the line that starts at `start` of `text`: one JSON object, with
+/// spaces, tabs and carriage returns around its tokens, and nothing else up to the line's
+/// end. Returns the record and the index of that end: the line's `\n`, or `text.len()`.
+pub(super) fn record_at(text: &str, start: usize) -> Option<(RawRecord<'_>, usize)> {
     let b = text.as_bytes();
-    let mut i = skip_ws(b, 0);
+    let mut i = skip_ws(b, start);
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i = skip_ws(b, i + 1);
     let mut raw = RawRecord::default();
-    // Where a reading field's value goes: any sends the record down the serde path.
-    let mut reading = None;
+    // Where the value of a field the record does not read goes.
+    let mut skipped = None;
     if b.get(i) == Some(&b'}') {
         i += 1;
     } else {
         loop {
-            let (name, next) = string(text, i)?;
-            i = skip_ws(b, next);
-            if b.get(i) != Some(&b':') {
-                return None;
-            }
-            i = skip_ws(b, i + 1);
-            let (value, next) = value(text, i)?;
-            if let Some(slot) = slot(&mut raw, &mut reading, name) {
-                *slot = Some(value);
-            }
+            let (name, next) = name(text, i)?;
+            i = expect(b, next, b':')?;
+            let (value, next) = value(text, skip_ws(b, i))?;
+            // Duplicates overwrite, so the last one wins, as in the serde path.
+            let slot = match name {
+                Name::Ts => &mut raw.ts,
+                Name::Group => &mut raw.group,
+                Name::Shard => &mut raw.shard,
+                Name::Key => &mut raw.key,
+                Name::Count => &mut raw.count,
+                Name::LatencyMs => &mut raw.latency_ms,
+                Name::Outcome => &mut raw.outcome,
+                Name::Cache => &mut raw.cache,
+                Name::Reading => return None,
+                Name::Other => &mut skipped,
+            };
+            *slot = Some(value);
             i = skip_ws(b, next);
             match b.get(i) {
                 Some(b',') => i = skip_ws(b, i + 1),
@@ -68,36 +93,75 @@ pub(super) fn record(line: &[u8]) -> Option<RawRecord<'_>> {
             }
         }
     }
-    (skip_ws(b, i) == b.len() && reading.is_none()).then_some(raw)
+    i = skip_ws(b, i);
+    matches!(b.get(i), None | Some(b'\n')).then_some((raw, i))
 }
 
-/// Where a field's value goes (`reading` for a saturation reading); `None` for a field the
-/// record does not read. Duplicates overwrite, so the last one wins, as in the serde path.
-fn slot<'r, 'a>(
-    raw: &'r mut RawRecord<'a>,
-    reading: &'r mut Option<Json<'a>>,
-    name: &str,
-) -> Option<&'r mut Option<Json<'a>>> {
-    Some(match name {
-        "ts" => &mut raw.ts,
-        "group" => &mut raw.group,
-        "shard" => &mut raw.shard,
-        "key" => &mut raw.key,
-        "count" => &mut raw.count,
-        "latency_ms" => &mut raw.latency_ms,
-        "outcome" => &mut raw.outcome,
-        "cache" => &mut raw.cache,
-        "inflight" | "utilisation" => reading,
-        _ => return None,
-    })
+/// What a field's name tells the fast path to do with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Ts,
+    Group,
+    Shard,
+    Key,
+    Count,
+    LatencyMs,
+    Outcome,
+    Cache,
+    /// `inflight` or `utilisation`: the record goes to the serde path.
+    Reading,
+    /// A field the record does not read.
+    Other,
 }
 
-/// Index of the first byte at or after `i` that is not JSON whitespace.
+/// The field name at `i` (its opening quote) and the index after its closing quote. A known
+/// name is matched in place, closing quote included, by its first letter and one compare of
+/// a few bytes; any other name is read as a string.
+#[inline(always)]
+fn name(text: &str, i: usize) -> Option<(Name, usize)> {
+    let b = text.as_bytes();
+    let rest = b.get(i + 1..).filter(|_| b.get(i) == Some(&b'"'))?;
+    let known = |word: &[u8], name: Name| rest.starts_with(word).then_some((name, word.len()));
+    let hit = match rest.first()? {
+        b't' => known(b"ts\"", Name::Ts),
+        b'g' => known(b"group\"", Name::Group),
+        b's' => known(b"shard\"", Name::Shard),
+        b'k' => known(b"key\"", Name::Key),
+        b'c' => known(b"count\"", Name::Count).or_else(|| known(b"cache\"", Name::Cache)),
+        b'l' => known(b"latency_ms\"", Name::LatencyMs),
+        b'o' => known(b"outcome\"", Name::Outcome),
+        b'i' => known(b"inflight\"", Name::Reading),
+        b'u' => known(b"utilisation\"", Name::Reading),
+        _ => None,
+    };
+    match hit {
+        Some((name, len)) => Some((name, i + 1 + len)),
+        None => string(text, i).map(|(_, next)| (Name::Other, next)),
+    }
+}
+
+/// Index of the first byte at or after `i` that is not whitespace within a line.
+#[inline(always)]
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while let Some(b' ' | b'\t' | b'\n' | b'\r') = b.get(i) {
+    // Compact JSON has no whitespace: one test for that before the loop.
+    if b.get(i).is_none_or(|&c| c > b' ') {
+        return i;
+    }
+    while let Some(b' ' | b'\t' | b'\r') = b.get(i) {
         i += 1;
     }
     i
+}
+
+/// The index after `byte`, which is the first byte at or after `i` that is not whitespace.
+#[inline(always)]
+fn expect(b: &[u8], i: usize, byte: u8) -> Option<usize> {
+    // Compact JSON has the byte right there: test that before looping over whitespace.
+    if b.get(i) == Some(&byte) {
+        return Some(i + 1);
+    }
+    let i = skip_ws(b, i);
+    (b.get(i) == Some(&byte)).then_some(i + 1)
 }
 
 /// A value at `i`: its JSON reading and the index after it.
@@ -121,6 +185,7 @@ fn literal<'a>(b: &[u8], i: usize, word: &[u8], json: Json<'a>) -> Option<(Json<
 
 /// A string without escapes or control characters at `i` (which holds its `"`): its
 /// contents and the index after its closing quote.
+#[inline(always)]
 fn string(text: &str, i: usize) -> Option<(&str, usize)> {
     let b = text.as_bytes();
     if b.get(i) != Some(&b'"') {
@@ -129,7 +194,7 @@ fn string(text: &str, i: usize) -> Option<(&str, usize)> {
     let start = i + 1;
     let end = special_byte(b, start);
     // The closing quote, or decline: a backslash (escape), a control character (invalid
-    // JSON) or the end of the line (unterminated).
+    // JSON, and the line's end) or the end of the text (unterminated).
     if b.get(end) != Some(&b'"') {
         return None;
     }
@@ -139,6 +204,7 @@ fn string(text: &str, i: usize) -> Option<(&str, usize)> {
 /// Index of the first `"`, `\` or control character (below 0x20) at or after `from`, or
 /// `b.len()`. Eight bytes at a time: each test is exact for the lowest flagged byte, and only
 /// the lowest is read.
+#[inline(always)]
 fn special_byte(b: &[u8], from: usize) -> usize {
     const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
@@ -169,37 +235,194 @@ fn special_byte(b: &[u8], from: usize) -> usize {
 
 /// A non-negative number without exponent at `i` (which holds a digit), as serde_json reads
 /// it: `U64` for an integer, `F64` for a decimal.
+#[inline(always)]
 fn number(b: &[u8], i: usize) -> Option<(Json<'static>, usize)> {
-    let mut j = i;
-    let mut mantissa: u64 = 0;
-    while let Some(&c @ b'0'..=b'9') = b.get(j) {
-        mantissa = mantissa.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-        j += 1;
-    }
+    let (mantissa, j) = digits(b, i, 0);
     let int_digits = j - i;
-    // JSON allows no leading zero; more integer digits than a u64 holds go to serde.
+    // JSON allows no leading zero; more integer digits than a u64 surely holds go to serde.
     if (int_digits > 1 && b.get(i) == Some(&b'0')) || int_digits > MAX_INTEGER_DIGITS {
         return None;
     }
-    if b.get(j) != Some(&b'.') {
-        return match b.get(j) {
-            Some(b'e' | b'E') => None,
-            _ => Some((Json::U64(mantissa), j)),
-        };
+    match b.get(j) {
+        Some(b'.') => {}
+        Some(b'e' | b'E') => return None,
+        _ => return Some((Json::U64(mantissa), j)),
     }
-    j += 1;
-    let frac_start = j;
-    while let Some(&c @ b'0'..=b'9') = b.get(j) {
-        mantissa = mantissa.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-        j += 1;
-    }
-    let frac_digits = j - frac_start;
+    let frac_start = j + 1;
+    let (mantissa, end) = digits(b, frac_start, mantissa);
+    let frac_digits = end - frac_start;
     if frac_digits == 0
         || int_digits + frac_digits > MAX_DECIMAL_DIGITS
-        || matches!(b.get(j), Some(b'e' | b'E'))
+        || matches!(b.get(end), Some(b'e' | b'E'))
     {
         return None;
     }
     let scale = POW10.get(frac_digits)?;
-    Some((Json::F64(mantissa as f64 / scale), j))
+    Some((Json::F64(mantissa as f64 / scale), end))
+}
+
+/// Reads the ASCII digits at `i` onto `acc` (`acc * 10^n + digits`): the value and the index
+/// after the last digit. Wrapping arithmetic, so exact only while the result stays below
+/// 2^64: the caller bounds the number of digits (19 for any `acc` below 10^19 / 10^n is safe).
+#[inline(always)]
+fn digits(b: &[u8], mut i: usize, mut acc: u64) -> (u64, usize) {
+    // Up to eight digits at a time: a unix time has ten before its point, a latency a few.
+    while let Some(chunk) = b.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let (value, n) = leading_digits(u64::from_le_bytes(*chunk));
+        acc = acc
+            .wrapping_mul(POW10_U64.get(n).copied().unwrap_or(1))
+            .wrapping_add(value);
+        i += n;
+        if n < 8 {
+            return (acc, i);
+        }
+    }
+    while let Some(&c @ b'0'..=b'9') = b.get(i) {
+        acc = acc.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+        i += 1;
+    }
+    (acc, i)
+}
+
+/// Powers of ten for up to eight digits.
+const POW10_U64: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
+/// The ASCII digits that begin eight bytes read as a little-endian word (first byte lowest):
+/// their value and how many there are (0..=8).
+#[inline(always)]
+fn leading_digits(w: u64) -> (u64, usize) {
+    const LOW7: u64 = u64::from_ne_bytes([0x7F; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A digit byte becomes its value 0..=9; every other byte becomes 10 or more.
+    let x = w ^ u64::from_ne_bytes([b'0'; 8]);
+    // Flags bytes of 10 or more: the low seven bits plus 0x76 reach 0x80 exactly then, and
+    // never carry into the next byte; a byte with its high bit set is flagged by `| x`.
+    let flagged = ((x & LOW7).wrapping_add(u64::from_ne_bytes([0x76; 8])) | x) & HIGH;
+    let n = (flagged.trailing_zeros() / 8) as usize;
+    if n == 0 {
+        return (0, 0);
+    }
+    // The `n` digits moved to the top, with zero digits below them: the same value, and
+    // the bytes after the digits shifted out.
+    let v = x << (64 - 8 * n);
+    // Pairs, then quadruples, then all eight, each step one multiply: the first digit is the
+    // most significant.
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8) & 0x00FF_00FF_00FF_00FF;
+    let v = v.wrapping_mul(100).wrapping_add(v >> 16) & 0x0000_FFFF_0000_FFFF;
+    (
+        v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xFFFF_FFFF,
+        n,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The number the fast path reads from `s`, which must be all of it.
+    fn read(s: &str) -> Option<Json<'static>> {
+        let (json, end) = number(s.as_bytes(), 0)?;
+        (end == s.len()).then_some(json)
+    }
+
+    #[test]
+    fn leading_digits_reads_the_digits_before_anything_else() {
+        let read = |s: &[u8; 8]| leading_digits(u64::from_le_bytes(*s));
+        assert_eq!(read(b"12345678"), (12_345_678, 8));
+        assert_eq!(read(b"00000000"), (0, 8));
+        assert_eq!(read(b"99999999"), (99_999_999, 8));
+        assert_eq!(read(b"1234567."), (1_234_567, 7));
+        assert_eq!(read(b"38.41}\n{"), (38, 2));
+        assert_eq!(read(b"0012\"abc"), (12, 4));
+        assert_eq!(read(b"7/345678"), (7, 1));
+        for none in [
+            b"/2345678",
+            b":2345678",
+            b" 2345678",
+            b"\xb02345678",
+            b"\xb92345678",
+        ] {
+            assert_eq!(read(none), (0, 0), "{none:?}");
+        }
+        // Every byte value in every place: only 0x30..=0x39 counts as a digit.
+        for byte in 0..=255u8 {
+            for at in 0..8 {
+                let mut w = *b"55555555";
+                w[at] = byte;
+                let digits = if byte.is_ascii_digit() { 8 } else { at };
+                let (value, n) = read(&w);
+                assert_eq!(n, digits, "{w:?}");
+                let text = std::str::from_utf8(&w[..n]).unwrap();
+                assert_eq!(value, text.parse::<u64>().unwrap_or(0), "{w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_at_the_limits() {
+        assert!(read("18446744073709551615").is_none());
+        assert!(matches!(
+            read("9999999999999999999"),
+            Some(Json::U64(9_999_999_999_999_999_999))
+        ));
+        assert!(
+            matches!(read("1700000000.00001"), Some(Json::F64(f)) if f == 1_700_000_000.000_01)
+        );
+        // Sixteen significant digits may not be exact this way: serde decides.
+        assert!(read("1700000000.000001").is_none());
+        assert!(read("1.").is_none());
+        assert!(read("01").is_none());
+        assert!(read("1e5").is_none());
+        assert!(read("1.5E5").is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn decimals_are_bit_identical_to_the_std_parser(
+            int in "(0|[1-9][0-9]{0,14})",
+            frac in "[0-9]{1,15}",
+        ) {
+            let s = format!("{int}.{frac}");
+            let want: f64 = s.parse().unwrap();
+            match read(&s) {
+                Some(Json::F64(got)) => prop_assert_eq!(got.to_bits(), want.to_bits(), "{}", s),
+                None => prop_assert!(int.len() + frac.len() > MAX_DECIMAL_DIGITS, "{}", s),
+                Some(_) => prop_assert!(false, "{} read as an integer", s),
+            }
+        }
+
+        #[test]
+        fn integers_are_identical_to_the_std_parser(int in "(0|[1-9][0-9]{0,21})") {
+            match read(&int) {
+                Some(Json::U64(got)) => prop_assert_eq!(got, int.parse::<u64>().unwrap()),
+                None => prop_assert!(int.len() > MAX_INTEGER_DIGITS, "{}", int),
+                Some(_) => prop_assert!(false, "{} read as a decimal", int),
+            }
+        }
+
+        #[test]
+        fn unix_times_are_bit_identical_to_the_std_parser(
+            secs in 0u64..4_000_000_000,
+            micros in 0u64..100_000,
+            width in 1usize..=5,
+        ) {
+            let s = format!("{secs}.{:0width$}", micros % 10u64.pow(width as u32));
+            let want: f64 = s.parse().unwrap();
+            match read(&s) {
+                Some(Json::F64(got)) => prop_assert_eq!(got.to_bits(), want.to_bits(), "{}", s),
+                other => prop_assert!(false, "{} not read: {:?}", s, other.is_some()),
+            }
+        }
+    }
 }
