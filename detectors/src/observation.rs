@@ -603,10 +603,16 @@ impl Batch {
         self.readings.clear();
     }
 
+    /// The arena text a record's `(start, end)` span points at.
+    #[inline]
+    fn text(&self, (start, end): (u32, u32)) -> &str {
+        &self.arena[start as usize..end as usize]
+    }
+
     /// The saturation readings, in insertion order.
     pub fn readings(&self) -> impl ExactSizeIterator<Item = ReadingRef<'_>> + '_ {
         self.readings.iter().map(move |p| {
-            let s = |r: (u32, u32)| &self.arena[r.0 as usize..r.1 as usize];
+            let s = |r| self.text(r);
             ReadingRef {
                 ts: p.ts,
                 group: s(p.group),
@@ -620,7 +626,7 @@ impl Batch {
     /// The observations, in insertion order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = ObservationRef<'_>> + '_ {
         self.records.iter().map(move |p| {
-            let s = |r: (u32, u32)| &self.arena[r.0 as usize..r.1 as usize];
+            let s = |r| self.text(r);
             ObservationRef {
                 ts: p.ts,
                 group: s(p.group),

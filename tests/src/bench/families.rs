@@ -65,15 +65,7 @@ pub const FAMILIES: &[Family] = &[
             target: Target::Shard,
             unit: "load ×",
             magnitudes: [2.0, 5.0, 10.0],
-            after: |m, i, _| {
-                shard0(
-                    i,
-                    Slice {
-                        load: m,
-                        ..Slice::normal()
-                    },
-                )
-            },
+            after: shard0_load,
         }),
         weights: equal,
         before: steady,
@@ -235,15 +227,7 @@ pub const FAMILIES: &[Family] = &[
             target: Target::Shard,
             unit: "load ×",
             magnitudes: [1.5, 1.8, 2.5],
-            after: |m, i, _| {
-                shard0(
-                    i,
-                    Slice {
-                        load: m,
-                        ..Slice::normal()
-                    },
-                )
-            },
+            after: shard0_load,
         }),
         weights: equal,
         before: steady,
@@ -328,6 +312,17 @@ pub fn family(name: &str) -> Option<&'static Family> {
 /// `s` for shard 0, normal for the others.
 fn shard0(i: usize, s: Slice) -> Slice {
     if i == 0 { s } else { Slice::normal() }
+}
+
+/// Shard 0 takes `m` times its load, every other shard as before.
+fn shard0_load(m: f64, i: usize, _: f64) -> Slice {
+    shard0(
+        i,
+        Slice {
+            load: m,
+            ..Slice::normal()
+        },
+    )
 }
 
 fn steady(_: f64, _: usize, _: u64, _: &Traffic) -> Slice {
