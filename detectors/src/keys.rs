@@ -15,8 +15,9 @@
 //! `m` slots each hold a monitored key, a count and an error. A monitored key adds its weight
 //! to its count. While slots are free, a new key takes one with count `w` and error 0.
 //!
-//! Once the summary is full, an unmonitored key goes to the filter: `4m` counters (rounded
-//! up to a power of two), one per bucket of key hashes, each an upper bound of the weight of
+//! Once the summary is full, an unmonitored key goes to the filter: `16m` counters, at most
+//! 16,384 unless that is under `4m` (rounded up to a power of two), one per bucket of key
+//! hashes, each an upper bound of the weight of
 //! every unmonitored key in its bucket. If the bucket's counter `c` plus `w` stays below the
 //! smallest monitored count `min`, the counter takes the weight and nothing else moves: a
 //! rare key costs one increment. Otherwise the key evicts the slot holding `min`, with count
@@ -65,13 +66,15 @@
 //!
 //! # Memory
 //!
-//! About 96 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
+//! About 144 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
 //! per key: a 48-byte slot, a 16-byte heap entry, 16 bytes of index (8 per bucket, two buckets
-//! per slot, up to 32 when the capacity is not a power of two) and 16 bytes of filter (four
-//! 32-bit counters). At the default capacity of 1024 that is about 140 KB with 32-byte keys and
-//! about 370 KB with the longest accepted keys (256 bytes). Slots are allocated as keys
-//! arrive and the filter when the summary is first full, so a summary that sees few keys stays
-//! small; only the index is allocated up front.
+//! per slot, up to 32 when the capacity is not a power of two) and 64 bytes of filter (sixteen
+//! 32-bit counters; a filter stops growing at 64 KiB, so past 1,024 slots a slot's share
+//! falls to four counters). A 32-slot shard summary holds a 2 KiB filter. At the default
+//! capacity of 1024 that is about 190 KB with 32-byte keys and about 420 KB with the longest
+//! accepted keys (256 bytes). Slots are allocated as keys arrive and the filter when the
+//! summary is first full, so a summary that sees few keys stays small; only the index is
+//! allocated up front.
 //!
 //! # Sizing and measured recall
 //!
@@ -83,14 +86,15 @@
 //! [`KeySummary::max_error`] as a share of the total at 1024 slots, with plain Space-Saving's
 //! from the same streams before the filter for comparison:
 //!
-//! | Zipf s | φ₁₀   | m = 64 | 128   | 256   | 512   | 1024  | max_error at 1024 (plain SS) |
-//! |--------|-------|--------|-------|-------|-------|-------|------------------------------|
-//! | 0.8    | 0.21% | 0 / 0  | 10/10 | 10/10 | 10/10 | 10/10 | 0.020% (0.093%)              |
-//! | 1.0    | 0.70% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.015% (0.069%)              |
-//! | 1.2    | 1.20% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.007% (0.033%)              |
+//! | Zipf s | φ₁₀   | m = 64 | 128   | 256   | 512   | 1024  | max_error at 1024 (4 counters per slot; plain SS) |
+//! |--------|-------|--------|-------|-------|-------|-------|---------------------------------------------------|
+//! | 0.8    | 0.21% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.009% (0.020%; 0.093%)                           |
+//! | 1.0    | 0.70% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.009% (0.015%; 0.069%)                           |
+//! | 1.2    | 1.20% | 10/10  | 10/10 | 10/10 | 10/10 | 10/10 | 0.005% (0.007%; 0.033%)                           |
 //!
 //! Plain Space-Saving needed 512 slots for s = 0.8 and certified s = 1.0 at 128 slots only half
-//! the time. The tests pin one seed each at 5·10⁵ events: s = 1.0 and s = 0.8 at 1024 slots,
+//! the time; with four filter counters per slot s = 0.8 needed 128 slots, with sixteen 64
+//! suffice. The tests pin one seed each at 5·10⁵ events: s = 1.0 and s = 0.8 at 1024 slots,
 //! s = 1.2 at 64 slots, and four merged 1024-slot summaries of s = 1.0, all with top-10 recall
 //! 1.0 and certified.
 //!
@@ -99,13 +103,15 @@
 //! calling a key *the* hot key: flat streams over many keys certify nothing.
 //!
 //! Cost: a window records each keyed observation into two summaries (the group's and the
-//! shard's); `scripts/instructions.sh record_with_key` counts about 853 instructions per
-//! observation for both (876 with an eagerly ordered heap, 1,291 before the filter and the
-//! single hash), on a stream of 10⁵ keys drawn as u² over 64 shards. There only about 3% of
-//! the updates find their key monitored, 52% are filtered and 45% evict: the flatter the
-//! stream, the more evictions, each a walk down the heap. The lazy heap pays off on skewed
-//! streams, where most updates are increments of monitored keys and no longer sift:
-//! `record_with_hot_keys` (20 keys, all monitored) counts about 589 (707 with the eager heap).
+//! shard's); `scripts/instructions.sh record_with_key` counts about 726 instructions per
+//! observation for both (853 with four filter counters per slot, 876 with an eagerly ordered
+//! heap as well, 1,291 before the filter and the single hash), on a stream of 10⁵ keys drawn
+//! as u² over 64 shards. There about 4% of the updates find their key monitored, 74% are
+//! filtered and 22% evict (with four counters per slot: 3%, 50% and 47%): the flatter the
+//! stream, the more evictions, each a walk down the heap and two index updates, which is why
+//! the filter has sixteen counters per slot. The lazy heap pays off on skewed streams, where
+//! most updates are increments of monitored keys and no longer sift: `record_with_hot_keys`
+//! (20 keys, all monitored) counts about 589 (707 with the eager heap).
 
 use std::hash::BuildHasher;
 
@@ -126,10 +132,26 @@ const EMPTY: u64 = u64::MAX;
 /// bits a bucket keeps find its home. The configuration allows at most 2^20.
 pub const MAX_CAPACITY: usize = 1 << 24;
 
-/// Admission-filter counters per slot (rounded up to a power of two in all). More buckets
-/// mean smaller counters, so fewer rare keys reach the threshold and evict; see the module
-/// docs for the measured trade-off.
-const FILTER_BUCKETS_PER_SLOT: usize = 4;
+/// Admission-filter counters per slot up to [`MAX_FILTER_BUCKETS`]. More buckets mean smaller
+/// counters, so fewer rare keys reach the threshold and evict (each eviction a walk down the
+/// heap and two index updates); see the module docs for the measured trade-off.
+const FILTER_BUCKETS_PER_SLOT: usize = 16;
+
+/// Counters a filter has at most (64 KiB, reached at 1,024 slots), unless
+/// [`MIN_FILTER_BUCKETS_PER_SLOT`] asks for more: larger summaries get fewer per slot rather
+/// than a filter too large to stay cached.
+const MAX_FILTER_BUCKETS: usize = 16_384;
+
+/// Admission-filter counters per slot at least, for summaries beyond 4,096 slots.
+const MIN_FILTER_BUCKETS_PER_SLOT: usize = 4;
+
+/// The admission filter's number of counters for a summary of `capacity` slots: a power of two.
+fn filter_buckets(capacity: usize) -> usize {
+    (FILTER_BUCKETS_PER_SLOT * capacity)
+        .min(MAX_FILTER_BUCKETS)
+        .max(MIN_FILTER_BUCKETS_PER_SLOT * capacity)
+        .next_power_of_two()
+}
 
 /// A key's hash under the summaries' fixed seed. Every [`KeySummary`] hashes the same way, so
 /// a caller feeding one key to several summaries computes it once.
@@ -633,7 +655,7 @@ impl KeySummary {
         // outgrow them (billions per key) falls back to plain Space-Saving.
         let filtering = self.floor < u64::from(u32::MAX);
         if filtering && self.filter.is_empty() {
-            let buckets = (FILTER_BUCKETS_PER_SLOT * self.capacity).next_power_of_two();
+            let buckets = filter_buckets(self.capacity);
             self.filter = vec![self.floor as u32; buckets];
         } else if !filtering {
             self.filter = Vec::new();
@@ -1091,7 +1113,7 @@ mod tests {
 
     /// The filter bucket of `key` in a summary of `capacity` slots.
     fn bucket(key: &str, capacity: usize) -> usize {
-        KeyHash::of(key).0 as usize & ((FILTER_BUCKETS_PER_SLOT * capacity).next_power_of_two() - 1)
+        KeyHash::of(key).0 as usize & (filter_buckets(capacity) - 1)
     }
 
     #[test]
