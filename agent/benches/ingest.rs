@@ -6,8 +6,9 @@
 //! - `statsd_parse_bench_datagrams`: the datagrams `skewwatch bench` sends (1,400 bytes,
 //!   about 20 lines of ~65 bytes with a key), the figure behind the UDP target.
 //! - `ndjson_parse_body_1000`: an HTTP body of 1,000 records with every field.
-//! - `replay_records`: what `skewwatch replay` does per trace line (parse, advance the engine
-//!   in trace time, record), over 100,000 records of 10 s windows at 64 shards.
+//! - `replay_records`: what `skewwatch replay` does per trace record, its reader thread's code
+//!   (blocks of lines parsed where they lie into batches) and the engine's work in trace time
+//!   on one thread, over 100,000 records of 10 s windows at 64 shards.
 //!
 //! Throughput is reported in records (elements). docs/performance.md has the medians.
 //!
@@ -20,7 +21,6 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use skewwatch::config::Config;
 use skewwatch::ingest::{ndjson, statsd};
-use skewwatch_detectors::engine::Engine;
 use skewwatch_detectors::observation::{Batch, Rejections};
 
 fn statsd_benches(c: &mut Criterion) {
@@ -85,29 +85,7 @@ fn replay_benches(c: &mut Criterion) {
     group.sample_size(20);
     group.throughput(Throughput::Elements(RECORDS as u64));
     group.bench_function("replay_records", |b| {
-        b.iter(|| {
-            let mut engine = Engine::new(config.engine.clone(), 1_700_000_000.0);
-            let mut transitions = 0;
-            for line in trace.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                let record = ndjson::parse_record(line).expect("valid trace");
-                let obs = record.observation();
-                let ts = obs.ts.expect("trace has ts");
-                if ts >= engine.window_end() {
-                    transitions += engine
-                        .advance(ts)
-                        .iter()
-                        .map(|e| e.transitions.len())
-                        .sum::<usize>();
-                }
-                if record.has_readings() {
-                    record.readings().for_each(|r| engine.read(&r));
-                }
-                if record.stands_for_requests() {
-                    engine.record(&obs);
-                }
-            }
-            transitions
-        })
+        b.iter(|| common::replay(black_box(&trace), &config))
     });
     group.finish();
 }

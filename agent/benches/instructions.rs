@@ -20,7 +20,6 @@ use std::time::Instant;
 
 use skewwatch::config::Config;
 use skewwatch::ingest::{ndjson, statsd};
-use skewwatch_detectors::engine::Engine;
 use skewwatch_detectors::observation::{Batch, Rejections};
 use skewwatch_detectors::window::{WindowConfig, Windows};
 
@@ -135,27 +134,12 @@ fn run(path: &str, reps: usize) -> Option<usize> {
             reps
         }
         "replay" => {
-            // What `skewwatch replay` does per line: parse, advance on trace time, record.
+            // What `skewwatch replay` does per record, its two threads' work on one: the
+            // reader's blocks, lines and batches, then the engine in trace time.
             let trace = common::trace(reps, 100_000, 64, 10_000);
             let config = Config::embedded();
-            let mut engine = Engine::new(config.engine.clone(), 1_700_000_000.0);
             let mut windows = 0;
-            measured(|| {
-                for line in trace.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                    let record = ndjson::parse_record(line).expect("valid trace");
-                    let obs = record.observation();
-                    let ts = obs.ts.expect("trace has ts");
-                    if ts >= engine.window_end() {
-                        windows += engine.advance(ts).len();
-                    }
-                    if record.has_readings() {
-                        record.readings().for_each(|r| engine.read(&r));
-                    }
-                    if record.stands_for_requests() {
-                        engine.record(&obs);
-                    }
-                }
-            });
+            measured(|| windows = common::replay(&trace, &config));
             black_box(windows);
             reps
         }

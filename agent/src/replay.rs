@@ -141,7 +141,9 @@ fn replay(
     std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name("replay-reader".into())
-            .spawn_scoped(scope, move || read_batches(input, max_future_secs, &tx))?;
+            .spawn_scoped(scope, move || {
+                read_batches(input, max_future_secs, |batch| tx.send(batch).is_ok())
+            })?;
         let result = run_engine(&rx, config, out, summary);
         // Unblocks the reader if the engine stopped early (an output error).
         drop(rx);
@@ -161,23 +163,27 @@ fn replay(
     })
 }
 
-/// The reader thread: parses `input` into batches in trace order and sends them; a bad line
-/// or a read error ends the trace, after the batch of the records before it.
+/// The reader thread's work: parses `input` into batches in trace order and hands each to
+/// `send`, which returns false when the engine has stopped; a bad line or a read error ends
+/// the trace, after the batch of the records before it.
 ///
 /// The trace is read in blocks of [`READ_BYTES`] and parsed where it lies: each block's whole
 /// lines go to [`ndjson::for_each_line`] and the part line at its end is moved to the front,
 /// to be completed by the next read. A line longer than a block grows the buffer to hold it.
-fn read_batches(
+///
+/// Public so that the benchmarks (`agent/benches`) measure the code the reader thread runs,
+/// with a `send` that feeds the engine on the same thread.
+pub fn read_batches(
     mut input: impl Read,
     max_future_secs: f64,
-    tx: &mpsc::SyncSender<Batch>,
+    send: impl FnMut(Batch) -> bool,
 ) -> Result<(), ReplayError> {
     let mut reader = Reader {
         latest: None,
         lines: 0,
         batch: Batch::with_capacity(BATCH_RECORDS),
         max_future_secs,
-        tx,
+        send,
     };
     let mut buf = vec![0u8; READ_BYTES];
     // Bytes of `buf` read and not yet parsed: a part line, then what the last read added.
@@ -214,13 +220,13 @@ fn read_batches(
         filled -= whole;
     };
     if !reader.batch.is_empty() {
-        let _ = tx.send(reader.batch);
+        (reader.send)(reader.batch);
     }
     result
 }
 
 /// The reader thread's state between blocks of the trace.
-struct Reader<'t> {
+struct Reader<S> {
     /// The latest time the trace has reached (`None` before the first record).
     latest: Option<f64>,
     /// Lines read before the current block.
@@ -228,10 +234,11 @@ struct Reader<'t> {
     /// The batch being filled.
     batch: Batch,
     max_future_secs: f64,
-    tx: &'t mpsc::SyncSender<Batch>,
+    /// Hands a full batch to the engine; false when the engine has stopped.
+    send: S,
 }
 
-impl Reader<'_> {
+impl<S: FnMut(Batch) -> bool> Reader<S> {
     /// Parses a block of whole lines into batches, sending each one that fills; `Ok(false)`
     /// when the engine has stopped.
     fn parse(&mut self, block: &[u8]) -> Result<bool, ReplayError> {
@@ -289,7 +296,7 @@ impl Reader<'_> {
     /// Sends the batch and starts a new one; false when the engine has stopped.
     fn send(&mut self) -> bool {
         let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_RECORDS));
-        self.tx.send(full).is_ok()
+        (self.send)(full)
     }
 }
 
@@ -378,16 +385,34 @@ fn reach<'e>(
 
 /// A record's trace time: required, and not more than `max_future_secs` after the latest time
 /// the trace has reached (`None` before the first record).
+///
+/// Inlined into the reader's loop, with the messages built out of line: the test is a few
+/// instructions, and every record pays it.
+#[inline(always)]
 fn trace_time(ts: Option<f64>, latest: Option<f64>, max_future_secs: f64) -> Result<f64, String> {
-    let ts = ts.ok_or_else(|| "ts is required in a replay trace".to_owned())?;
-    match latest {
-        Some(latest) if ts > latest + max_future_secs => Err(format!(
-            "ts {ts} is {:.0} s after the trace's latest time {latest} (more than \
-             --max-future-secs {max_future_secs}); fix the record or raise the bound",
-            ts - latest
-        )),
-        _ => Ok(ts),
+    match (ts, latest) {
+        (None, _) => Err(no_trace_time()),
+        (Some(ts), Some(latest)) if ts > latest + max_future_secs => {
+            Err(too_far_ahead(ts, latest, max_future_secs))
+        }
+        (Some(ts), _) => Ok(ts),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn no_trace_time() -> String {
+    "ts is required in a replay trace".to_owned()
+}
+
+#[cold]
+#[inline(never)]
+fn too_far_ahead(ts: f64, latest: f64, max_future_secs: f64) -> String {
+    format!(
+        "ts {ts} is {:.0} s after the trace's latest time {latest} (more than \
+         --max-future-secs {max_future_secs}); fix the record or raise the bound",
+        ts - latest
+    )
 }
 
 fn emit(out: &mut impl Write, ev: &Evaluation, summary: &mut Summary) -> io::Result<()> {

@@ -136,7 +136,7 @@ pub fn for_each_line<'b, B>(
             let (record, end) = match fast::record_at(text, i) {
                 // A line that reaches the end of `text` ends there only if `text` is all of
                 // `rest`; otherwise it goes on with the bad byte.
-                Some((raw, end)) if whole || end < text.len() => (Some(raw.interpret()), end),
+                Some((record, end)) if whole || end < text.len() => (Some(Ok(record)), end),
                 _ => {
                     let end = line_end(rest, i);
                     let line = rest.get(i..end).unwrap_or_default();
@@ -174,7 +174,7 @@ pub fn parse_record(line: &[u8]) -> Result<Record<'_>, RejectReason> {
     // Flat records of plain values take the fast path; everything else, including every
     // malformed record, is read by serde_json.
     match fast::record(line) {
-        Some(raw) => raw.interpret(),
+        Some(record) => Ok(record),
         None => parse_record_serde(line),
     }
 }
@@ -1384,6 +1384,7 @@ mod tests {
             Just("true".to_string()),
             Just("false".to_string()),
             Just("nul".to_string()),
+            Just(String::new()),
             Just("{}".to_string()),
             Just("[1,2]".to_string()),
             Just(r#"{"a":[null]}"#.to_string()),
@@ -1408,8 +1409,10 @@ mod tests {
             &br#"{"ts":1700000000.125,"group":"db","shard":"s1","key":"user:4","count":3,"latency_ms":12.5,"outcome":"error","cache":"miss"}"#[..],
             br#" { "group" : "g" , "shard":"s", "extra": null, "latency_ms": 0.25 } "#,
             b"{\"group\":\"g\",\"shard\":\"s\",\"key\":\"\",\"latency_ms\":3}\r\n",
+            br#"{"ts":"2024-05-01T12:00:00.250Z","group":"g","shard":"s","cache":"hit","outcome":"timeout"}"#,
+            br#"{"ts":null,"group":"g","shard":"s","key":null,"count":null,"latency_ms":null,"outcome":null,"cache":null}"#,
         ] {
-            let fast = fast::record(line).map(RawRecord::interpret);
+            let fast = fast::record(line).map(Ok);
             assert_eq!(fast, Some(parse_record_serde(line)), "{}", String::from_utf8_lossy(line));
         }
         // Nested values, escapes and negative numbers go to serde.
@@ -1426,7 +1429,82 @@ mod tests {
         }
     }
 
+    #[test]
+    fn invalid_records_are_left_to_serde_which_names_the_reason() {
+        for (line, reason) in [
+            (&br#"{"shard":"s"}"#[..], RejectReason::MissingGroup),
+            (br#"{"group":"g","shard":null}"#, RejectReason::MissingShard),
+            (
+                br#"{"group":"g","shard":"s","key":1}"#,
+                RejectReason::WrongType,
+            ),
+            (
+                br#"{"group":"g","shard":"s","count":0}"#,
+                RejectReason::BadCount,
+            ),
+            (
+                br#"{"group":"g","shard":"s","count":1.5}"#,
+                RejectReason::BadCount,
+            ),
+            (
+                br#"{"group":"g","shard":"s","latency_ms":true}"#,
+                RejectReason::WrongType,
+            ),
+            (
+                br#"{"group":"g","shard":"s","latency_ms":1e9}"#,
+                RejectReason::BadLatency,
+            ),
+            (
+                br#"{"group":"g","shard":"s","latency_ms":99999999999}"#,
+                RejectReason::BadLatency,
+            ),
+            (
+                br#"{"group":"g","shard":"s","outcome":"nope"}"#,
+                RejectReason::UnknownOutcome,
+            ),
+            (
+                br#"{"group":"g","shard":"s","cache":"warm"}"#,
+                RejectReason::BadCache,
+            ),
+            (
+                br#"{"group":"g","shard":"s","ts":"yesterday"}"#,
+                RejectReason::BadTimestamp,
+            ),
+            (br#"{"group":"","shard":"s"}"#, RejectReason::FieldLength),
+            // A field with no value is not JSON.
+            (
+                br#"{"group":"g","shard":"s","latency_ms":,"x":1}"#,
+                RejectReason::Malformed,
+            ),
+            (
+                br#"{"group":"g","shard":"s","count":}"#,
+                RejectReason::Malformed,
+            ),
+            (
+                br#"{"ts":,"group":"g","shard":"s"}"#,
+                RejectReason::Malformed,
+            ),
+        ] {
+            let text = String::from_utf8_lossy(line);
+            assert!(fast::record(line).is_none(), "{text}");
+            assert_eq!(parse_record(line), Err(reason), "{text}");
+        }
+        // A bad value that a later duplicate replaces also goes to serde, which takes the
+        // record with the last values.
+        let line =
+            br#"{"group":"g","shard":"s","count":"x","count":7,"outcome":"nope","outcome":"ok"}"#;
+        assert!(fast::record(line).is_none());
+        assert_eq!(parse_record(line).map(|r| r.observation().count), Ok(7));
+    }
+
     proptest! {
+        #[test]
+        fn the_fast_path_takes_only_what_serde_takes(line in object_strategy()) {
+            if let Some(record) = fast::record(line.as_bytes()) {
+                prop_assert_eq!(Ok(record), parse_record_serde(line.as_bytes()));
+            }
+        }
+
         #[test]
         fn fast_path_agrees_with_serde(line in object_strategy()) {
             prop_assert_eq!(parse_record(line.as_bytes()), parse_record_serde(line.as_bytes()));

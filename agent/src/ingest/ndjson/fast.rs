@@ -2,15 +2,19 @@
 //! whose values are strings without escapes, plain non-negative numbers, `true`, `false` or
 //! `null`.
 //!
-//! [`record_at`] reads such a line, straight out of a larger text, into the same [`RawRecord`]
-//! the serde path builds, and finds the line's end as it goes, so a caller scanning a body or
-//! a trace needs no separate search for newlines. It declines (`None`) at the first thing it
-//! does not handle: an escape, a nested value, a negative number or an exponent, more digits
-//! than an `f64` holds exactly, anything that is not valid JSON, a newline inside the object,
-//! or a saturation reading (`inflight`, `utilisation`: rare, and kept out of [`RawRecord`] so
-//! that the other records stay cheap). The caller then runs the serde path on the line, which
-//! handles all of JSON and decides what is malformed; so the fast path never has to be right
-//! about an error, only about a success.
+//! [`record_at`] reads such a line, straight out of a larger text, into the valid [`Record`]
+//! the serde path would give, and finds the line's end as it goes, so a caller scanning a body
+//! or a trace needs no separate search for newlines. Each known field's value is read straight
+//! into its type, and the data-model rules run once, on the finished record. It declines
+//! (`None`) at the first thing it does not handle: an escape, a nested value, a negative
+//! number or an exponent, more digits than an `f64` holds exactly, anything that is not valid
+//! JSON, a newline inside the object, a saturation reading (`inflight`, `utilisation`: rare,
+//! and kept off this path so that the other records stay cheap), and every record that is not
+//! valid: a value of a type its field does not take, an unknown outcome, a missing group, a
+//! rule of [`ObservationRef::validate`](skewwatch_detectors::observation::ObservationRef::validate).
+//! The caller then runs the serde path on the line, which handles all of JSON and names the
+//! reason a record is rejected; so the fast path never has to be right about an error, only
+//! about a success, and a bad record costs the serde path's price (rare in practice).
 //!
 //! Numbers are computed exactly as serde_json and `str::parse` compute them: an integer as
 //! `u64`; a decimal of at most 15 significant digits as its digits (an exact `f64`, below 2^53)
@@ -25,7 +29,10 @@
 
 use std::borrow::Cow;
 
-use super::{Json, RawRecord};
+use skewwatch_detectors::observation::{CacheResult, Outcome};
+
+use super::{Json, Record};
+use crate::clock;
 
 /// Digits of a decimal the fast path reads: below 2^53, so the digits are exact in an `f64`.
 const MAX_DECIMAL_DIGITS: usize = 15;
@@ -39,50 +46,52 @@ const POW10: [f64; MAX_DECIMAL_DIGITS + 1] = [
 
 /// Reads one JSON object that is the whole of `line` (JSON whitespace around it allowed),
 /// or declines.
-pub(super) fn record(line: &[u8]) -> Option<RawRecord<'_>> {
+pub(super) fn record(line: &[u8]) -> Option<Record<'_>> {
     let text = std::str::from_utf8(line).ok()?;
-    let (raw, end) = record_at(text, 0)?;
+    let (record, end) = record_at(text, 0)?;
     let rest = text.as_bytes().get(end..)?;
     rest.iter()
         .all(|&b| super::is_json_whitespace(b))
-        .then_some(raw)
+        .then_some(record)
 }
 
 /// Reads the record of the line that starts at `start` of `text`: one JSON object, with
 /// spaces, tabs and carriage returns around its tokens, and nothing else up to the line's
-/// end. Returns the record and the index of that end: the line's `\n`, or `text.len()`.
-pub(super) fn record_at(text: &str, start: usize) -> Option<(RawRecord<'_>, usize)> {
+/// end. Returns the valid record and the index of that end: the line's `\n`, or `text.len()`.
+///
+/// Each known field's value is read straight into its type (a string, a number, an outcome),
+/// and the record is validated once at the end; a value of another type, or a record the
+/// data-model rules reject, is declined, so the serde path names the reason.
+#[inline(always)]
+pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, start);
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i = skip_ws(b, i + 1);
-    let mut raw = RawRecord::default();
-    // Where the value of a field the record does not read goes.
-    let mut skipped = None;
+    let mut f = Fields::default();
     if b.get(i) == Some(&b'}') {
         i += 1;
     } else {
         loop {
             let (name, next) = name(text, i)?;
-            i = expect(b, next, b':')?;
-            let (value, next) = value(text, skip_ws(b, i))?;
-            // Duplicates overwrite, so the last one wins, as in the serde path.
-            let slot = match name {
-                Name::Ts => &mut raw.ts,
-                Name::Group => &mut raw.group,
-                Name::Shard => &mut raw.shard,
-                Name::Key => &mut raw.key,
-                Name::Count => &mut raw.count,
-                Name::LatencyMs => &mut raw.latency_ms,
-                Name::Outcome => &mut raw.outcome,
-                Name::Cache => &mut raw.cache,
+            i = skip_ws(b, expect(b, next, b':')?);
+            // Duplicates overwrite and `null` is absent, so the last one wins, as in the serde
+            // path.
+            i = match name {
+                Name::Ts => store(&mut f.ts, ts(text, i)?),
+                Name::Group => store(&mut f.group, str_or_null(text, i)?),
+                Name::Shard => store(&mut f.shard, str_or_null(text, i)?),
+                Name::Key => store(&mut f.key, str_or_null(text, i)?),
+                Name::Count => store(&mut f.count, count(b, i)?),
+                Name::LatencyMs => store(&mut f.latency_ms, float_or_null(b, i)?),
+                Name::Outcome => store(&mut f.outcome, parsed(text, i, Outcome::parse)?),
+                Name::Cache => store(&mut f.cache, parsed(text, i, CacheResult::parse)?),
                 Name::Reading => return None,
-                Name::Other => &mut skipped,
+                Name::Other => skip_value(text, i)?,
             };
-            *slot = Some(value);
-            i = skip_ws(b, next);
+            i = skip_ws(b, i);
             match b.get(i) {
                 Some(b',') => i = skip_ws(b, i + 1),
                 Some(b'}') => {
@@ -94,7 +103,110 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(RawRecord<'_>, usiz
         }
     }
     i = skip_ws(b, i);
-    matches!(b.get(i), None | Some(b'\n')).then_some((raw, i))
+    if !matches!(b.get(i), None | Some(b'\n')) {
+        return None;
+    }
+    let record = f.record()?;
+    record.observation().validate().ok()?;
+    Some((record, i))
+}
+
+/// The known fields of a record as the fast path has read them so far: `None` is absent (or
+/// `null`), and a default applies at the end.
+#[derive(Default)]
+struct Fields<'a> {
+    ts: Option<f64>,
+    group: Option<&'a str>,
+    shard: Option<&'a str>,
+    key: Option<&'a str>,
+    count: Option<u64>,
+    latency_ms: Option<f64>,
+    outcome: Option<Outcome>,
+    cache: Option<CacheResult>,
+}
+
+impl<'a> Fields<'a> {
+    /// The record, with the defaults of absent fields; `None` (to serde, which names the
+    /// reason) without a group or shard.
+    #[inline(always)]
+    fn record(self) -> Option<Record<'a>> {
+        Some(Record {
+            ts: self.ts,
+            group: Cow::Borrowed(self.group?),
+            shard: Cow::Borrowed(self.shard?),
+            key: self.key.map(Cow::Borrowed),
+            count: self.count.unwrap_or(1),
+            latency_ms: self.latency_ms,
+            outcome: self.outcome.unwrap_or(Outcome::Ok),
+            cache: self.cache,
+            readings: None,
+        })
+    }
+}
+
+/// Puts a value read into its field and returns the index after it.
+#[inline(always)]
+fn store<T>(slot: &mut Option<T>, (value, next): (Option<T>, usize)) -> usize {
+    *slot = value;
+    next
+}
+
+/// `null` at `i`: the index after it.
+#[inline(always)]
+fn null(b: &[u8], i: usize) -> Option<usize> {
+    b.get(i..)?.starts_with(b"null").then_some(i + 4)
+}
+
+/// A string or `null` at `i`, and the index after it.
+#[inline(always)]
+fn str_or_null(text: &str, i: usize) -> Option<(Option<&str>, usize)> {
+    match string(text, i) {
+        Some((s, next)) => Some((Some(s), next)),
+        None => Some((None, null(text.as_bytes(), i)?)),
+    }
+}
+
+/// A string that `parse` takes, or `null`, at `i`; a string it does not take is declined.
+#[inline(always)]
+fn parsed<T>(
+    text: &str,
+    i: usize,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Option<(Option<T>, usize)> {
+    match str_or_null(text, i)? {
+        (Some(s), next) => Some((Some(parse(s)?), next)),
+        (None, next) => Some((None, next)),
+    }
+}
+
+/// A number (read as an `f64`, as the serde path reads a `U64` or an `F64`) or `null` at `i`.
+#[inline(always)]
+fn float_or_null(b: &[u8], i: usize) -> Option<(Option<f64>, usize)> {
+    match number(b, i) {
+        Some((Json::U64(n), next)) => Some((Some(n as f64), next)),
+        Some((Json::F64(x), next)) => Some((Some(x), next)),
+        Some(_) => None,
+        None => Some((None, null(b, i)?)),
+    }
+}
+
+/// A `count`: an integer or `null` at `i`; a decimal is declined (serde: `BadCount`).
+#[inline(always)]
+fn count(b: &[u8], i: usize) -> Option<(Option<u64>, usize)> {
+    match number(b, i) {
+        Some((Json::U64(n), next)) => Some((Some(n), next)),
+        Some(_) => None,
+        None => Some((None, null(b, i)?)),
+    }
+}
+
+/// A `ts`: a number of unix seconds, an RFC 3339 string, or `null` at `i`.
+#[inline(always)]
+fn ts(text: &str, i: usize) -> Option<(Option<f64>, usize)> {
+    match text.as_bytes().get(i)? {
+        b'"' => parsed(text, i, clock::parse_rfc3339),
+        _ => float_or_null(text.as_bytes(), i),
+    }
 }
 
 /// What a field's name tells the fast path to do with its value.
@@ -164,23 +276,22 @@ fn expect(b: &[u8], i: usize, byte: u8) -> Option<usize> {
     (b.get(i) == Some(&byte)).then_some(i + 1)
 }
 
-/// A value at `i`: its JSON reading and the index after it.
-fn value(text: &str, i: usize) -> Option<(Json<'_>, usize)> {
+/// The index after the value at `i` of a field the record does not read: a string, a
+/// number, or a literal.
+fn skip_value(text: &str, i: usize) -> Option<usize> {
     let b = text.as_bytes();
     match b.get(i)? {
-        b'"' => string(text, i).map(|(s, next)| (Json::Str(Cow::Borrowed(s)), next)),
-        b'0'..=b'9' => number(b, i),
-        b'n' => literal(b, i, b"null", Json::Null),
-        b't' => literal(b, i, b"true", Json::Other),
-        b'f' => literal(b, i, b"false", Json::Other),
+        b'"' => string(text, i).map(|(_, next)| next),
+        b'0'..=b'9' => number(b, i).map(|(_, next)| next),
+        b'n' => literal(b, i, b"null"),
+        b't' => literal(b, i, b"true"),
+        b'f' => literal(b, i, b"false"),
         _ => None,
     }
 }
 
-fn literal<'a>(b: &[u8], i: usize, word: &[u8], json: Json<'a>) -> Option<(Json<'a>, usize)> {
-    b.get(i..)?
-        .starts_with(word)
-        .then_some((json, i + word.len()))
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    b.get(i..)?.starts_with(word).then_some(i + word.len())
 }
 
 /// A string without escapes or control characters at `i` (which holds its `"`): its
@@ -233,14 +344,18 @@ fn special_byte(b: &[u8], from: usize) -> usize {
     b.len()
 }
 
-/// A non-negative number without exponent at `i` (which holds a digit), as serde_json reads
-/// it: `U64` for an integer, `F64` for a decimal.
+/// A non-negative number without exponent at `i`, as serde_json reads it: `U64` for an
+/// integer, `F64` for a decimal; `None` when `i` holds no digit.
 #[inline(always)]
 fn number(b: &[u8], i: usize) -> Option<(Json<'static>, usize)> {
     let (mantissa, j) = digits(b, i, 0);
     let int_digits = j - i;
-    // JSON allows no leading zero; more integer digits than a u64 surely holds go to serde.
-    if (int_digits > 1 && b.get(i) == Some(&b'0')) || int_digits > MAX_INTEGER_DIGITS {
+    // No digit: not a number (a caller may try `null` next). JSON allows no leading zero;
+    // more integer digits than a u64 surely holds go to serde.
+    if int_digits == 0
+        || (int_digits > 1 && b.get(i) == Some(&b'0'))
+        || int_digits > MAX_INTEGER_DIGITS
+    {
         return None;
     }
     match b.get(j) {
@@ -382,6 +497,9 @@ mod tests {
         // Sixteen significant digits may not be exact this way: serde decides.
         assert!(read("1700000000.000001").is_none());
         assert!(read("1.").is_none());
+        assert!(read("").is_none());
+        assert!(number(b"null", 0).is_none());
+        assert!(number(b",", 0).is_none());
         assert!(read("01").is_none());
         assert!(read("1e5").is_none());
         assert!(read("1.5E5").is_none());
