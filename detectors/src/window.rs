@@ -11,9 +11,9 @@
 //! gets no traffic stays known (as a zero-load shard, which is what skew statistics must see)
 //! for `shard_idle_windows` windows, then is forgotten.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 
+use hashbrown::HashTable;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -106,7 +106,61 @@ impl BuildHasher for FixedState {
     }
 }
 
-type NameMap = HashMap<Box<str>, u32, FixedState>;
+/// Name to slot number, for the groups and for each group's shards: looked up once per
+/// observation. A `HashTable` with the names inside rather than a `HashMap<Box<str>, u32>`, so
+/// that a lookup compares names with the inline word compare instead of a `memcmp` call, which
+/// cost more than the rest of the lookup (`scripts/instructions.sh`, docs/performance.md).
+#[derive(Debug, Clone, Default)]
+struct NameMap {
+    table: HashTable<(Box<str>, u32)>,
+}
+
+impl NameMap {
+    fn hash(name: &str) -> u64 {
+        FixedState.hash_one(name)
+    }
+
+    /// The slot of `name`, if it has one.
+    #[inline(always)]
+    fn get(&self, name: &str) -> Option<&u32> {
+        self.table
+            .find(Self::hash(name), |(n, _)| {
+                same_key(n.as_bytes(), name.as_bytes())
+            })
+            .map(|(_, slot)| slot)
+    }
+
+    /// Gives `name` the slot `slot`, replacing any slot it had.
+    fn insert(&mut self, name: Box<str>, slot: u32) {
+        let hash = Self::hash(&name);
+        match self.table.find_mut(hash, |(n, _)| *n == name) {
+            Some((_, old)) => *old = slot,
+            None => {
+                self.table
+                    .insert_unique(hash, (name, slot), |(n, _)| Self::hash(n));
+            }
+        }
+    }
+
+    /// Forgets `name`, if it had a slot.
+    fn remove(&mut self, name: &str) {
+        if let Ok(entry) = self
+            .table
+            .find_entry(Self::hash(name), |(n, _)| **n == *name)
+        {
+            entry.remove();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.table.clear();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+}
 
 /// One latency histogram, allocated on first use, and the exact sum of what it recorded.
 #[derive(Debug, Clone, Default)]
@@ -1331,6 +1385,42 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The name map answers as a `HashMap` does through any run of inserts (new names and
+        /// new slots for known ones), removals and clears, names of every length the inline
+        /// compare treats differently included.
+        #[test]
+        fn name_map_agrees_with_a_hash_map(
+            ops in proptest::collection::vec((0u8..4, 0usize..40, 0u32..1000), 0..400),
+        ) {
+            let names: Vec<String> = (0..40)
+                .map(|i| "shard-".chars().cycle().take(i % 20).collect::<String>() + &i.to_string())
+                .collect();
+            let mut map = NameMap::default();
+            let mut model: std::collections::HashMap<&str, u32> = Default::default();
+            for (op, n, slot) in ops {
+                let name = names[n].as_str();
+                match op {
+                    0 | 1 => {
+                        map.insert(name.into(), slot);
+                        model.insert(name, slot);
+                    }
+                    2 => {
+                        map.remove(name);
+                        model.remove(name);
+                    }
+                    _ if slot % 50 == 0 => {
+                        map.clear();
+                        model.clear();
+                    }
+                    _ => {}
+                }
+                proptest::prop_assert_eq!(map.len(), model.len());
+                for other in &names {
+                    proptest::prop_assert_eq!(map.get(other), model.get(other.as_str()));
+                }
+            }
+        }
+
         /// The cumulative count under each bound never misses a request at or below it and
         /// takes in only requests within one HDR resolution step above it.
         #[test]
