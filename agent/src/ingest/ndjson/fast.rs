@@ -107,7 +107,7 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)>
         return None;
     }
     let record = f.record()?;
-    record.observation().validate().ok()?;
+    record.validate().ok()?;
     Some((record, i))
 }
 
