@@ -59,12 +59,19 @@ const QUEUE_BATCHES: usize = 8;
 
 /// Counts for the summary line.
 #[derive(Debug, Default)]
-struct Summary {
+pub struct Summary {
     records: u64,
     requests: u64,
     late: u64,
     windows: u64,
     transitions: u64,
+}
+
+impl Summary {
+    /// Windows closed so far.
+    pub fn windows(&self) -> u64 {
+        self.windows
+    }
 }
 
 /// Runs the replay; returns the process exit code.
@@ -153,14 +160,44 @@ fn replay(
         let engine = result?;
         // A bad line stops the replay where it is: the open window is not closed.
         read?;
-        if let Some(mut engine) = engine {
-            let end = engine.window_end();
-            for ev in engine.advance(end) {
-                emit(out, &ev, summary)?;
-            }
-        }
-        Ok(())
+        finish(engine, out, summary)
     })
+}
+
+/// [`replay`] on the calling thread alone: the reader thread's code hands each batch straight
+/// to the engine's. Same output; what the benchmarks (`agent/benches`) measure, so that they
+/// run the code `skewwatch replay` runs.
+pub fn replay_on_this_thread(
+    input: impl Read,
+    config: &Config,
+    max_future_secs: f64,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
+    let mut engine = None;
+    let mut result = Ok(());
+    read_batches(input, max_future_secs, |batch| {
+        result = take_batch(&mut engine, &batch, config, out, summary);
+        result.is_ok()
+    })?;
+    result?;
+    finish(engine, out, summary)
+}
+
+/// Closes the last window at the trace's end (`engine` is `None` for a trace without
+/// records).
+fn finish(
+    engine: Option<Engine>,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
+    if let Some(mut engine) = engine {
+        let end = engine.window_end();
+        for ev in engine.advance(end) {
+            emit(out, &ev, summary)?;
+        }
+    }
+    Ok(())
 }
 
 /// The reader thread's work: parses `input` into batches in trace order and hands each to
@@ -170,10 +207,7 @@ fn replay(
 /// The trace is read in blocks of [`READ_BYTES`] and parsed where it lies: each block's whole
 /// lines go to [`ndjson::for_each_line`] and the part line at its end is moved to the front,
 /// to be completed by the next read. A line longer than a block grows the buffer to hold it.
-///
-/// Public so that the benchmarks (`agent/benches`) measure the code the reader thread runs,
-/// with a `send` that feeds the engine on the same thread.
-pub fn read_batches(
+fn read_batches(
     mut input: impl Read,
     max_future_secs: f64,
     send: impl FnMut(Batch) -> bool,
@@ -311,22 +345,35 @@ fn run_engine(
 ) -> Result<Option<Engine>, ReplayError> {
     let mut engine: Option<Engine> = None;
     for batch in rx.iter() {
-        if let Some(first) = batch.readings().next() {
-            // One record's readings, and its request if it stands for one.
-            let ts = first.ts.expect("the reader sets every reading's ts");
-            let e = reach(&mut engine, config, ts, out, summary)?;
-            batch.readings().for_each(|r| e.read(&r));
-            for obs in batch.iter() {
-                e.record(&obs);
-            }
-            summary.records += 1;
-        } else {
-            record_batch(&mut engine, &batch, config, out, summary)?;
-            summary.records += batch.len() as u64;
-        }
-        summary.requests = summary.requests.saturating_add(batch.requests());
+        take_batch(&mut engine, &batch, config, out, summary)?;
     }
     Ok(engine)
+}
+
+/// The engine's side of one batch, in trace order: a record's readings (a batch of its own),
+/// or observations.
+fn take_batch(
+    engine: &mut Option<Engine>,
+    batch: &Batch,
+    config: &Config,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
+    if let Some(first) = batch.readings().next() {
+        // One record's readings, and its request if it stands for one.
+        let ts = first.ts.expect("the reader sets every reading's ts");
+        let e = reach(engine, config, ts, out, summary)?;
+        batch.readings().for_each(|r| e.read(&r));
+        for obs in batch.iter() {
+            e.record(&obs);
+        }
+        summary.records += 1;
+    } else {
+        record_batch(engine, batch, config, out, summary)?;
+        summary.records += batch.len() as u64;
+    }
+    summary.requests = summary.requests.saturating_add(batch.requests());
+    Ok(())
 }
 
 /// The observations of a batch in order, each after the windows before its time have
@@ -554,6 +601,27 @@ mod tests {
             (t.records, t.windows, t.transitions),
             (s.records, s.windows, s.transitions)
         );
+    }
+
+    #[test]
+    fn replay_on_one_thread_gives_the_same_output_as_on_two() {
+        // A trace with an alert and a readings record, whose batch goes its own way.
+        let mut trace = hot_trace();
+        trace.push_str("{\"ts\":1700000400.1,\"group\":\"g\",\"shard\":\"s3\",\"inflight\":7}\n");
+        let (two, s) = run_str(&trace).unwrap();
+        assert!(s.transitions > 0, "the trace should raise an alert");
+        let mut out = Vec::new();
+        let mut one = Summary::default();
+        replay_on_this_thread(
+            trace.as_bytes(),
+            &Config::embedded(),
+            86_400.0,
+            &mut out,
+            &mut one,
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), two);
+        assert_eq!(format!("{one:?}"), format!("{s:?}"));
     }
 
     #[test]

@@ -231,25 +231,18 @@ pub fn native_datagram() -> Vec<u8> {
     d.into_bytes()
 }
 
-/// What `skewwatch replay` does with `trace`, on one thread: the reader thread's code
-/// (`replay::read_batches`: blocks, `ndjson::for_each_line`, batches) with each batch handed
-/// straight to the engine, which takes its records in trace order, closing windows on trace
-/// time as the engine thread does. Returns the windows closed.
+/// What `skewwatch replay` does with `trace`, on one thread: its reader thread's code (blocks,
+/// `ndjson::for_each_line`, batches) handing each batch straight to its engine thread's code
+/// (`replay::replay_on_this_thread`), output thrown away. Returns the windows closed.
 pub fn replay(trace: &[u8], config: &skewwatch::config::Config) -> usize {
-    use skewwatch_detectors::engine::Engine;
-    let mut engine: Option<Engine> = None;
-    let mut windows = 0;
-    skewwatch::replay::read_batches(trace, 86_400.0, |batch| {
-        for obs in batch.iter() {
-            let ts = obs.ts.expect("the reader sets every record's ts");
-            let e = engine.get_or_insert_with(|| Engine::new(config.engine.clone(), ts));
-            if ts >= e.window_end() {
-                windows += e.advance(ts).len();
-            }
-            e.record(&obs);
-        }
-        true
-    })
+    let mut summary = skewwatch::replay::Summary::default();
+    skewwatch::replay::replay_on_this_thread(
+        trace,
+        config,
+        86_400.0,
+        &mut std::io::sink(),
+        &mut summary,
+    )
     .expect("a valid trace");
-    windows
+    summary.windows() as usize
 }
