@@ -36,8 +36,8 @@
 //! deterministically (Agarwal et al., *Mergeable Summaries*, PODS 2012) with the same
 //! guarantees.
 //!
-//! A small open-addressing table finds a key's slot, comparing 32 hash bits stored in each
-//! bucket before reading any slot. Callers that feed one key to several summaries hash it once
+//! A sparse open-addressing table (at most one eighth full up to 8,192 slots) finds a key's
+//! slot, comparing 32 hash bits stored in each bucket before reading any slot. Callers that feed one key to several summaries hash it once
 //! ([`KeyHash`], [`KeySummary::record_hashed`]).
 //!
 //! The smallest count is found through a *lazy* binary min-heap of `(stored count, slot)`
@@ -66,15 +66,16 @@
 //!
 //! # Memory
 //!
-//! About 144 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
-//! per key: a 48-byte slot, a 16-byte heap entry, 16 bytes of index (8 per bucket, two buckets
-//! per slot, up to 32 when the capacity is not a power of two) and 64 bytes of filter (sixteen
-//! 32-bit counters; a filter stops growing at 64 KiB, so past 1,024 slots a slot's share
-//! falls to four counters). A 32-slot shard summary holds a 2 KiB filter. At the default
-//! capacity of 1024 that is about 190 KB with 32-byte keys and about 420 KB with the longest
-//! accepted keys (256 bytes). Slots are allocated as keys arrive and the filter when the
-//! summary is first full, so a summary that sees few keys stays small; only the index is
-//! allocated up front.
+//! About 192 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
+//! per key: a 48-byte slot, a 16-byte heap entry, 64 bytes of index (8 per bucket, eight
+//! buckets per slot, up to 128 bytes when the capacity is not a power of two; an index stops
+//! growing at 512 KiB, so past 8,192 slots a slot's share falls towards two buckets) and 64
+//! bytes of filter (sixteen 32-bit counters; a filter stops growing at 64 KiB, so past 1,024
+//! slots a slot's share falls to four counters). A 32-slot shard summary holds a 2 KiB index
+//! and a 2 KiB filter. At the default capacity of 1024 that is about 240 KB with 32-byte keys
+//! and about 470 KB with the longest accepted keys (256 bytes). Slots are allocated as keys
+//! arrive and the filter when the summary is first full, so a summary that sees few keys
+//! stays small; only the index (64 KiB at 1,024 slots) is allocated up front.
 //!
 //! # Sizing and measured recall
 //!
@@ -103,15 +104,19 @@
 //! calling a key *the* hot key: flat streams over many keys certify nothing.
 //!
 //! Cost: a window records each keyed observation into two summaries (the group's and the
-//! shard's); `scripts/instructions.sh record_with_key` counts about 726 instructions per
-//! observation for both (853 with four filter counters per slot, 876 with an eagerly ordered
-//! heap as well, 1,291 before the filter and the single hash), on a stream of 10⁵ keys drawn
+//! shard's); `scripts/instructions.sh record_with_key` counts about 642 instructions per
+//! observation in all (674 with a half-full slot index, 726 before the window's name table,
+//! 853 with four filter counters per slot, 876 with an eagerly ordered heap as well, 1,291
+//! before the filter and the single hash), on a stream of 10⁵ keys drawn
 //! as u² over 64 shards. There about 4% of the updates find their key monitored, 74% are
 //! filtered and 22% evict (with four counters per slot: 3%, 50% and 47%): the flatter the
 //! stream, the more evictions, each a walk down the heap and two index updates, which is why
 //! the filter has sixteen counters per slot. The lazy heap pays off on skewed streams, where
 //! most updates are increments of monitored keys and no longer sift: `record_with_hot_keys`
-//! (20 keys, all monitored) counts about 589 (707 with the eager heap).
+//! (20 keys, all monitored) counts about 541 (589 before the window's name table, 707 with the
+//! eager heap). The sparse slot index is about branches more than instructions: a branch
+//! simulator (`valgrind --tool=callgrind --branch-sim=yes`) counts 2.25 mispredicted branches
+//! per keyed observation with it against 4.9 with a half-full index.
 
 use std::hash::BuildHasher;
 
@@ -206,7 +211,8 @@ struct HeapEntry {
     slot: u32,
 }
 
-/// Open-addressing index from key to slot number: linear probing, at most half full, deletion
+/// Open-addressing index from key to slot number: linear probing, at most one eighth full up to
+/// 8,192 slots and never more than half full (see [`INDEX_BUCKETS_PER_SLOT`]), deletion
 /// by backward shift (no tombstones, so it never degrades or needs rebuilding).
 ///
 /// A bucket holds the top 32 bits of the key's hash beside the slot number, so a probe that
@@ -255,11 +261,34 @@ pub struct KeySummary {
     total: u64,
 }
 
+/// Slot-index buckets per slot up to [`SPARSE_INDEX_BUCKETS`].
+///
+/// In an index at most half full, whether a key's home bucket is empty is a coin toss, so
+/// the probe's first branch was mispredicted about once per lookup (a branch simulator
+/// counted 2.1 mispredictions per keyed observation, one per summary, out of 4.9), and probe
+/// runs averaged 2.5 buckets. At one eighth full the home is empty seven times in eight and
+/// runs are short: the with-key recording bench ran about 20% faster for 48 more bytes per
+/// slot (see docs/performance.md).
+const INDEX_BUCKETS_PER_SLOT: usize = 8;
+
+/// Buckets an index has at most at [`INDEX_BUCKETS_PER_SLOT`] per slot (512 KiB, reached at
+/// 8,192 slots); larger summaries get fewer per slot, down to two.
+const SPARSE_INDEX_BUCKETS: usize = 1 << 16;
+
+/// The slot index's number of buckets for a summary of `capacity` slots: a power of two.
+fn index_buckets(capacity: usize) -> usize {
+    // At least one bucket stays empty even with capacity + 1 keys, as an eviction holds
+    // them for a moment; 2 · capacity ensures it from capacity 2 up.
+    (INDEX_BUCKETS_PER_SLOT * capacity)
+        .min(SPARSE_INDEX_BUCKETS)
+        .max(2 * capacity)
+        .next_power_of_two()
+        .max(4)
+}
+
 impl SlotIndex {
     fn new(capacity: usize) -> Self {
-        // At least one bucket stays empty even with capacity + 1 keys, as an eviction holds
-        // them for a moment; 2 · capacity ensures it from capacity 2 up.
-        let len = (2 * capacity).next_power_of_two().max(4);
+        let len = index_buckets(capacity);
         Self {
             buckets: vec![EMPTY; len],
             shift: 64 - len.trailing_zeros(),
@@ -379,7 +408,7 @@ impl Default for KeySummary {
 impl KeySummary {
     /// An empty summary with `capacity` slots (0 is raised to 1; at most [`MAX_CAPACITY`]).
     ///
-    /// Only the slot index (16 bytes per slot) is allocated up front; slots grow as keys
+    /// Only the slot index (64 bytes per slot up to 8,192 slots) is allocated up front; slots grow as keys
     /// arrive, up to `capacity`, and the admission filter appears when the summary is first
     /// full. See the module docs for bytes per slot and recommended sizes.
     pub fn new(capacity: usize) -> Self {
