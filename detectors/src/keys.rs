@@ -766,10 +766,11 @@ impl KeySummary {
             let Some(&l) = heap.get(left) else {
                 break;
             };
-            let (child, c) = match heap.get(left + 1) {
-                Some(&r) if r.count < l.count => (left + 1, r),
-                _ => (left, l),
-            };
+            // The smaller child chosen by arithmetic, not a branch: which child is smaller
+            // is unpredictable. A missing right child reads as the left one.
+            let r = heap.get(left + 1).copied().unwrap_or(l);
+            let child = left + usize::from(r.count < l.count);
+            let c = heap[child];
             if c.count >= moving.count {
                 break;
             }
