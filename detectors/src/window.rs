@@ -177,17 +177,11 @@ impl Latency {
     #[inline]
     fn record(&mut self, sigfig: u8, latency_ms: f64, count: u64) {
         let hist = self.hist.get_or_insert_with(|| new_histogram(sigfig));
-        // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the
-        // nearest microsecond like `round()` (up to one ulp at exact halves) without a libm
-        // call on baseline x86-64.
-        let us = (latency_ms * 1000.0 + 0.5) as u64;
+        let us = latency_us(latency_ms);
         let n = u32::try_from(count).unwrap_or(u32::MAX);
-        // Values above the range clamp into the top bucket; counts saturate per bucket.
-        hist.saturating_record_n(us.min(LATENCY_HIGH_US), n);
+        hist.saturating_record_n(us, n);
         // At most 3.6e9 us times 2^32 - 1 fits a u64; only the window's sum can overflow.
-        self.sum_us = self
-            .sum_us
-            .saturating_add(us.min(LATENCY_HIGH_US) * u64::from(n));
+        self.sum_us = self.sum_us.saturating_add(us * u64::from(n));
     }
 
     fn count(&self) -> u64 {
@@ -200,6 +194,19 @@ impl Latency {
         }
         self.sum_us = 0;
     }
+}
+
+/// A latency in milliseconds as whole microseconds, clamped to the histograms' range.
+#[inline]
+fn latency_us(latency_ms: f64) -> u64 {
+    // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the nearest
+    // microsecond like `round()` (up to one ulp at exact halves) without a libm call on
+    // baseline x86-64. Converted through i64: one conversion instruction where `as u64` needs
+    // two and a fix-up. Both casts saturate, so after the clamp they agree on every input (a
+    // negative or NaN one gives 0, anything past 2^63 the top of the range).
+    let us = ((latency_ms * 1000.0 + 0.5) as i64).max(0) as u64;
+    // Values above the range clamp into the top bucket.
+    us.min(LATENCY_HIGH_US)
 }
 
 fn new_histogram(sigfig: u8) -> LogHistogram {
@@ -1447,6 +1454,20 @@ mod tests {
                 proptest::prop_assert!(cumulative <= near, "bound {b}: {cumulative} > {near}");
             }
             proptest::prop_assert_eq!(buckets.iter().sum::<u64>(), latencies_us.len() as u64);
+        }
+
+        /// The conversion through i64 agrees with the unsigned cast it replaced on any input,
+        /// valid or not.
+        #[test]
+        fn latency_us_agrees_with_the_unsigned_cast(
+            any in proptest::num::f64::ANY,
+            valid in 0.0f64..=crate::observation::MAX_LATENCY_MS,
+            whole_us in 0u64..=4_000_000_000,
+        ) {
+            for ms in [any, valid, whole_us as f64 / 1000.0] {
+                let unsigned = ((ms * 1000.0 + 0.5) as u64).min(LATENCY_HIGH_US);
+                proptest::prop_assert_eq!(latency_us(ms), unsigned, "{} ms", ms);
+            }
         }
     }
 
