@@ -9,6 +9,8 @@
 //! - [`observation`]: the data model and the packed [`observation::Batch`].
 //! - [`window`]: per-group, per-shard windows with counts, HDR latency histograms and key
 //!   summaries; closing a window yields a [`snapshot::WindowSnapshot`].
+//! - [`histogram`]: the window's latency histogram, a log-linear (HDR-style) one of our own,
+//!   cheap to record into.
 //! - [`keys`]: the heavy-hitter key summary (Space-Saving family).
 //! - [`stats`]: skew statistics (bias-corrected Gini, top-k share, peak-to-mean, CV and its
 //!   noise floor, dispersion test).
@@ -26,6 +28,7 @@ pub mod alert;
 pub mod detect;
 pub mod engine;
 pub mod evidence;
+pub mod histogram;
 pub mod keys;
 pub mod observation;
 pub mod prng;

@@ -1,10 +1,11 @@
 //! Per-shard windows: the second stage of the flow (`Observation -> Window -> SkewStats`).
 //!
 //! [`Windows`] accumulates observations for the current window of every group and shard:
-//! request counts by outcome class, cache hits and misses, HDR latency histograms (success and
-//! error latency kept apart, because fast errors pull latency down), and heavy-hitter key
-//! summaries for the group and for each shard. [`Windows::close`] turns the window into an
-//! immutable [`WindowSnapshot`] and starts the next one, keeping allocations.
+//! request counts by outcome class, cache hits and misses, HDR-style latency histograms (the
+//! project's own [`LogHistogram`]; success and error latency kept apart, because fast errors
+//! pull latency down), and heavy-hitter key summaries for the group and for each shard.
+//! [`Windows::close`] turns the window into an immutable [`WindowSnapshot`] and starts the next
+//! one, keeping allocations.
 //!
 //! Bounds: at most `max_groups` groups and `max_shards_per_group` shards per group; what is over
 //! the cap folds into the group or shard named `__other__`, so totals stay correct. A shard that
@@ -14,9 +15,9 @@
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::histogram::LogHistogram;
 use crate::keys::{KeyHash, KeySummary, same_key};
 use crate::observation::{
     Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, ReadingKind, ReadingRef,
@@ -24,9 +25,8 @@ use crate::observation::{
 use crate::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, WindowSnapshot};
 use crate::stats::SkewStats;
 
-/// Lowest latency the histograms tell apart: 1 microsecond.
-const LATENCY_LOW_US: u64 = 1;
 /// Highest latency the histograms track: one hour. Larger values are clamped into the top bucket.
+/// Values are whole microseconds: the histograms tell apart latencies 1 µs apart at the bottom.
 const LATENCY_HIGH_US: u64 = 3_600_000_000;
 
 /// Default of [`WindowConfig::max_shards_total`]: what fits the default memory budget (a 256 MiB
@@ -165,7 +165,7 @@ impl NameMap {
 /// One latency histogram, allocated on first use, and the exact sum of what it recorded.
 #[derive(Debug, Clone, Default)]
 struct Latency {
-    hist: Option<Histogram<u32>>,
+    hist: Option<LogHistogram>,
     /// Sum of the recorded latencies in microseconds, as recorded (rounded and clamped like
     /// the histogram's values), so a Prometheus `_sum` agrees with its buckets.
     sum_us: u64,
@@ -177,17 +177,11 @@ impl Latency {
     #[inline]
     fn record(&mut self, sigfig: u8, latency_ms: f64, count: u64) {
         let hist = self.hist.get_or_insert_with(|| new_histogram(sigfig));
-        // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the
-        // nearest microsecond like `round()` (up to one ulp at exact halves) without a libm
-        // call on baseline x86-64.
-        let us = (latency_ms * 1000.0 + 0.5) as u64;
+        let us = latency_us(latency_ms);
         let n = u32::try_from(count).unwrap_or(u32::MAX);
-        // Values above the range clamp into the top bucket; counts saturate per bucket.
-        hist.saturating_record_n(us.min(LATENCY_HIGH_US), n);
+        hist.saturating_record_n(us, n);
         // At most 3.6e9 us times 2^32 - 1 fits a u64; only the window's sum can overflow.
-        self.sum_us = self
-            .sum_us
-            .saturating_add(us.min(LATENCY_HIGH_US) * u64::from(n));
+        self.sum_us = self.sum_us.saturating_add(us * u64::from(n));
     }
 
     fn count(&self) -> u64 {
@@ -202,9 +196,22 @@ impl Latency {
     }
 }
 
-fn new_histogram(sigfig: u8) -> Histogram<u32> {
-    Histogram::new_with_bounds(LATENCY_LOW_US, LATENCY_HIGH_US, sigfig)
-        .expect("latency histogram bounds are valid constants")
+/// A latency in milliseconds as whole microseconds, clamped to the histograms' range.
+#[inline]
+fn latency_us(latency_ms: f64) -> u64 {
+    // Latencies are validated finite and >= 0, where `x + 0.5` truncated rounds to the nearest
+    // microsecond like `round()` (up to one ulp at exact halves) without a libm call on
+    // baseline x86-64. Converted through i64: one conversion instruction where `as u64` needs
+    // two and a fix-up. Both casts saturate, so after the clamp they agree on every input (a
+    // negative or NaN one gives 0, anything past 2^63 the top of the range).
+    let us = ((latency_ms * 1000.0 + 0.5) as i64).max(0) as u64;
+    // Values above the range clamp into the top bucket.
+    us.min(LATENCY_HIGH_US)
+}
+
+fn new_histogram(sigfig: u8) -> LogHistogram {
+    // The config admits 1..=3 significant figures and the range is a constant.
+    LogHistogram::new(LATENCY_HIGH_US, sigfig).expect("latency histogram bounds are valid")
 }
 
 /// What one shard saw in the current window.
@@ -296,7 +303,7 @@ struct GroupWindow {
     keys: KeySummary,
     keyed_requests: u64,
     /// Latency of the group's cache misses (backend calls), so `CacheHitCollapse` reads the
-    /// backend's own p99. Per group, not per shard: one histogram (13.3 KiB at 2 significant
+    /// backend's own p99. Per group, not per shard: one histogram (13 KiB at 2 significant
     /// figures) for each tracked group, allocated on the group's first miss with a latency.
     miss_latency: Latency,
     /// Latency of the group's timeouts, so `DeadlinePileUp` can infer the deadline where the
@@ -447,7 +454,7 @@ pub struct Windows {
     start: f64,
     /// Cache of the last group looked up: most batches carry one group.
     last_group: Option<(usize, Box<str>)>,
-    scratch: Option<Histogram<u32>>,
+    scratch: Option<LogHistogram>,
 }
 
 /// Where a record goes.
@@ -807,7 +814,7 @@ impl Readings {
     }
 }
 
-fn latency_summary(h: &Histogram<u32>) -> Option<LatencySummary> {
+fn latency_summary(h: &LogHistogram) -> Option<LatencySummary> {
     if h.is_empty() {
         return None;
     }
@@ -820,7 +827,7 @@ fn latency_summary(h: &Histogram<u32>) -> Option<LatencySummary> {
     })
 }
 
-fn merged_summary(scratch: &mut Histogram<u32>, parts: &[&Latency]) -> Option<LatencySummary> {
+fn merged_summary(scratch: &mut LogHistogram, parts: &[&Latency]) -> Option<LatencySummary> {
     scratch.reset();
     for p in parts {
         if let Some(h) = &p.hist {
@@ -835,31 +842,21 @@ fn merged_summary(scratch: &mut Histogram<u32>, parts: &[&Latency]) -> Option<La
 /// last entry those above every bound. Bounds are taken to the microsecond, the histogram's
 /// unit.
 ///
-/// Exact to the histogram's precision: an HDR bucket is counted under the first bound at or
+/// Exact to the histogram's precision: a histogram slot is counted under the first bound at or
 /// above its *lowest* equivalent value, so every request at or below a bound is counted under
 /// it (none is ever pushed up), and a request above a bound is counted under it only when the
-/// bound falls inside its HDR bucket, i.e. within one resolution step (under 0.8% at 2
-/// significant figures). Latencies reported in whole milliseconds land exactly on bounds
-/// such as 10 ms or 1 s, which is why the lowest value decides rather than the midpoint.
-fn bucket_counts(merged: &Histogram<u32>, bounds_secs: &[f64]) -> Vec<u64> {
-    let mut counts = vec![0u64; bounds_secs.len() + 1];
+/// bound falls inside its slot, i.e. within one resolution step (under 0.8% at 2 significant
+/// figures). Latencies reported in whole milliseconds land exactly on bounds such as 10 ms or
+/// 1 s, which is why the lowest value decides rather than the midpoint.
+fn bucket_counts(merged: &LogHistogram, bounds_secs: &[f64]) -> Vec<u64> {
     if merged.is_empty() {
-        return counts;
+        return vec![0u64; bounds_secs.len() + 1];
     }
     let bounds_us: Vec<u64> = bounds_secs
         .iter()
         .map(|b| (b * 1e6).round() as u64)
         .collect();
-    // Recorded values come in ascending order, so the bucket index only moves up.
-    let mut i = 0;
-    for v in merged.iter_recorded() {
-        let low = merged.lowest_equivalent(v.value_iterated_to());
-        while i < bounds_us.len() && low > bounds_us[i] {
-            i += 1;
-        }
-        counts[i] += u64::from(v.count_at_value());
-    }
-    counts
+    merged.counts_by_bound(&bounds_us)
 }
 
 fn ratio(num: u64, den: u64) -> Option<f64> {
@@ -885,7 +882,7 @@ fn snapshot_shard(
     total: u64,
     cfg: &WindowConfig,
     duration: f64,
-    scratch: &mut Histogram<u32>,
+    scratch: &mut LogHistogram,
 ) -> ShardSnapshot {
     let requests = s.requests();
     let errors = requests.saturating_sub(s.by_outcome[Outcome::Ok.index()]);
@@ -942,7 +939,7 @@ fn snapshot_group(
     g: &GroupWindow,
     cfg: &WindowConfig,
     duration: f64,
-    scratch: &mut Histogram<u32>,
+    scratch: &mut LogHistogram,
 ) -> GroupSnapshot {
     let total = g
         .shards
@@ -1457,6 +1454,20 @@ mod tests {
                 proptest::prop_assert!(cumulative <= near, "bound {b}: {cumulative} > {near}");
             }
             proptest::prop_assert_eq!(buckets.iter().sum::<u64>(), latencies_us.len() as u64);
+        }
+
+        /// The conversion through i64 agrees with the unsigned cast it replaced on any input,
+        /// valid or not.
+        #[test]
+        fn latency_us_agrees_with_the_unsigned_cast(
+            any in proptest::num::f64::ANY,
+            valid in 0.0f64..=crate::observation::MAX_LATENCY_MS,
+            whole_us in 0u64..=4_000_000_000,
+        ) {
+            for ms in [any, valid, whole_us as f64 / 1000.0] {
+                let unsigned = ((ms * 1000.0 + 0.5) as u64).min(LATENCY_HIGH_US);
+                proptest::prop_assert_eq!(latency_us(ms), unsigned, "{} ms", ms);
+            }
         }
     }
 
