@@ -104,19 +104,21 @@
 //! calling a key *the* hot key: flat streams over many keys certify nothing.
 //!
 //! Cost: a window records each keyed observation into two summaries (the group's and the
-//! shard's); `scripts/instructions.sh record_with_key` counts about 642 instructions per
-//! observation in all (674 with a half-full slot index, 726 before the window's name table,
-//! 853 with four filter counters per slot, 876 with an eagerly ordered heap as well, 1,291
-//! before the filter and the single hash), on a stream of 10⁵ keys drawn
+//! shard's); `scripts/instructions.sh record_with_key` counts about 565 instructions per
+//! observation in all (615 before the window's own latency histogram, 642 with a branch
+//! choosing the heap's smaller child, 674 with a half-full slot index, 726 before the window's
+//! name table, 853 with four filter counters per slot, 876 with an eagerly ordered heap as
+//! well, 1,291 before the filter and the single hash), on a stream of 10⁵ keys drawn
 //! as u² over 64 shards. There about 4% of the updates find their key monitored, 74% are
 //! filtered and 22% evict (with four counters per slot: 3%, 50% and 47%): the flatter the
 //! stream, the more evictions, each a walk down the heap and two index updates, which is why
 //! the filter has sixteen counters per slot. The lazy heap pays off on skewed streams, where
 //! most updates are increments of monitored keys and no longer sift: `record_with_hot_keys`
-//! (20 keys, all monitored) counts about 541 (589 before the window's name table, 707 with the
-//! eager heap). The sparse slot index is about branches more than instructions: a branch
-//! simulator (`valgrind --tool=callgrind --branch-sim=yes`) counts 2.25 mispredicted branches
-//! per keyed observation with it against 4.9 with a half-full index.
+//! (20 keys, all monitored) counts about 480 (541 before the window's own histogram, 589
+//! before its name table, 707 with the eager heap). The sparse slot index and the branchless
+//! child choice are about branches more than instructions: a branch simulator (`valgrind
+//! --tool=callgrind --branch-sim=yes`) counts 1.8 mispredicted branches per keyed observation
+//! with both against 4.9 before.
 
 use std::hash::BuildHasher;
 
