@@ -213,10 +213,10 @@ impl Absent {
     fn oldest(&mut self, groups: &BTreeMap<String, GroupTotals>) -> Option<(String, String)> {
         let mut best: Option<(f64, &String)> = None;
         for (g, q) in self.by_group.iter_mut() {
-            if let Some(seen) = Self::front(q, groups.get(g)) {
-                if best.is_none_or(|(b, _)| seen < b) {
-                    best = Some((seen, g));
-                }
+            if let Some(seen) = Self::front(q, groups.get(g))
+                && best.is_none_or(|(b, _)| seen < b)
+            {
+                best = Some((seen, g));
             }
         }
         let group = best?.1.clone();
