@@ -51,6 +51,7 @@ fn render_benches(c: &mut Criterion) {
         retention_secs: 3600.0,
         max_groups: 64,
         max_shards_per_group: 1024,
+        max_shards_total: 1024,
         keys_per_group: 10,
         latency_buckets_secs: snap_buckets(),
     };

@@ -15,18 +15,27 @@
 //! - a shard, group or key keeps its counters, flat, for `exposition.counter_retention_secs`
 //!   after the last window it had traffic in, so one that returns continues where it left off;
 //!   then its series end;
-//! - at most `limits.max_groups` groups, `limits.max_shards_per_group` shards per group and
-//!   `limits.exported_keys_per_group` keys per group (each plus `__other__`). A new name that
-//!   finds its table full takes the place of the entry absent longest; only when every entry
-//!   had traffic in this very window does it fold into `__other__`, which keeps every total
-//!   right. A name that lost its place and returns starts again from zero, which Prometheus
-//!   reads as a counter reset.
+//! - at most `limits.max_groups` groups, `limits.max_shards_per_group` shards per group,
+//!   `limits.max_shards_total` shards over all groups and `limits.exported_keys_per_group` keys
+//!   per group (each group plus its `__other__`). The total is the windows' own memory budget:
+//!   the counters outlive the windows by the retention, so without it a client sending fresh
+//!   shard names window after window would grow them to `max_groups` × `max_shards_per_group`
+//!   entries. A new name that finds a table full (its group's, or the total) takes the place of
+//!   the entry absent longest (in its group, or over all groups); only when every entry had
+//!   traffic in this very window does it fold into its group's `__other__`, which keeps every
+//!   total right. A name that lost its place and returns starts again from zero, which
+//!   Prometheus reads as a counter reset. Keys need no total: 10 per group by default, at most
+//!   `max_groups` × `exported_keys_per_group` (+ `__other__`) entries.
+//! - each shard entry costs about 0.35–0.45 KiB (map slot, name, six outcome and two cache
+//!   counters, 14 bucket counts at the default bounds), held twice (the pipeline's copy and the
+//!   published one): under 1 MiB at 1,024 shards. A scrape renders about 2 KiB of text per
+//!   shard with a histogram.
 //!
 //! A shard's outcome counters are written for all six outcome classes from its first window,
 //! so an error ratio never misses the first errors of a shard; its cache pair appears with its
 //! first cache result and its histogram with its first latency.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -46,6 +55,9 @@ pub struct TotalsConfig {
     pub max_groups: usize,
     /// Shards with counters per group (plus `__other__`).
     pub max_shards_per_group: usize,
+    /// Shards with counters over every group (each group's `__other__` aside): the window
+    /// stage's memory budget, which the counters share.
+    pub max_shards_total: usize,
     /// Keys with counters per group (plus `__other__`): the keys each window exports.
     pub keys_per_group: usize,
     /// Upper bounds of the latency buckets, seconds, ascending (the snapshot's buckets).
@@ -61,6 +73,7 @@ impl TotalsConfig {
             retention_secs: c.exposition.counter_retention.as_secs_f64(),
             max_groups: w.max_groups,
             max_shards_per_group: w.max_shards_per_group,
+            max_shards_total: w.max_shards_total,
             keys_per_group: c.exported_keys_per_group,
             latency_buckets_secs: w.latency_buckets_secs.clone(),
         }
@@ -132,6 +145,85 @@ struct GroupTotals {
     last_seen: f64,
 }
 
+impl GroupTotals {
+    /// Shard entries besides `__other__`: what the shard caps count.
+    fn tracked_shards(&self) -> usize {
+        self.shards.len() - usize::from(self.shards.contains_key(OTHER_LABEL))
+    }
+}
+
+/// The eviction candidates of one window: per group, the shard entries (`__other__` aside)
+/// that had no traffic before the window's end, oldest first. Built once, at the window's
+/// first eviction, and consumed from the front, so a window that brings n new shards into
+/// full tables costs O(n log n) plus O(groups) per eviction, not a scan of every table per
+/// new shard.
+#[derive(Debug, Default)]
+struct Absent {
+    built: bool,
+    by_group: BTreeMap<String, VecDeque<(f64, String)>>,
+}
+
+impl Absent {
+    fn build(&mut self, groups: &BTreeMap<String, GroupTotals>, now: f64) {
+        if self.built {
+            return;
+        }
+        self.built = true;
+        for (g, gt) in groups {
+            let mut v: Vec<(f64, String)> = gt
+                .shards
+                .iter()
+                .filter(|(n, s)| n.as_str() != OTHER_LABEL && s.last_seen < now)
+                .map(|(n, s)| (s.last_seen, n.clone()))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !v.is_empty() {
+                self.by_group.insert(g.clone(), v.into());
+            }
+        }
+    }
+
+    /// When the shard absent longest in `group` was last seen, after dropping the queue's
+    /// stale fronts: entries removed since the queue was built, or that had traffic since
+    /// (their `last_seen` moved to the window's end).
+    fn front(q: &mut VecDeque<(f64, String)>, gt: Option<&GroupTotals>) -> Option<f64> {
+        while let Some((seen, name)) = q.front() {
+            let current = gt.and_then(|g| g.shards.get(name));
+            if current.is_some_and(|s| s.last_seen == *seen) {
+                return Some(*seen);
+            }
+            q.pop_front();
+        }
+        None
+    }
+
+    /// Takes the shard absent longest in `group`, as (group, shard).
+    fn oldest_in(
+        &mut self,
+        groups: &BTreeMap<String, GroupTotals>,
+        group: &str,
+    ) -> Option<(String, String)> {
+        let q = self.by_group.get_mut(group)?;
+        Self::front(q, groups.get(group))?;
+        let (_, name) = q.pop_front()?;
+        Some((group.to_owned(), name))
+    }
+
+    /// Takes the shard absent longest over every group, as (group, shard).
+    fn oldest(&mut self, groups: &BTreeMap<String, GroupTotals>) -> Option<(String, String)> {
+        let mut best: Option<(f64, &String)> = None;
+        for (g, q) in self.by_group.iter_mut() {
+            if let Some(seen) = Self::front(q, groups.get(g))
+                && best.is_none_or(|(b, _)| seen < b)
+            {
+                best = Some((seen, g));
+            }
+        }
+        let group = best?.1.clone();
+        self.oldest_in(groups, &group)
+    }
+}
+
 /// Every counter: what `/metrics` renders. Immutable once published.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Totals {
@@ -184,12 +276,15 @@ impl Totals {
     pub fn add(&mut self, snap: &WindowSnapshot) {
         let now = snap.end;
         let cfg = self.cfg.clone();
+        self.touch(snap);
+        let mut absent = Absent::default();
         for g in snap.groups.iter().filter(|g| g.requests > 0) {
             // Maps are keyed by label value: `__other__` is only ever the overflow, and a name
             // that reads like it is written escaped (see `label_value`).
+            let group = super::group_label(g);
             let gt = entry(
                 &mut self.groups,
-                &super::group_label(g),
+                &group,
                 cfg.max_groups,
                 now,
                 |g| g.last_seen,
@@ -200,21 +295,106 @@ impl Totals {
                 },
             );
             gt.last_seen = now;
+            // The group may have landed in `__other__`, or taken an absent group's place (and
+            // its shards with it): count the shard entries again, a sum over at most
+            // `max_groups` + 1 groups.
+            let group: &str = if self.groups.contains_key(group.as_ref()) {
+                &group
+            } else {
+                OTHER_LABEL
+            };
+            let mut tracked = self.groups.values().map(GroupTotals::tracked_shards).sum();
             for s in g.shards.iter().filter(|s| s.requests > 0) {
-                let st = entry(
-                    &mut gt.shards,
+                let st = self.shard_entry(
+                    group,
                     &super::shard_label(s),
-                    cfg.max_shards_per_group,
                     now,
-                    |s| s.last_seen,
-                    || ShardTotals::new(now),
+                    &mut absent,
+                    &mut tracked,
                 );
                 st.last_seen = now;
                 st.add(s, cfg.latency_buckets_secs.len());
             }
+            let gt = self
+                .groups
+                .get_mut(group)
+                .expect("the group was just added");
             add_keys(gt, g, cfg.keys_per_group, now);
         }
         self.expire(now - cfg.retention_secs);
+    }
+
+    /// Marks every existing group, shard and key with traffic in `snap` as seen at its end,
+    /// before any new name looks for a place: an entry the window will add to must never be
+    /// the one to give way, wherever it comes in the snapshot's order.
+    fn touch(&mut self, snap: &WindowSnapshot) {
+        let cap = self.cfg.keys_per_group;
+        for g in snap.groups.iter().filter(|g| g.requests > 0) {
+            let Some(gt) = self.groups.get_mut(super::group_label(g).as_ref()) else {
+                continue;
+            };
+            gt.last_seen = snap.end;
+            for s in g.shards.iter().filter(|s| s.requests > 0) {
+                if let Some(st) = gt.shards.get_mut(super::shard_label(s).as_ref()) {
+                    st.last_seen = snap.end;
+                }
+            }
+            for k in g.top_keys.iter().take(cap) {
+                if let Some(kt) = gt.keys.get_mut(key_label(&k.key).as_ref()) {
+                    kt.last_seen = snap.end;
+                }
+            }
+        }
+    }
+
+    /// The counters of shard `name` in `group` (which exists), made if needed. A new name
+    /// that finds its group at `max_shards_per_group`, or every group together at
+    /// `max_shards_total`, takes the place of the entry absent longest (in its group, or over
+    /// all groups); when every candidate had traffic at `now` it folds into the group's
+    /// `__other__`, so the totals stay right. `tracked` is the number of shard entries over
+    /// all groups, `__other__` aside, kept current here.
+    fn shard_entry(
+        &mut self,
+        group: &str,
+        name: &str,
+        now: f64,
+        absent: &mut Absent,
+        tracked: &mut usize,
+    ) -> &mut ShardTotals {
+        let gt = &self.groups[group];
+        let mut key = name;
+        if name != OTHER_LABEL && !gt.shards.contains_key(name) {
+            let group_full = gt.tracked_shards() >= self.cfg.max_shards_per_group;
+            let total_full = *tracked >= self.cfg.max_shards_total;
+            if group_full || total_full {
+                absent.build(&self.groups, now);
+                let victim = if group_full {
+                    absent.oldest_in(&self.groups, group)
+                } else {
+                    absent.oldest(&self.groups)
+                };
+                match victim {
+                    Some((g, n)) => {
+                        if let Some(gt) = self.groups.get_mut(&g) {
+                            gt.shards.remove(&n);
+                            *tracked -= 1;
+                        }
+                    }
+                    None => key = OTHER_LABEL,
+                }
+            }
+        }
+        let shards = &mut self
+            .groups
+            .get_mut(group)
+            .expect("caller made the group")
+            .shards;
+        if key != OTHER_LABEL && !shards.contains_key(key) {
+            *tracked += 1;
+        }
+        shards
+            .entry(key.to_owned())
+            .or_insert_with(|| ShardTotals::new(now))
     }
 
     /// Drops every shard, key and group whose last traffic was before `cutoff`.
@@ -458,6 +638,7 @@ mod tests {
             retention_secs: 100.0,
             max_groups: 64,
             max_shards_per_group: 1024,
+            max_shards_total: 1024,
             keys_per_group: 2,
             latency_buckets_secs: vec![0.01, 0.1],
         }
@@ -553,6 +734,73 @@ mod tests {
             .map(|s| requests(&t, "db", s).unwrap())
             .sum();
         assert_eq!(total, 1 + 1 + 30);
+    }
+
+    #[test]
+    fn the_total_cap_takes_the_place_of_the_shard_absent_longest_in_any_group_then_folds() {
+        let mut w = windows();
+        let mut t = Totals::new(TotalsConfig {
+            max_shards_total: 2,
+            ..cfg()
+        });
+        send(&mut w, "db", "a", 1);
+        t.add(&w.close(10.0));
+        send(&mut w, "cache", "x", 1);
+        t.add(&w.close(20.0));
+        // `n` is new and two entries exist over all groups: `db/a`, absent longest, gives way
+        // although it is in another group.
+        send(&mut w, "web", "n", 1);
+        t.add(&w.close(30.0));
+        assert_eq!(requests(&t, "db", "a"), None);
+        assert_eq!(requests(&t, "cache", "x"), Some(1));
+        assert_eq!(requests(&t, "web", "n"), Some(1));
+        // Both entries had traffic in this window: the new `db/m` folds into db's `__other__`.
+        send(&mut w, "cache", "x", 2);
+        send(&mut w, "web", "n", 3);
+        send(&mut w, "db", "m", 4);
+        t.add(&w.close(40.0));
+        assert_eq!(requests(&t, "db", "m"), None);
+        assert_eq!(requests(&t, "db", OTHER_LABEL), Some(4));
+        assert_eq!(requests(&t, "cache", "x"), Some(3));
+        assert_eq!(requests(&t, "web", "n"), Some(4));
+    }
+
+    #[test]
+    fn fresh_shard_names_in_every_window_never_pass_the_total_cap_and_keep_every_request() {
+        let mut w = Windows::new(
+            WindowConfig {
+                shard_idle_windows: 1,
+                max_shards_total: 100,
+                ..WindowConfig::default()
+            },
+            0.0,
+        );
+        let mut t = Totals::new(TotalsConfig {
+            max_shards_total: 100,
+            ..cfg()
+        });
+        let mut sent = 0;
+        for phase in 0..5u64 {
+            for i in 0..150u64 {
+                let (g, s) = (format!("g{}", i % 4), format!("p{phase}-s{i}"));
+                send(&mut w, &g, &s, 1 + i % 3);
+                sent += 1 + i % 3;
+            }
+            t.add(&w.close(10.0 * (phase + 1) as f64));
+            let named: usize = t.groups.values().map(GroupTotals::tracked_shards).sum();
+            assert!(named <= 100, "{named} shard entries after phase {phase}");
+        }
+        let counted: u64 = t
+            .groups
+            .values()
+            .flat_map(|g| g.shards.values())
+            .map(|s| s.by_outcome.iter().sum::<u64>())
+            .sum();
+        // Evicted entries took their counts with them; what is left is at most what was sent,
+        // and the last window's shards (all named or folded) are all there.
+        assert!(counted <= sent);
+        let last: u64 = (0..150u64).map(|i| 1 + i % 3).sum();
+        assert!(counted >= last, "{counted} < {last}");
     }
 
     #[test]
