@@ -476,17 +476,22 @@ fn emit(out: &mut impl Write, ev: &Evaluation, summary: &mut Summary) -> io::Res
 mod tests {
     use super::*;
 
-    fn run_str(trace: &str) -> Result<(String, Summary), ReplayError> {
+    /// What `run` (a replay entry point) writes and counts for `trace`, on the embedded
+    /// configuration.
+    fn run_with(
+        trace: &str,
+        run: impl FnOnce(&[u8], &mut Vec<u8>, &mut Summary) -> Result<(), ReplayError>,
+    ) -> Result<(String, Summary), ReplayError> {
         let mut out = Vec::new();
         let mut s = Summary::default();
-        replay(
-            trace.as_bytes(),
-            &Config::embedded(),
-            86_400.0,
-            &mut out,
-            &mut s,
-        )?;
+        run(trace.as_bytes(), &mut out, &mut s)?;
         Ok((String::from_utf8(out).unwrap(), s))
+    }
+
+    fn run_str(trace: &str) -> Result<(String, Summary), ReplayError> {
+        run_with(trace, |t, out, s| {
+            replay(t, &Config::embedded(), 86_400.0, out, s)
+        })
     }
 
     #[test]
@@ -610,18 +615,12 @@ mod tests {
         trace.push_str("{\"ts\":1700000400.1,\"group\":\"g\",\"shard\":\"s3\",\"inflight\":7}\n");
         let (two, s) = run_str(&trace).unwrap();
         assert!(s.transitions > 0, "the trace should raise an alert");
-        let mut out = Vec::new();
-        let mut one = Summary::default();
-        replay_on_this_thread(
-            trace.as_bytes(),
-            &Config::embedded(),
-            86_400.0,
-            &mut out,
-            &mut one,
-        )
+        let (one, s1) = run_with(&trace, |t, out, s| {
+            replay_on_this_thread(t, &Config::embedded(), 86_400.0, out, s)
+        })
         .unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), two);
-        assert_eq!(format!("{one:?}"), format!("{s:?}"));
+        assert_eq!(one, two);
+        assert_eq!(format!("{s1:?}"), format!("{s:?}"));
     }
 
     #[test]
