@@ -37,7 +37,8 @@
 //! guarantees.
 //!
 //! A sparse open-addressing table (at most one eighth full up to 8,192 slots) finds a key's
-//! slot, comparing 32 hash bits stored in each bucket before reading any slot. Callers that feed one key to several summaries hash it once
+//! slot, comparing 32 hash bits stored in each bucket before reading any slot. Callers that
+//! feed one key to several summaries hash it once
 //! ([`KeyHash`], [`KeySummary::record_hashed`]).
 //!
 //! The smallest count is found through a *lazy* binary min-heap of `(stored count, slot)`
@@ -410,9 +411,9 @@ impl Default for KeySummary {
 impl KeySummary {
     /// An empty summary with `capacity` slots (0 is raised to 1; at most [`MAX_CAPACITY`]).
     ///
-    /// Only the slot index (64 bytes per slot up to 8,192 slots) is allocated up front; slots grow as keys
-    /// arrive, up to `capacity`, and the admission filter appears when the summary is first
-    /// full. See the module docs for bytes per slot and recommended sizes.
+    /// Only the slot index (64 bytes per slot up to 8,192 slots) is allocated up front; slots
+    /// grow as keys arrive, up to `capacity`, and the admission filter appears when the summary
+    /// is first full. See the module docs for bytes per slot and recommended sizes.
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.clamp(1, MAX_CAPACITY);
         Self {
