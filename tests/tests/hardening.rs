@@ -57,7 +57,7 @@ fn post_all(agent: &Agent, records: impl Iterator<Item = String>) -> usize {
 }
 
 /// The worst-case RSS at the default limits that docs/reliability.md promises.
-const DOCUMENTED_WORST_RSS: u64 = 169 << 20;
+const DOCUMENTED_WORST_RSS: u64 = 170 << 20;
 
 #[test]
 fn a_flood_of_groups_shards_and_keys_stays_within_the_memory_budget() {
