@@ -105,9 +105,10 @@
 //! calling a key *the* hot key: flat streams over many keys certify nothing.
 //!
 //! Cost: a window records each keyed observation into two summaries (the group's and the
-//! shard's); `scripts/instructions.sh record_with_key` counts about 510 instructions per
-//! observation in all (565 with the update out of line, a call for each summary; 615 before
-//! the window's own latency histogram, 642 with a branch
+//! shard's); `scripts/instructions.sh record_with_key` counts about 534 instructions per
+//! observation in all (510 before the window's latencies went through a buffer, which costs
+//! instructions and saves cache misses; 565 with the update out of line, a call for each
+//! summary; 615 before the window's own latency histogram, 642 with a branch
 //! choosing the heap's smaller child, 674 with a half-full slot index, 726 before the window's
 //! name table, 853 with four filter counters per slot, 876 with an eagerly ordered heap as
 //! well, 1,291 before the filter and the single hash), on a stream of 10⁵ keys drawn
@@ -116,8 +117,8 @@
 //! stream, the more evictions, each a walk down the heap and two index updates, which is why
 //! the filter has sixteen counters per slot. The lazy heap pays off on skewed streams, where
 //! most updates are increments of monitored keys and no longer sift: `record_with_hot_keys`
-//! (20 keys, all monitored) counts about 429 (480 out of line, 541 before the window's own
-//! histogram, 589
+//! (20 keys, all monitored) counts about 453 (429 before the latency buffer, 480 out of
+//! line, 541 before the window's own histogram, 589
 //! before its name table, 707 with the eager heap). The sparse slot index and the branchless
 //! child choice are about branches more than instructions: a branch simulator (`valgrind
 //! --tool=callgrind --branch-sim=yes`) counts 1.8 mispredicted branches per keyed observation
