@@ -218,8 +218,12 @@ impl Latency {
                 let mut hist = new_histogram(sigfig);
                 hist.saturating_record_n(us, n);
                 self.hist = Some(hist);
-                self.pending = Vec::with_capacity(PENDING_LATENCIES);
             }
+        }
+        // A clone's buffer has only the room its contents needed: give it the full room back.
+        if self.pending.capacity() < PENDING_LATENCIES {
+            self.pending
+                .reserve_exact(PENDING_LATENCIES - self.pending.len());
         }
         if n == 1 {
             self.settle();
@@ -1525,6 +1529,27 @@ mod tests {
                 bucket_counts(&all, &cfg.latency_buckets_secs)
             );
         }
+    }
+
+    /// A clone carries its pending latencies, and both windows go on recording on their own.
+    #[test]
+    fn a_cloned_window_keeps_its_pending_latencies_apart() {
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let record = |w: &mut Windows, n: usize| {
+            for i in 0..n {
+                let mut o = obs("g", "s");
+                o.latency_ms = Some(1.0 + i as f64);
+                w.record(&o);
+            }
+        };
+        record(&mut w, 10);
+        let mut copy = w.clone();
+        record(&mut copy, 100);
+        let (a, b) = (w.close(10.0), copy.close(10.0));
+        assert_eq!(a.groups[0].shards[0].latency_samples, 10);
+        assert_eq!(b.groups[0].shards[0].latency_samples, 110);
+        let max = |s: &WindowSnapshot| s.groups[0].shards[0].ok_latency.as_ref().unwrap().max_ms;
+        assert!((max(&a) - 10.0).abs() < 0.1 && (max(&b) - 100.0).abs() < 1.0);
     }
 
     proptest::proptest! {
