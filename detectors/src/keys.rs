@@ -54,8 +54,10 @@
 //!
 //! Costs: a monitored key probes the table and adds, O(1); a filtered key probes and touches
 //! one counter; an eviction settles the root, rewrites the slot and two index entries, and
-//! sinks the new count, O(log m). None allocates, except an eviction whose key is longer than
-//! any key its slot's buffer held before.
+//! sinks the new count, O(log m). None allocates, except an eviction to a key longer than 15
+//! bytes when neither its slot's buffer nor a spare one ever held one as long. Keys of up to 15
+//! bytes live inside their slot: a lookup that reaches the slot compares them without another
+//! cache miss, which over 1,000 shards was a fifth of keyed recording time.
 //!
 //! # Determinism
 //!
@@ -67,16 +69,17 @@
 //!
 //! # Memory
 //!
-//! About 192 bytes per slot plus the key bytes and the allocator's overhead for one heap buffer
-//! per key: a 48-byte slot, a 16-byte heap entry, 64 bytes of index (8 per bucket, eight
-//! buckets per slot, up to 128 bytes when the capacity is not a power of two; an index stops
-//! growing at 512 KiB, so past 8,192 slots a slot's share falls towards two buckets) and 64
-//! bytes of filter (sixteen 32-bit counters; a filter stops growing at 64 KiB, so past 1,024
-//! slots a slot's share falls to four counters). A 32-slot shard summary holds a 2 KiB index
-//! and a 2 KiB filter. At the default capacity of 1024 that is about 240 KB with 32-byte keys
-//! and about 470 KB with the longest accepted keys (256 bytes). Slots are allocated as keys
-//! arrive and the filter when the summary is first full, so a summary that sees few keys
-//! stays small; only the index (64 KiB at 1,024 slots) is allocated up front.
+//! About 192 bytes per slot plus, for a key longer than 15 bytes, its bytes and the allocator's
+//! overhead for one heap buffer (shorter keys live inside the slot): a 48-byte slot, a 16-byte
+//! heap entry, 64 bytes of index (8 per bucket, eight buckets per slot, up to 128 bytes when
+//! the capacity is not a power of two; an index stops growing at 512 KiB, so past 8,192 slots
+//! a slot's share falls towards two buckets) and 64 bytes of filter (sixteen 32-bit counters;
+//! a filter stops growing at 64 KiB, so past 1,024 slots a slot's share falls to four
+//! counters). A 32-slot shard summary holds a 2 KiB index and a 2 KiB filter. At the default
+//! capacity of 1024 that is about 240 KB with 32-byte keys and about 470 KB with the longest
+//! accepted keys (256 bytes). Slots are allocated as keys arrive and the filter when the
+//! summary is first full, so a summary that sees few keys stays small; only the index (64 KiB
+//! at 1,024 slots) is allocated up front.
 //!
 //! # Sizing and measured recall
 //!
@@ -105,8 +108,10 @@
 //! calling a key *the* hot key: flat streams over many keys certify nothing.
 //!
 //! Cost: a window records each keyed observation into two summaries (the group's and the
-//! shard's); `scripts/instructions.sh record_with_key` counts about 534 instructions per
-//! observation in all (510 before the window's latencies went through a buffer, which costs
+//! shard's); `scripts/instructions.sh record_with_key` counts about 551 instructions per
+//! observation in all (534 before short keys moved inside their slots, which saves a cache miss
+//! per compare for a few instructions; 510 before the window's latencies went through a
+//! buffer, which costs
 //! instructions and saves cache misses; 565 with the update out of line, a call for each
 //! summary; 615 before the window's own latency histogram, 642 with a branch
 //! choosing the heap's smaller child, 674 with a half-full slot index, 726 before the window's
@@ -117,7 +122,8 @@
 //! stream, the more evictions, each a walk down the heap and two index updates, which is why
 //! the filter has sixteen counters per slot. The lazy heap pays off on skewed streams, where
 //! most updates are increments of monitored keys and no longer sift: `record_with_hot_keys`
-//! (20 keys, all monitored) counts about 453 (429 before the latency buffer, 480 out of
+//! (20 keys, all monitored) counts about 468 (453 with keys in heap buffers, 429 before the
+//! latency buffer, 480 out of
 //! line, 541 before the window's own histogram, 589
 //! before its name table, 707 with the eager heap). The sparse slot index and the branchless
 //! child choice are about branches more than instructions: a branch simulator (`valgrind
@@ -195,10 +201,95 @@ impl KeyEstimate {
     }
 }
 
+/// The longest key a slot holds inside itself, with no heap buffer: the most that keeps a
+/// [`SlotKey`] as small as a `String`, so a slot stays 48 bytes.
+const INLINE_KEY: usize = 15;
+
+/// A monitored key: up to [`INLINE_KEY`] bytes inside the slot, longer keys in a heap buffer.
+///
+/// A lookup that reaches a slot must compare the key's bytes. In a heap buffer those are one
+/// more cache miss, and over 1,000 shards a fifth of keyed recording time went to that compare
+/// (`perf annotate` on `record/with_key_1000_shards`). An eviction to a short key writes no
+/// buffer either.
+#[derive(Debug, Clone)]
+enum SlotKey {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(String),
+}
+
+impl SlotKey {
+    /// `key` in a slot key; a long one in `buffer` (cleared first), or a new allocation.
+    fn new(key: &str, buffer: Option<String>) -> Self {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0u8; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key.as_bytes());
+            return SlotKey::Inline {
+                len: key.len() as u8,
+                bytes,
+            };
+        }
+        match buffer {
+            Some(mut buf) => {
+                buf.clear();
+                buf.push_str(key);
+                SlotKey::Heap(buf)
+            }
+            None => SlotKey::Heap(key.to_owned()),
+        }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            SlotKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            SlotKey::Heap(s) => s.as_bytes(),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Inline bytes are a whole key copied from a `&str`.
+            SlotKey::Inline { .. } => {
+                std::str::from_utf8(self.as_bytes()).expect("an inline key is whole UTF-8")
+            }
+            SlotKey::Heap(s) => s,
+        }
+    }
+
+    /// Replaces the key. A long key reuses this key's heap buffer, or takes one from `spare`;
+    /// a short key gives this key's buffer to `spare`. So the buffers in slots and in `spare`
+    /// never outnumber what they were, or the slots.
+    fn set(&mut self, key: &str, spare: &mut Vec<String>) {
+        match self {
+            SlotKey::Heap(buf) if key.len() > INLINE_KEY => {
+                buf.clear();
+                buf.push_str(key);
+            }
+            SlotKey::Heap(_) => {
+                if let SlotKey::Heap(buf) = std::mem::replace(self, SlotKey::new(key, None)) {
+                    spare.push(buf);
+                }
+            }
+            SlotKey::Inline { .. } if key.len() > INLINE_KEY => {
+                *self = SlotKey::new(key, spare.pop());
+            }
+            SlotKey::Inline { .. } => *self = SlotKey::new(key, None),
+        }
+    }
+
+    /// The heap buffer, if the key has one: what `clear` keeps for reuse.
+    fn into_buffer(self) -> Option<String> {
+        match self {
+            SlotKey::Inline { .. } => None,
+            SlotKey::Heap(s) => Some(s),
+        }
+    }
+}
+
 /// One monitored key with its bounds.
 #[derive(Debug, Clone)]
 struct Slot {
-    key: String,
+    key: SlotKey,
     /// Hash of `key`, kept so probing compares integers before strings and deletion can find
     /// the key's home bucket without rehashing.
     hash: u64,
@@ -506,7 +597,7 @@ impl KeySummary {
     #[inline(never)]
     fn admit(&mut self, key: &str, hash: u64, weight: u64, bucket: usize) {
         if self.slots.len() < self.capacity {
-            let key = self.take_buffer(key);
+            let key = self.slot_key(key);
             let floor = self.floor;
             self.push_slot(key, hash, floor.saturating_add(weight), floor);
         } else {
@@ -526,7 +617,7 @@ impl KeySummary {
         let s = self.index.find(&self.slots, hash, key).ok()?;
         let slot = &self.slots[s as usize];
         Some(KeyEstimate {
-            key: slot.key.clone(),
+            key: slot.key.as_str().to_owned(),
             count: slot.count,
             error: slot.error,
         })
@@ -570,7 +661,8 @@ impl KeySummary {
     /// Forgets every key and the total, keeping the allocated memory (slots, heap, index,
     /// filter and key buffers) for the next window.
     pub fn clear(&mut self) {
-        self.spare.extend(self.slots.drain(..).map(|s| s.key));
+        self.spare
+            .extend(self.slots.drain(..).filter_map(|s| s.key.into_buffer()));
         self.heap.clear();
         self.least = 0;
         self.index.clear();
@@ -590,9 +682,13 @@ impl KeySummary {
         // Both sides hash with the same fixed seed, so `other`'s stored hashes probe `self`.
         let mut merged: Vec<Entry> = Vec::with_capacity(self.slots.len() + other.slots.len());
         for (j, o) in other.slots.iter().enumerate() {
-            if self.index.find(&self.slots, o.hash, &o.key).is_err() {
+            if self
+                .index
+                .find(&self.slots, o.hash, o.key.as_str())
+                .is_err()
+            {
                 merged.push(Entry {
-                    key: self.take_buffer(&o.key),
+                    key: self.take_buffer(o.key.as_str()),
                     hash: o.hash,
                     count: other.count_of(j as u32).saturating_add(self.floor),
                     error: o.error.saturating_add(self.floor),
@@ -600,12 +696,16 @@ impl KeySummary {
             }
         }
         for s in std::mem::take(&mut self.slots) {
-            let (c, e) = match other.index.find(&other.slots, s.hash, &s.key) {
+            let (c, e) = match other.index.find(&other.slots, s.hash, s.key.as_str()) {
                 Ok(j) => (other.count_of(j), other.slots[j as usize].error),
                 Err(_) => (other.floor, other.floor),
             };
+            let key = match s.key {
+                SlotKey::Heap(buf) => buf,
+                SlotKey::Inline { .. } => s.key.as_str().to_owned(),
+            };
             merged.push(Entry {
-                key: s.key,
+                key,
                 hash: s.hash,
                 count: s.count.saturating_add(c),
                 error: s.error.saturating_add(e),
@@ -623,7 +723,14 @@ impl KeySummary {
         self.least = 0;
         self.index.clear();
         for e in merged {
-            self.push_slot(e.key, e.hash, e.count, e.error);
+            let key = if e.key.len() > INLINE_KEY {
+                SlotKey::Heap(e.key)
+            } else {
+                let key = SlotKey::new(&e.key, None);
+                self.spare.push(e.key);
+                key
+            };
+            self.push_slot(key, e.hash, e.count, e.error);
         }
         self.floor = floor;
         // The merged bound covers every unmonitored key, so every filter counter starts there.
@@ -641,8 +748,11 @@ impl KeySummary {
     /// The `k` highest-ranked monitored keys, in rank order.
     fn ranked(&self, k: usize) -> Vec<Entry> {
         let mut order: Vec<(u64, &Slot)> = self.slots.iter().map(|s| (s.count, s)).collect();
-        let rank =
-            |a: &(u64, &Slot), b: &(u64, &Slot)| b.0.cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key));
+        // Bytes order as `str` does.
+        let rank = |a: &(u64, &Slot), b: &(u64, &Slot)| {
+            b.0.cmp(&a.0)
+                .then_with(|| a.1.key.as_bytes().cmp(b.1.key.as_bytes()))
+        };
         if k < order.len() {
             order.select_nth_unstable_by(k, rank);
             order.truncate(k);
@@ -651,7 +761,7 @@ impl KeySummary {
         order
             .into_iter()
             .map(|(count, slot)| Entry {
-                key: slot.key.clone(),
+                key: slot.key.as_str().to_owned(),
                 hash: slot.hash,
                 count,
                 error: slot.error,
@@ -671,8 +781,17 @@ impl KeySummary {
         }
     }
 
+    /// `key` as a slot key: inline when short, else in a spare buffer when there is one.
+    fn slot_key(&mut self, key: &str) -> SlotKey {
+        if key.len() <= INLINE_KEY {
+            SlotKey::new(key, None)
+        } else {
+            SlotKey::new(key, self.spare.pop())
+        }
+    }
+
     /// Adds a new slot; the key must not be monitored and the summary must not be full.
-    fn push_slot(&mut self, key: String, hash: u64, count: u64, error: u64) {
+    fn push_slot(&mut self, key: SlotKey, hash: u64, count: u64, error: u64) {
         let s = self.slots.len() as u32;
         self.slots.push(Slot {
             key,
@@ -753,8 +872,7 @@ impl KeySummary {
         let s = self.heap[0].slot;
         let slot = &mut self.slots[s as usize];
         let (old_hash, min) = (slot.hash, slot.count);
-        slot.key.clear();
-        slot.key.push_str(key);
+        slot.key.set(key, &mut self.spare);
         slot.hash = hash;
         slot.count = with;
         slot.error = counter;
@@ -905,7 +1023,16 @@ mod tests {
     }
 
     fn key(id: usize) -> String {
-        format!("k{id}")
+        if !id.is_multiple_of(3) {
+            return format!("k{id}");
+        }
+        // Every third key 13 to 18 bytes long, across the 15 bytes a slot holds inline, so
+        // evictions swap inline and heap keys both ways.
+        let mut k = format!("k{id}:");
+        while k.len() < 13 + id % 6 {
+            k.push('x');
+        }
+        k
     }
 
     /// Checks the internal invariants that the public guarantees rest on.
@@ -924,16 +1051,25 @@ mod tests {
                 assert!(s.heap[(pos - 1) / 2].count <= entry.count, "heap order");
             }
         }
+        // Short keys live inside their slots, so only the others hold buffers.
+        let buffers = s
+            .slots
+            .iter()
+            .filter(|x| matches!(x.key, SlotKey::Heap(_)))
+            .count();
         assert!(
-            s.spare.len() + s.slots.len() <= s.capacity,
+            s.spare.len() + buffers <= s.capacity,
             "too many key buffers"
         );
         assert_eq!(s.least, s.heap.first().map_or(0, |e| e.count));
         let indexed = s.index.buckets.iter().filter(|&&b| b != EMPTY).count();
         assert_eq!(indexed, s.slots.len());
         for (i, slot) in s.slots.iter().enumerate() {
-            assert_eq!(slot.hash, KeyHash::of(&slot.key).0);
-            assert_eq!(s.index.find(&s.slots, slot.hash, &slot.key), Ok(i as u32));
+            assert_eq!(slot.hash, KeyHash::of(slot.key.as_str()).0);
+            assert_eq!(
+                s.index.find(&s.slots, slot.hash, slot.key.as_str()),
+                Ok(i as u32)
+            );
             let count = s.count_of(i as u32);
             assert!(slot.error <= count, "error above count");
             assert!(slot.error <= s.floor, "error above max_error");
@@ -1065,7 +1201,7 @@ mod tests {
             for &(id, w) in &stream {
                 let k = key(id.into());
                 let before: BTreeMap<String, u64> =
-                    s.slots.iter().map(|x| (x.key.clone(), x.count)).collect();
+                    s.slots.iter().map(|x| (x.key.as_str().to_owned(), x.count)).collect();
                 s.record(&k, w);
                 check_invariants(&s);
                 if w == 0 || before.contains_key(&k) || before.len() < capacity {
@@ -1457,7 +1593,7 @@ mod tests {
             s.slots
                 .iter()
                 .enumerate()
-                .map(|(i, x)| (x.key.to_string(), s.count_of(i as u32), x.error))
+                .map(|(i, x)| (x.key.as_str().to_owned(), s.count_of(i as u32), x.error))
                 .collect()
         };
         assert_eq!(layout(&a), layout(&b));
