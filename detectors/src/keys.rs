@@ -111,9 +111,8 @@
 //! shard's); `scripts/instructions.sh record_with_key` counts about 551 instructions per
 //! observation in all (534 before short keys moved inside their slots, which saves a cache miss
 //! per compare for a few instructions; 510 before the window's latencies went through a
-//! buffer, which costs
-//! instructions and saves cache misses; 565 with the update out of line, a call for each
-//! summary; 615 before the window's own latency histogram, 642 with a branch
+//! buffer, which costs instructions and saves cache misses; 565 with the update out of line, a
+//! call for each summary; 615 before the window's own latency histogram, 642 with a branch
 //! choosing the heap's smaller child, 674 with a half-full slot index, 726 before the window's
 //! name table, 853 with four filter counters per slot, 876 with an eagerly ordered heap as
 //! well, 1,291 before the filter and the single hash), on a stream of 10⁵ keys drawn
@@ -123,9 +122,8 @@
 //! the filter has sixteen counters per slot. The lazy heap pays off on skewed streams, where
 //! most updates are increments of monitored keys and no longer sift: `record_with_hot_keys`
 //! (20 keys, all monitored) counts about 468 (453 with keys in heap buffers, 429 before the
-//! latency buffer, 480 out of
-//! line, 541 before the window's own histogram, 589
-//! before its name table, 707 with the eager heap). The sparse slot index and the branchless
+//! latency buffer, 480 out of line, 541 before the window's own histogram, 589 before its name
+//! table, 707 with the eager heap). The sparse slot index and the branchless
 //! child choice are about branches more than instructions: a branch simulator (`valgrind
 //! --tool=callgrind --branch-sim=yes`) counts 1.8 mispredicted branches per keyed observation
 //! with both against 4.9 before.
@@ -218,23 +216,16 @@ enum SlotKey {
 }
 
 impl SlotKey {
-    /// `key` in a slot key; a long one in `buffer` (cleared first), or a new allocation.
-    fn new(key: &str, buffer: Option<String>) -> Self {
-        if key.len() <= INLINE_KEY {
-            let mut bytes = [0u8; INLINE_KEY];
-            bytes[..key.len()].copy_from_slice(key.as_bytes());
-            return SlotKey::Inline {
-                len: key.len() as u8,
-                bytes,
-            };
+    /// `key` in a slot key: inline when short, else in a buffer taken from `spare`.
+    fn new(key: &str, spare: &mut Vec<String>) -> Self {
+        if key.len() > INLINE_KEY {
+            return SlotKey::Heap(take_buffer(spare, key));
         }
-        match buffer {
-            Some(mut buf) => {
-                buf.clear();
-                buf.push_str(key);
-                SlotKey::Heap(buf)
-            }
-            None => SlotKey::Heap(key.to_owned()),
+        let mut bytes = [0u8; INLINE_KEY];
+        bytes[..key.len()].copy_from_slice(key.as_bytes());
+        SlotKey::Inline {
+            len: key.len() as u8,
+            bytes,
         }
     }
 
@@ -265,15 +256,10 @@ impl SlotKey {
                 buf.clear();
                 buf.push_str(key);
             }
-            SlotKey::Heap(_) => {
-                if let SlotKey::Heap(buf) = std::mem::replace(self, SlotKey::new(key, None)) {
-                    spare.push(buf);
-                }
+            _ => {
+                let old = std::mem::replace(self, SlotKey::new(key, spare));
+                spare.extend(old.into_buffer());
             }
-            SlotKey::Inline { .. } if key.len() > INLINE_KEY => {
-                *self = SlotKey::new(key, spare.pop());
-            }
-            SlotKey::Inline { .. } => *self = SlotKey::new(key, None),
         }
     }
 
@@ -283,6 +269,18 @@ impl SlotKey {
             SlotKey::Inline { .. } => None,
             SlotKey::Heap(s) => Some(s),
         }
+    }
+}
+
+/// An owned copy of `key`, reusing a buffer from `spare` when there is one.
+fn take_buffer(spare: &mut Vec<String>, key: &str) -> String {
+    match spare.pop() {
+        Some(mut buf) => {
+            buf.clear();
+            buf.push_str(key);
+            buf
+        }
+        None => key.to_owned(),
     }
 }
 
@@ -597,7 +595,7 @@ impl KeySummary {
     #[inline(never)]
     fn admit(&mut self, key: &str, hash: u64, weight: u64, bucket: usize) {
         if self.slots.len() < self.capacity {
-            let key = self.slot_key(key);
+            let key = SlotKey::new(key, &mut self.spare);
             let floor = self.floor;
             self.push_slot(key, hash, floor.saturating_add(weight), floor);
         } else {
@@ -688,7 +686,7 @@ impl KeySummary {
                 .is_err()
             {
                 merged.push(Entry {
-                    key: self.take_buffer(o.key.as_str()),
+                    key: take_buffer(&mut self.spare, o.key.as_str()),
                     hash: o.hash,
                     count: other.count_of(j as u32).saturating_add(self.floor),
                     error: o.error.saturating_add(self.floor),
@@ -726,7 +724,7 @@ impl KeySummary {
             let key = if e.key.len() > INLINE_KEY {
                 SlotKey::Heap(e.key)
             } else {
-                let key = SlotKey::new(&e.key, None);
+                let key = SlotKey::new(&e.key, &mut self.spare);
                 self.spare.push(e.key);
                 key
             };
@@ -767,27 +765,6 @@ impl KeySummary {
                 error: slot.error,
             })
             .collect()
-    }
-
-    /// An owned copy of `key`, reusing a spare buffer when there is one.
-    fn take_buffer(&mut self, key: &str) -> String {
-        match self.spare.pop() {
-            Some(mut buf) => {
-                buf.clear();
-                buf.push_str(key);
-                buf
-            }
-            None => key.to_owned(),
-        }
-    }
-
-    /// `key` as a slot key: inline when short, else in a spare buffer when there is one.
-    fn slot_key(&mut self, key: &str) -> SlotKey {
-        if key.len() <= INLINE_KEY {
-            SlotKey::new(key, None)
-        } else {
-            SlotKey::new(key, self.spare.pop())
-        }
     }
 
     /// Adds a new slot; the key must not be monitored and the summary must not be full.
