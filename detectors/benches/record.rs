@@ -9,6 +9,12 @@
 //!   summary then sees about 1/64 of the keys instead of all of them.
 //! - `record/no_key_1000_shards`: the same over 1,000 shards, where the per-shard histograms
 //!   no longer fit the first-level caches.
+//! - `record/with_key_1000_shards`: 1,000 shards and keys drawn from 10⁶, what the live
+//!   pipeline meets under the StatsD bench with a million keys.
+//! - `record/with_key_1000_shards_two_threads`: the same stream with the shards split in two
+//!   by name, each half recorded on its own thread into windows of its own. What a pipeline
+//!   partitioned by shard would reach on two cores, measured before it is built
+//!   (docs/performance.md, Bottlenecks).
 //! - `close/1000_shards`: turning a window of 1,000 shards into a snapshot (percentiles,
 //!   merged histograms, skew statistics, top keys).
 //!
@@ -69,8 +75,7 @@ fn bench_record(c: &mut Criterion) {
         ("with_key", 64, Some(100_000), Placement::Independent),
         ("with_key_on_its_shard", 64, Some(100_000), Placement::ByKey),
         ("no_key_1000_shards", 1_000, None, Placement::Independent),
-        // What the live agent's pipeline meets under the StatsD bench with a million keys:
-        // the shards' histograms and key summaries far outgrow the second-level cache.
+        // The shards' histograms and key summaries far outgrow the second-level cache.
         (
             "with_key_1000_shards",
             1_000,
@@ -82,6 +87,43 @@ fn bench_record(c: &mut Criterion) {
         let mut w = Windows::new(WindowConfig::default(), 0.0);
         g.bench_function(name, |bench| bench.iter(|| w.record_batch(black_box(&b))));
     }
+    g.finish();
+}
+
+/// `batch`'s records dealt into `parts` batches by their shard name, so that every shard
+/// lands in exactly one part.
+fn split_by_shard(batch: &Batch, parts: usize) -> Vec<Batch> {
+    let mut out: Vec<Batch> = (0..parts)
+        .map(|_| Batch::with_capacity(batch.len() / parts + 1))
+        .collect();
+    for o in batch.iter() {
+        let h = o.shard.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        out[(h % parts as u64) as usize].push(&o);
+    }
+    out
+}
+
+fn bench_record_in_parts(c: &mut Criterion) {
+    let mut g = c.benchmark_group("record");
+    let n = 100_000;
+    g.throughput(Throughput::Elements(n as u64));
+    let whole = batch(1_000, Some(1_000_000), Placement::Independent, n);
+    let parts = split_by_shard(&whole, 2);
+    let mut windows: Vec<Windows> = parts
+        .iter()
+        .map(|_| Windows::new(WindowConfig::default(), 0.0))
+        .collect();
+    g.bench_function("with_key_1000_shards_two_threads", |bench| {
+        bench.iter(|| {
+            std::thread::scope(|s| {
+                for (w, b) in windows.iter_mut().zip(&parts) {
+                    s.spawn(move || w.record_batch(black_box(b)));
+                }
+            });
+        })
+    });
     g.finish();
 }
 
@@ -102,5 +144,5 @@ fn bench_close(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_record, bench_close);
+criterion_group!(benches, bench_record, bench_record_in_parts, bench_close);
 criterion_main!(benches);
