@@ -272,7 +272,10 @@ impl SlotKey {
     }
 }
 
-/// An owned copy of `key`, reusing a buffer from `spare` when there is one.
+/// An owned copy of `key`, reusing a buffer from `spare` when there is one. Out of line: only
+/// keys longer than [`INLINE_KEY`] need it, and inlined into [`SlotKey::new`] it cost the
+/// keyed record path about 5 instructions per observation (`scripts/instructions.sh`).
+#[inline(never)]
 fn take_buffer(spare: &mut Vec<String>, key: &str) -> String {
     match spare.pop() {
         Some(mut buf) => {
@@ -323,7 +326,7 @@ struct SlotIndex {
 /// A key, its bounds and hash, outside any summary: what merge and ranking work on.
 #[derive(Debug)]
 struct Entry {
-    key: String,
+    key: SlotKey,
     hash: u64,
     count: u64,
     error: u64,
@@ -479,18 +482,19 @@ impl SlotIndex {
 impl Entry {
     fn estimate(&self) -> KeyEstimate {
         KeyEstimate {
-            key: self.key.clone(),
+            key: self.key.as_str().to_owned(),
             count: self.count,
             error: self.error,
         }
     }
 
-    /// Ranking order: count descending, then key ascending. Keys are unique, so it is total.
+    /// Ranking order: count descending, then key ascending (bytes order as `str` does). Keys
+    /// are unique, so it is total.
     fn rank(&self, other: &Entry) -> std::cmp::Ordering {
         other
             .count
             .cmp(&self.count)
-            .then_with(|| self.key.cmp(&other.key))
+            .then_with(|| self.key.as_bytes().cmp(other.key.as_bytes()))
     }
 }
 
@@ -686,7 +690,7 @@ impl KeySummary {
                 .is_err()
             {
                 merged.push(Entry {
-                    key: take_buffer(&mut self.spare, o.key.as_str()),
+                    key: SlotKey::new(o.key.as_str(), &mut self.spare),
                     hash: o.hash,
                     count: other.count_of(j as u32).saturating_add(self.floor),
                     error: o.error.saturating_add(self.floor),
@@ -698,12 +702,8 @@ impl KeySummary {
                 Ok(j) => (other.count_of(j), other.slots[j as usize].error),
                 Err(_) => (other.floor, other.floor),
             };
-            let key = match s.key {
-                SlotKey::Heap(buf) => buf,
-                SlotKey::Inline { .. } => s.key.as_str().to_owned(),
-            };
             merged.push(Entry {
-                key,
+                key: s.key,
                 hash: s.hash,
                 count: s.count.saturating_add(c),
                 error: s.error.saturating_add(e),
@@ -714,21 +714,17 @@ impl KeySummary {
         let mut floor = self.floor.saturating_add(other.floor);
         if let Some(dropped) = merged.get(self.capacity) {
             floor = floor.max(dropped.count);
-            self.spare
-                .extend(merged.drain(self.capacity..).map(|s| s.key));
+            self.spare.extend(
+                merged
+                    .drain(self.capacity..)
+                    .filter_map(|e| e.key.into_buffer()),
+            );
         }
         self.heap.clear();
         self.least = 0;
         self.index.clear();
         for e in merged {
-            let key = if e.key.len() > INLINE_KEY {
-                SlotKey::Heap(e.key)
-            } else {
-                let key = SlotKey::new(&e.key, &mut self.spare);
-                self.spare.push(e.key);
-                key
-            };
-            self.push_slot(key, e.hash, e.count, e.error);
+            self.push_slot(e.key, e.hash, e.count, e.error);
         }
         self.floor = floor;
         // The merged bound covers every unmonitored key, so every filter counter starts there.
@@ -759,7 +755,7 @@ impl KeySummary {
         order
             .into_iter()
             .map(|(count, slot)| Entry {
-                key: slot.key.as_str().to_owned(),
+                key: slot.key.clone(),
                 hash: slot.hash,
                 count,
                 error: slot.error,
