@@ -7,7 +7,8 @@
 #
 # Traces come from `cargo run -p skewwatch-e2e --example scenario_traces` (every scenario family
 # at four seeds). Each trace is replayed on the embedded defaults; the slow burn is also replayed
-# with capacities configured, so CapacityHeadroom is covered.
+# with capacities configured, so CapacityHeadroom is covered. With RECORD_THREADS=N in the
+# environment every replay records on N threads (`window.record_threads`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/replay-golden.sh OUT_DIR [BINARY]}
@@ -18,8 +19,11 @@ if [ ! -d "$traces" ] || [ -z "$(ls -A "$traces" 2>/dev/null)" ]; then
 fi
 mkdir -p "$out"
 capacity=$(mktemp)
-trap 'rm -f "$capacity"' EXIT
-cat >"$capacity" <<'YAML'
+base=$(mktemp)
+trap 'rm -f "$capacity" "$base"' EXIT
+printf 'window:\n  record_threads: %s\n' "${RECORD_THREADS:-1}" >"$base"
+cp "$base" "$capacity"
+cat >>"$capacity" <<'YAML'
 detectors:
   capacity_headroom:
     capacities:
@@ -27,7 +31,7 @@ detectors:
 YAML
 for t in "$traces"/*.ndjson; do
   name=$(basename "$t" .ndjson)
-  "$bin" replay "$t" >"$out/$name.out" 2>/dev/null
+  "$bin" replay --config "$base" "$t" >"$out/$name.out" 2>/dev/null
   case $name in
     slow_burn-*) "$bin" replay --config "$capacity" "$t" >"$out/$name.capacity.out" 2>/dev/null ;;
   esac

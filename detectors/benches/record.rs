@@ -11,10 +11,9 @@
 //!   no longer fit the first-level caches.
 //! - `record/with_key_1000_shards`: 1,000 shards and keys drawn from 10⁶, what the live
 //!   pipeline meets under the StatsD bench with a million keys.
-//! - `record/with_key_1000_shards_two_threads`: the same stream with the shards split in two
-//!   by name, each half recorded on its own thread into windows of its own. What a pipeline
-//!   partitioned by shard would reach on two cores, measured before it is built
-//!   (docs/performance.md, Bottlenecks).
+//! - `record/with_key_1000_shards_record_threads_2` (and `_3`): the same stream through
+//!   [`Recording`] with `window.record_threads` at 2 (and 3): the calling thread deals records
+//!   by shard, records its own part and waits until the other threads have recorded theirs.
 //! - `close/1000_shards`: turning a window of 1,000 shards into a snapshot (percentiles,
 //!   merged histograms, skew statistics, top keys).
 //!
@@ -24,6 +23,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use skewwatch_detectors::observation::{Batch, ObservationRef, Outcome};
+use skewwatch_detectors::parts::Recording;
 use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_detectors::window::{WindowConfig, Windows};
 
@@ -90,40 +90,25 @@ fn bench_record(c: &mut Criterion) {
     g.finish();
 }
 
-/// `batch`'s records dealt into `parts` batches by their shard name, so that every shard
-/// lands in exactly one part.
-fn split_by_shard(batch: &Batch, parts: usize) -> Vec<Batch> {
-    let mut out: Vec<Batch> = (0..parts)
-        .map(|_| Batch::with_capacity(batch.len() / parts + 1))
-        .collect();
-    for o in batch.iter() {
-        let h = o.shard.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        out[(h % parts as u64) as usize].push(&o);
-    }
-    out
-}
-
 fn bench_record_in_parts(c: &mut Criterion) {
     let mut g = c.benchmark_group("record");
     let n = 100_000;
     g.throughput(Throughput::Elements(n as u64));
-    let whole = batch(1_000, Some(1_000_000), Placement::Independent, n);
-    let parts = split_by_shard(&whole, 2);
-    let mut windows: Vec<Windows> = parts
-        .iter()
-        .map(|_| Windows::new(WindowConfig::default(), 0.0))
-        .collect();
-    g.bench_function("with_key_1000_shards_two_threads", |bench| {
-        bench.iter(|| {
-            std::thread::scope(|s| {
-                for (w, b) in windows.iter_mut().zip(&parts) {
-                    s.spawn(move || w.record_batch(black_box(b)));
-                }
-            });
-        })
-    });
+    let b = batch(1_000, Some(1_000_000), Placement::Independent, n);
+    for threads in [2, 3] {
+        let cfg = WindowConfig {
+            record_threads: threads,
+            ..WindowConfig::default()
+        };
+        let mut r = Recording::new(cfg, 0.0);
+        let name = format!("with_key_1000_shards_record_threads_{threads}");
+        g.bench_function(name, |bench| {
+            bench.iter(|| {
+                r.record_batch(black_box(&b));
+                r.flush();
+            })
+        });
+    }
     g.finish();
 }
 

@@ -14,8 +14,9 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Alert, AlertBook, Transition};
 use crate::detect::{Context, Detector, DetectorsConfig};
 use crate::observation::{Batch, ObservationRef, ReadingRef};
+use crate::parts::Recording;
 use crate::snapshot::WindowSnapshot;
-use crate::window::{WindowConfig, Windows};
+use crate::window::WindowConfig;
 
 /// Longest run of empty windows [`Engine::advance`] closes one by one after a gap in time; after
 /// that it jumps, so a trace with a day-long gap does not stall replay.
@@ -74,7 +75,7 @@ pub struct Restored {
 /// Windows and detectors, with time passed in.
 #[derive(Debug)]
 pub struct Engine {
-    windows: Windows,
+    windows: Recording,
     window_secs: f64,
     /// A new window length from a reload, in force from the next window.
     next_window_secs: Option<f64>,
@@ -92,7 +93,7 @@ impl Engine {
         Engine {
             detectors: cfg.detectors.build(window_secs),
             alerts: AlertBook::new(cfg.detectors.rules()),
-            windows: Windows::new(cfg.window, start),
+            windows: Recording::new(cfg.window, start),
             window_secs,
             next_window_secs: None,
             last_end: None,

@@ -9,6 +9,7 @@
 //! - [`observation`]: the data model and the packed [`observation::Batch`].
 //! - [`window`]: per-group, per-shard windows with counts, HDR latency histograms and key
 //!   summaries; closing a window yields a [`snapshot::WindowSnapshot`].
+//! - [`parts`]: the windows partitioned by shard over recording threads, merged at close.
 //! - [`histogram`]: the window's latency histogram, a log-linear (HDR-style) one of our own,
 //!   cheap to record into.
 //! - [`keys`]: the heavy-hitter key summary (Space-Saving family).
@@ -21,7 +22,8 @@
 //! - [`prng`]: the seeded generator and the small hashes every crate of the workspace shares.
 //!
 //! This crate does no I/O, reads no clock and has no global state: every function that depends
-//! on time takes `now`. The live agent, `skewwatch replay` and the tests share it, so a scenario
+//! on time takes `now`. It starts threads only when asked to record on several
+//! ([`parts`]). The live agent, `skewwatch replay` and the tests share it, so a scenario
 //! gives the same verdict everywhere.
 
 pub mod alert;
@@ -31,6 +33,7 @@ pub mod evidence;
 pub mod histogram;
 pub mod keys;
 pub mod observation;
+pub mod parts;
 pub mod prng;
 pub mod snapshot;
 pub mod stats;

@@ -66,6 +66,10 @@ pub struct WindowConfig {
     /// Upper bounds (seconds, ascending) of the latency buckets each shard snapshot counts
     /// (`ShardSnapshot::latency_buckets`), for the agent's cumulative histogram.
     pub latency_buckets_secs: Vec<f64>,
+    /// Threads that record observations, each owning the windows of its part of the shards
+    /// ([`crate::parts`]); 1 records on the caller's thread alone. Read when the windows are
+    /// made: a change applies to new windows only.
+    pub record_threads: usize,
 }
 
 /// The default latency bucket bounds: 1 ms to 10 s in 1-2.5-5 steps, the span of a database
@@ -90,6 +94,7 @@ impl Default for WindowConfig {
             latency_sigfig: 2,
             dispersion_alpha: 1e-3,
             latency_buckets_secs: DEFAULT_LATENCY_BUCKETS_SECS.to_vec(),
+            record_threads: 1,
         }
     }
 }
@@ -97,7 +102,7 @@ impl Default for WindowConfig {
 /// Fixed-seed hasher: replay must give the same output on every run, and nothing here iterates a
 /// map in hash order anyway, but a fixed seed keeps timing behaviour reproducible too.
 #[derive(Debug, Clone, Copy, Default)]
-struct FixedState;
+pub(crate) struct FixedState;
 
 impl BuildHasher for FixedState {
     type Hasher = foldhash::fast::FoldHasher<'static>;
@@ -111,7 +116,7 @@ impl BuildHasher for FixedState {
 /// that a lookup compares names with the inline word compare instead of a `memcmp` call, which
 /// cost more than the rest of the lookup (`scripts/instructions.sh`, docs/performance.md).
 #[derive(Debug, Clone, Default)]
-struct NameMap {
+pub(crate) struct NameMap {
     table: HashTable<(Box<str>, u32)>,
 }
 
@@ -122,7 +127,7 @@ impl NameMap {
 
     /// The slot of `name`, if it has one.
     #[inline(always)]
-    fn get(&self, name: &str) -> Option<&u32> {
+    pub(crate) fn get(&self, name: &str) -> Option<&u32> {
         self.table
             .find(Self::hash(name), |(n, _)| {
                 same_key(n.as_bytes(), name.as_bytes())
@@ -131,7 +136,7 @@ impl NameMap {
     }
 
     /// Gives `name` the slot `slot`, replacing any slot it had.
-    fn insert(&mut self, name: Box<str>, slot: u32) {
+    pub(crate) fn insert(&mut self, name: Box<str>, slot: u32) {
         let hash = Self::hash(&name);
         match self.table.find_mut(hash, |(n, _)| *n == name) {
             Some((_, old)) => *old = slot,
@@ -143,7 +148,7 @@ impl NameMap {
     }
 
     /// Forgets `name`, if it had a slot.
-    fn remove(&mut self, name: &str) {
+    pub(crate) fn remove(&mut self, name: &str) {
         if let Ok(entry) = self
             .table
             .find_entry(Self::hash(name), |(n, _)| **n == *name)
@@ -152,7 +157,7 @@ impl NameMap {
         }
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.table.clear();
     }
 
@@ -261,6 +266,18 @@ impl Latency {
         self.pending.clear();
         self.sum_us = 0;
     }
+
+    /// Adds what `other` recorded (both settled), for the merge of parts at close.
+    fn absorb(&mut self, other: &Latency, sigfig: u8) {
+        if let Some(h) = other.histogram() {
+            // Same bounds and precision: add cannot fail.
+            let _ = self
+                .hist
+                .get_or_insert_with(|| new_histogram(sigfig))
+                .add(h);
+        }
+        self.sum_us = self.sum_us.saturating_add(other.sum_us);
+    }
 }
 
 /// A latency in milliseconds as whole microseconds, clamped to the histograms' range.
@@ -332,6 +349,31 @@ impl ShardWindow {
         self.by_outcome
             .iter()
             .fold(0u64, |sum, &n| sum.saturating_add(n))
+    }
+
+    /// Adds what `other` saw in the window (both settled): the merge of one group's overflow
+    /// slots from several parts at close.
+    fn absorb(&mut self, other: &ShardWindow, sigfig: u8) {
+        for (a, b) in self.by_outcome.iter_mut().zip(other.by_outcome) {
+            *a = a.saturating_add(b);
+        }
+        self.cache_hits = self.cache_hits.saturating_add(other.cache_hits);
+        self.cache_misses = self.cache_misses.saturating_add(other.cache_misses);
+        self.ok_latency.absorb(&other.ok_latency, sigfig);
+        self.err_latency.absorb(&other.err_latency, sigfig);
+        match (&mut self.keys, &other.keys) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (None, Some(theirs)) => self.keys = Some(theirs.clone()),
+            _ => {}
+        }
+        if let Some(v) = other.readings.inflight {
+            self.readings.raise(ReadingKind::Inflight, v);
+        }
+        if let Some(v) = other.readings.utilisation {
+            self.readings.raise(ReadingKind::Utilisation, v);
+        }
+        self.idle_windows = self.idle_windows.min(other.idle_windows);
+        self.last_active = self.last_active.max(other.last_active);
     }
 
     fn reset(&mut self) {
@@ -729,10 +771,24 @@ impl Windows {
 
     /// Adds one observation to the current window. The caller has validated it.
     pub fn record(&mut self, obs: &ObservationRef<'_>) {
+        let Slot::Shard(gi, si) = self.slot(obs);
+        self.record_at(gi, si, obs);
+    }
+
+    /// Adds one observation to the overflow group: the group cap was decided by whoever
+    /// dealt it to this part ([`crate::parts`]).
+    pub(crate) fn record_folded(&mut self, obs: &ObservationRef<'_>) {
+        let gi = self.overflow_group();
+        let si = self.shard_index(gi, obs.shard);
+        self.record_at(gi, si, obs);
+    }
+
+    /// Adds one observation to group slot `gi`, shard slot `si`.
+    #[inline(always)]
+    fn record_at(&mut self, gi: usize, si: usize, obs: &ObservationRef<'_>) {
         let sigfig = self.cfg.latency_sigfig;
         let shard_slots = self.cfg.shard_key_slots;
         let seq = self.seq;
-        let Slot::Shard(gi, si) = self.slot(obs);
         let g = &mut self.groups[gi];
         if g.overflow {
             self.folded_groups = self.folded_groups.saturating_add(obs.count);
@@ -781,8 +837,18 @@ impl Windows {
     /// counts as active, so a shard that reports readings and serves no request stays known.
     /// The caller has validated it.
     pub fn read(&mut self, reading: &ReadingRef<'_>) {
-        let seq = self.seq;
         let gi = self.group_index(reading.group);
+        self.read_at(gi, reading);
+    }
+
+    /// Adds one saturation reading to the overflow group, as [`Self::record_folded`] does.
+    pub(crate) fn read_folded(&mut self, reading: &ReadingRef<'_>) {
+        let gi = self.overflow_group();
+        self.read_at(gi, reading);
+    }
+
+    fn read_at(&mut self, gi: usize, reading: &ReadingRef<'_>) {
+        let seq = self.seq;
         let si = self.shard_index(gi, reading.shard);
         let g = &mut self.groups[gi];
         g.last_active = seq;
@@ -801,17 +867,42 @@ impl Windows {
         }
     }
 
+    /// Adds the observations and readings of `batch` to the overflow group, as
+    /// [`Self::record_folded`] does.
+    pub(crate) fn record_batch_folded(&mut self, batch: &Batch) {
+        for obs in batch.iter() {
+            self.record_folded(&obs);
+        }
+        for reading in batch.readings() {
+            self.read_folded(&reading);
+        }
+    }
+
+    /// Whether `group` is tracked by name.
+    pub(crate) fn has_group(&self, group: &str) -> bool {
+        self.index.get(group).is_some()
+    }
+
+    /// Forgets `group` and its shards, as the group cap's eviction does (decided, for a part,
+    /// by whoever deals records to it).
+    pub(crate) fn forget_group(&mut self, group: &str) {
+        if let Some(&i) = self.index.get(group) {
+            self.groups[i as usize].shards.clear();
+            self.forget_empty_groups();
+        }
+    }
+
     /// Ends the current window at `end` (unix seconds), returns what it saw, and starts the next
     /// window at `end`.
     pub fn close(&mut self, end: f64) -> WindowSnapshot {
-        let duration = (end - self.start).max(f64::MIN_POSITIVE);
-        let mut groups = Vec::with_capacity(self.groups.len());
-        let sigfig = self.cfg.latency_sigfig;
-        let scratch = self.scratch.get_or_insert_with(|| new_histogram(sigfig));
-        let folded_groups = std::mem::take(&mut self.folded_groups);
+        close_parts(&mut [self], end)
+    }
+
+    /// First step of a close: counts idle windows, forgets expired shards and settles every
+    /// latency. Expiry first: an expired shard had no request in this window, so it loses
+    /// nothing, and it is shown as a zero-load shard for exactly `shard_idle_windows` windows.
+    fn expire(&mut self) {
         for g in &mut self.groups {
-            // Expiry first: an expired shard had no request in this window, so it loses nothing,
-            // and it is shown as a zero-load shard for exactly `shard_idle_windows` windows.
             for s in &mut g.shards {
                 s.idle_windows = if s.requests() == 0 && s.readings.is_empty() {
                     s.idle_windows.saturating_add(1)
@@ -821,11 +912,13 @@ impl Windows {
             }
             g.compact(self.cfg.shard_idle_windows);
             g.settle_latencies();
-            let mut snap = snapshot_group(g, &self.cfg, duration, scratch);
-            if g.overflow {
-                snap.folded_records = folded_groups;
-            }
-            groups.push(snap);
+        }
+    }
+
+    /// Last step of a close: empties the window, keeping allocations, and starts the next one
+    /// at `end`.
+    fn start_next(&mut self, end: f64) {
+        for g in &mut self.groups {
             for s in &mut g.shards {
                 s.reset();
             }
@@ -835,17 +928,10 @@ impl Windows {
             g.timeout_latency.reset();
             g.folded = 0;
         }
+        self.folded_groups = 0;
         self.forget_empty_groups();
-        groups.retain(|g: &GroupSnapshot| !g.shards.is_empty());
-        groups.sort_by(|a, b| a.group.cmp(&b.group).then(a.overflow.cmp(&b.overflow)));
-        let snap = WindowSnapshot {
-            start: self.start,
-            end,
-            groups,
-        };
         self.start = end;
         self.seq += 1;
-        snap
     }
 
     /// Forgets groups whose shards all expired, and recounts what the caps bound.
@@ -865,6 +951,128 @@ impl Windows {
         }
         self.live_shards = self.groups.iter().map(GroupWindow::live).sum();
     }
+}
+
+/// Closes the current window of every part at `end` and returns one snapshot of them all.
+///
+/// The parts hold disjoint shards of the same groups ([`crate::parts`]); one part is the plain
+/// [`Windows::close`]. A group found in one part is read as it is. A group found in several
+/// has its shards gathered, its overflow slots added into one, its key summaries merged (the
+/// bounds of [`KeySummary::merge`] hold for the whole stream) and its latency histograms added,
+/// so its percentiles are exact to the histograms' precision, never averaged.
+pub(crate) fn close_parts(parts: &mut [&mut Windows], end: f64) -> WindowSnapshot {
+    let start = parts[0].start;
+    let duration = (end - start).max(f64::MIN_POSITIVE);
+    let sigfig = parts[0].cfg.latency_sigfig;
+    let mut scratch = parts[0]
+        .scratch
+        .take()
+        .unwrap_or_else(|| new_histogram(sigfig));
+    let folded_groups = parts
+        .iter()
+        .fold(0u64, |sum, p| sum.saturating_add(p.folded_groups));
+    for p in parts.iter_mut() {
+        p.expire();
+    }
+    let mut groups = Vec::new();
+    {
+        let cfg = &parts[0].cfg;
+        // By name, the overflow group last among equals: the snapshot's order.
+        let mut by_name: std::collections::BTreeMap<(&str, bool), Vec<&GroupWindow>> =
+            std::collections::BTreeMap::new();
+        for p in parts.iter() {
+            for g in &p.groups {
+                by_name.entry((&g.name, g.overflow)).or_default().push(g);
+            }
+        }
+        for ((_, overflow), gs) in by_name {
+            let mut snap = match gs.as_slice() {
+                [g] => snapshot_group(&GroupView::of(g), cfg, duration, &mut scratch),
+                _ => snapshot_merged(&gs, cfg, duration, &mut scratch),
+            };
+            if overflow {
+                snap.folded_records = folded_groups;
+            }
+            if !snap.shards.is_empty() {
+                groups.push(snap);
+            }
+        }
+    }
+    for p in parts.iter_mut() {
+        p.start_next(end);
+    }
+    parts[0].scratch = Some(scratch);
+    WindowSnapshot { start, end, groups }
+}
+
+/// What a group snapshot is made of: one group window's parts, or several merged.
+struct GroupView<'a> {
+    name: &'a str,
+    overflow: bool,
+    folded: u64,
+    shards: Vec<(&'a str, &'a ShardWindow)>,
+    keys: &'a KeySummary,
+    keyed_requests: u64,
+    miss_latency: Vec<&'a Latency>,
+    timeout_latency: Vec<&'a Latency>,
+}
+
+impl<'a> GroupView<'a> {
+    fn of(g: &'a GroupWindow) -> Self {
+        GroupView {
+            name: &g.name,
+            overflow: g.overflow,
+            folded: g.folded,
+            shards: g.names.iter().map(|n| &**n).zip(&g.shards).collect(),
+            keys: &g.keys,
+            keyed_requests: g.keyed_requests,
+            miss_latency: vec![&g.miss_latency],
+            timeout_latency: vec![&g.timeout_latency],
+        }
+    }
+}
+
+/// The snapshot of one group whose shards are spread over several parts.
+fn snapshot_merged(
+    gs: &[&GroupWindow],
+    cfg: &WindowConfig,
+    duration: f64,
+    scratch: &mut LogHistogram,
+) -> GroupSnapshot {
+    let mut other: Option<ShardWindow> = None;
+    for s in gs.iter().flat_map(|g| &g.shards) {
+        if s.role == Role::Overflow {
+            match &mut other {
+                Some(o) => o.absorb(s, cfg.latency_sigfig),
+                None => other = Some(s.clone()),
+            }
+        }
+    }
+    let mut keys = KeySummary::new(cfg.group_key_slots);
+    for g in gs {
+        keys.merge(&g.keys);
+    }
+    let mut shards: Vec<(&str, &ShardWindow)> = gs
+        .iter()
+        .flat_map(|g| g.names.iter().map(|n| &**n).zip(&g.shards))
+        .filter(|(_, s)| s.role != Role::Overflow)
+        .collect();
+    if let Some(o) = &other {
+        shards.push((OTHER_LABEL, o));
+    }
+    let view = GroupView {
+        name: &gs[0].name,
+        overflow: gs[0].overflow,
+        folded: gs.iter().fold(0u64, |sum, g| sum.saturating_add(g.folded)),
+        shards,
+        keys: &keys,
+        keyed_requests: gs
+            .iter()
+            .fold(0u64, |sum, g| sum.saturating_add(g.keyed_requests)),
+        miss_latency: gs.iter().map(|g| &g.miss_latency).collect(),
+        timeout_latency: gs.iter().map(|g| &g.timeout_latency).collect(),
+    };
+    snapshot_group(&view, cfg, duration, scratch)
 }
 
 /// A shard's highest readings of the window, by kind.
@@ -994,12 +1202,12 @@ fn snapshot_shard(
     }
 }
 
-impl GroupWindow {
+impl GroupView<'_> {
     /// Requests by outcome, cache hits and cache misses, summed over the shards.
     fn counts(&self) -> ([u64; Outcome::COUNT], u64, u64) {
         let mut by_outcome = [0u64; Outcome::COUNT];
         let (mut hits, mut misses) = (0, 0);
-        for s in &self.shards {
+        for (_, s) in &self.shards {
             for (a, b) in by_outcome.iter_mut().zip(s.by_outcome) {
                 *a = a.saturating_add(b);
             }
@@ -1014,7 +1222,7 @@ impl GroupWindow {
 /// the group's totals and merged latencies, and its keys. One struct literal of every field is
 /// most of its length.
 fn snapshot_group(
-    g: &GroupWindow,
+    g: &GroupView<'_>,
     cfg: &WindowConfig,
     duration: f64,
     scratch: &mut LogHistogram,
@@ -1022,11 +1230,10 @@ fn snapshot_group(
     let total = g
         .shards
         .iter()
-        .fold(0u64, |sum, s| sum.saturating_add(s.requests()));
+        .fold(0u64, |sum, (_, s)| sum.saturating_add(s.requests()));
     let mut shards: Vec<ShardSnapshot> = g
-        .names
+        .shards
         .iter()
-        .zip(&g.shards)
         .map(|(name, s)| snapshot_shard(name, s, total, cfg, duration, scratch))
         .collect();
     shards.sort_by(|a, b| a.shard.cmp(&b.shard).then(a.overflow.cmp(&b.overflow)));
@@ -1045,9 +1252,9 @@ fn snapshot_group(
     let all: Vec<&Latency> = g
         .shards
         .iter()
-        .flat_map(|s| [&s.ok_latency, &s.err_latency])
+        .flat_map(|(_, s)| [&s.ok_latency, &s.err_latency])
         .collect();
-    let oks: Vec<&Latency> = g.shards.iter().map(|s| &s.ok_latency).collect();
+    let oks: Vec<&Latency> = g.shards.iter().map(|(_, s)| &s.ok_latency).collect();
     GroupSnapshot {
         group: g.name.to_string(),
         overflow: g.overflow,
@@ -1062,15 +1269,15 @@ fn snapshot_group(
         cache_hit_ratio: ratio(hits, hits.saturating_add(misses)),
         latency: merged_summary(scratch, &all),
         ok_latency: merged_summary(scratch, &oks),
-        miss_latency: g.miss_latency.histogram().and_then(latency_summary),
-        timeout_latency: g.timeout_latency.histogram().and_then(latency_summary),
+        miss_latency: merged_summary(scratch, &g.miss_latency),
+        timeout_latency: merged_summary(scratch, &g.timeout_latency),
         skew,
         fair_share: if counts.is_empty() {
             0.0
         } else {
             1.0 / counts.len() as f64
         },
-        top_keys: key_shares(&g.keys, cfg.top_keys, total),
+        top_keys: key_shares(g.keys, cfg.top_keys, total),
         keys_certified: g.keys.certified_top(cfg.top_keys.min(g.keys.len())),
         keyed_requests: g.keyed_requests,
         key_error_bound: g.keys.max_error(),

@@ -3,7 +3,8 @@
 //! exactly the expected alerts, with the right labels, within a stated delay of the onset, and
 //! each must resolve within a stated delay of the recovery; nothing else may fire. Plus the
 //! empty-key incident (`HotShard` and `HotKey` naming shard-17 and the empty key), capacity
-//! headroom with configured capacities, and determinism.
+//! headroom with configured capacities, determinism, and the same transitions when recording
+//! is spread over threads.
 
 use skewwatch_e2e::replay::{ReplayOutput, TransitionLine, replay};
 use skewwatch_e2e::scenarios::hot::{
@@ -295,4 +296,24 @@ fn replay_is_deterministic() {
     assert_eq!(a.code, 0, "{}", a.stderr);
     assert!(!a.transitions.is_empty());
     assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn recording_threads_give_the_same_transitions_as_one() {
+    // `window.record_threads` splits the shards between threads and merges the parts at close;
+    // while no cap binds and the keys fit the summaries, every figure is the one thread's.
+    for trace in [
+        gemini_cache_collapse(SEED),
+        sudden_hot_shard(SEED),
+        hot_key_in_normal_shard(SEED),
+    ] {
+        let one = replay(&trace, "");
+        assert_eq!(one.code, 0, "{}", one.stderr);
+        assert!(!one.transitions.is_empty());
+        for threads in [2, 3] {
+            let parted = replay(&trace, &format!("window:\n  record_threads: {threads}\n"));
+            assert_eq!(parted.code, 0, "{}", parted.stderr);
+            assert_eq!(one.stdout, parted.stdout, "{threads} recording threads");
+        }
+    }
 }

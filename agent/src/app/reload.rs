@@ -10,9 +10,9 @@
 //! - alert delivery: receivers whose settings changed are restarted, the others keep their
 //!   state;
 //! - listener addresses, HTTP limits, the StatsD buffer and mappings, the `scrape:` jobs, the
-//!   OTLP mapping, the `ui` history ring, the ingest queue and the cumulative counters' buckets
-//!   and retention are fixed at start-up: a change is reported as needing a restart and not
-//!   applied.
+//!   OTLP mapping, the `ui` history ring, the ingest queue, the recording threads and the
+//!   cumulative counters' buckets and retention are fixed at start-up: a change is reported as
+//!   needing a restart and not applied.
 
 use super::{ConfigSource, Running};
 use crate::clock::wall_now;
@@ -62,6 +62,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     // The OTLP mapping is shared by the HTTP handlers, built once with them.
     if old.otlp != new.otlp {
         out.push("otlp");
+    }
+    // The recording threads are started with the windows.
+    if old.engine.window.record_threads != new.engine.window.record_threads {
+        out.push("window.record_threads");
     }
     out
 }
@@ -135,6 +139,7 @@ fn keep_restart_only(mut new: Config, running: &Config) -> Config {
     new.exposition = running.exposition.clone();
     new.ui = running.ui.clone();
     new.otlp = running.otlp.clone();
+    new.engine.window.record_threads = running.engine.window.record_threads;
     new
 }
 
@@ -160,5 +165,15 @@ mod tests {
         let kept = keep_restart_only(new, &old);
         assert!(kept.statsd_mappings.is_empty() && kept.scrape.is_empty());
         assert!(restart_only(&old, &kept).is_empty());
+    }
+
+    #[test]
+    fn recording_threads_need_a_restart() {
+        let old = Config::embedded();
+        let new = Config::from_yaml("window:\n  record_threads: 2\n", "t").unwrap();
+        assert_eq!(new.engine.window.record_threads, 2);
+        assert_eq!(restart_only(&old, &new), ["window.record_threads"]);
+        let kept = keep_restart_only(new, &old);
+        assert_eq!(kept.engine.window.record_threads, 1);
     }
 }

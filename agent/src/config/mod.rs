@@ -380,6 +380,17 @@ mod tests {
     }
 
     #[test]
+    fn recording_threads_are_bounded() {
+        for bad in [0, 17] {
+            let yaml = format!("window:\n  record_threads: {bad}\n");
+            let err = Config::from_yaml(&yaml, "f.yaml").unwrap_err().to_string();
+            assert!(err.contains("window.record_threads"), "{err}");
+        }
+        let ok = Config::from_yaml("window:\n  record_threads: 16\n", "t").unwrap();
+        assert_eq!(ok.engine.window.record_threads, 16);
+    }
+
+    #[test]
     fn empty_file_means_defaults() {
         let c = Config::from_yaml("", "t").unwrap();
         assert_eq!(c.http_listen.port(), 9477);

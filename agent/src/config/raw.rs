@@ -25,6 +25,8 @@ pub struct RawWindow {
     pub window_secs: Option<f64>,
     /// Windows an idle shard stays known.
     pub shard_idle_windows: Option<u32>,
+    /// Threads that record observations, each over its part of the shards.
+    pub record_threads: Option<usize>,
 }
 
 /// `limits:` section.

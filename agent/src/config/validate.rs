@@ -244,6 +244,13 @@ impl Check<'_> {
             0,
             10_000,
         );
+        let record_threads = self.range(
+            "window.record_threads",
+            window.record_threads,
+            d.record_threads,
+            1,
+            skewwatch_detectors::parts::MAX_RECORD_THREADS,
+        );
         let max_groups = self.range(
             "limits.max_groups",
             limits.max_groups,
@@ -285,6 +292,7 @@ impl Check<'_> {
             shard_key_slots,
             top_keys,
             latency_sigfig,
+            record_threads,
             ..d
         }
     }
