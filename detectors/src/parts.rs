@@ -20,9 +20,9 @@
 //! - **The caps.** The group cap is decided by the caller, which sees every record, by the same
 //!   rule as [`Windows`]: a group is admitted, takes the slot of the least recently active
 //!   idle group, or is folded into `__other__` in every part alike. The shard caps are divided
-//!   between the parts (rounded up), so the memory bound stays the same; as the hash spreads
-//!   shards evenly, a part reaches its share of a cap about when one set of windows would
-//!   reach the whole cap.
+//!   between the parts, adding up to the cap, so no more shards are tracked than with one
+//!   thread; as the hash spreads shards evenly, a part reaches its share of a cap about when
+//!   one set of windows would reach the whole cap.
 //! - **Merged figures.** A group's shards are disjoint between parts; its counts and latency
 //!   histograms add exactly; its key summary is the merge of its parts' summaries, whose
 //!   error bounds hold for the whole stream (exact while the group has fewer distinct keys than
@@ -339,13 +339,15 @@ pub struct PartedWindows {
     seq: u64,
 }
 
-/// A part's configuration: the shard caps divided between `parts`, rounded up; no group cap,
-/// as the dealer keeps it.
-fn part_config(cfg: &WindowConfig, parts: usize) -> WindowConfig {
+/// Part `i`'s configuration: the shard caps divided between `parts` (the first parts take
+/// one more where a cap does not divide evenly, so the parts' caps add up to the cap); no
+/// group cap, as the dealer keeps it.
+fn part_config(cfg: &WindowConfig, parts: usize, i: usize) -> WindowConfig {
+    let share = |cap: usize| cap / parts + usize::from(i < cap % parts);
     WindowConfig {
         max_groups: usize::MAX,
-        max_shards_per_group: cfg.max_shards_per_group.div_ceil(parts),
-        max_shards_total: cfg.max_shards_total.div_ceil(parts),
+        max_shards_per_group: share(cfg.max_shards_per_group),
+        max_shards_total: share(cfg.max_shards_total),
         ..cfg.clone()
     }
 }
@@ -355,11 +357,10 @@ impl PartedWindows {
     /// [`MAX_RECORD_THREADS`]).
     pub fn new(cfg: WindowConfig, start: f64) -> Self {
         let parts = cfg.record_threads.clamp(2, MAX_RECORD_THREADS);
-        let part_cfg = part_config(&cfg, parts);
         PartedWindows {
-            local: Windows::new(part_cfg.clone(), start),
+            local: Windows::new(part_config(&cfg, parts, 0), start),
             workers: (1..parts)
-                .map(|i| Worker::start(part_cfg.clone(), start, i))
+                .map(|i| Worker::start(part_config(&cfg, parts, i), start, i))
                 .collect(),
             cfg,
             groups: Vec::new(),
@@ -526,13 +527,13 @@ impl PartedWindows {
     }
 
     fn set_config(&mut self, cfg: WindowConfig) {
-        let part_cfg = part_config(&cfg, self.parts());
         for g in &mut self.groups {
             g.pinned = cfg.pinned_groups.iter().any(|p| **p == *g.name);
         }
+        let n = self.parts();
         self.with_parts(|parts| {
-            for p in parts {
-                p.set_config(part_cfg.clone());
+            for (i, p) in parts.iter_mut().enumerate() {
+                p.set_config(part_config(&cfg, n, i));
             }
         });
         self.last_group = None;
@@ -696,6 +697,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_parts_shares_of_a_cap_add_up_to_it() {
+        for cap in [1, 2, 5, 1023, 1024, 1025] {
+            for parts in 2..=MAX_RECORD_THREADS {
+                let cfg = WindowConfig {
+                    max_shards_per_group: cap,
+                    max_shards_total: cap + 1,
+                    ..WindowConfig::default()
+                };
+                let shares: Vec<WindowConfig> =
+                    (0..parts).map(|i| part_config(&cfg, parts, i)).collect();
+                let sum = |f: fn(&WindowConfig) -> usize| shares.iter().map(f).sum::<usize>();
+                assert_eq!(sum(|c| c.max_shards_per_group), cap);
+                assert_eq!(sum(|c| c.max_shards_total), cap + 1);
+            }
+        }
+    }
+
     fn totals(s: &WindowSnapshot) -> (u64, u64, u64) {
         s.groups
             .iter()
@@ -724,8 +743,8 @@ mod tests {
                     .filter(|s| !s.overflow)
                     .count()
             };
-            // Each of 3 parts holds at most ceil(256 / 3) shards.
-            assert!(tracked(parted) <= 3 * 86, "{}", tracked(parted));
+            // The parts' shares of the budget add up to it.
+            assert!(tracked(parted) <= 256, "{}", tracked(parted));
             for (a, b) in one.groups.iter().zip(&parted.groups) {
                 assert_eq!((&a.group, a.requests), (&b.group, b.requests));
                 // The merged key summary's bounds still hold: the true count of each
