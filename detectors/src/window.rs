@@ -1005,7 +1005,8 @@ pub(crate) fn close_parts(parts: &mut [&mut Windows], end: f64) -> WindowSnapsho
     WindowSnapshot { start, end, groups }
 }
 
-/// What a group snapshot is made of: one group window's parts, or several merged.
+/// What a group snapshot is read from: one group window, or the windows of one group in
+/// several parts.
 struct GroupView<'a> {
     name: &'a str,
     overflow: bool,
