@@ -183,6 +183,14 @@ impl Dealt {
     fn len(&self) -> usize {
         self.tracked.len() + self.folded.len()
     }
+
+    /// The batch for records of a group admitted as `a`.
+    fn batch(&mut self, a: Admission) -> &mut Batch {
+        match a {
+            Admission::Tracked(_) => &mut self.tracked,
+            Admission::Folded => &mut self.folded,
+        }
+    }
 }
 
 /// What the caller sends a recording thread.
@@ -279,11 +287,22 @@ impl Worker {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Windows> {
-        // A thread that panicked while recording is reported by `send`; its windows are
-        // still whole between records.
-        self.windows.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Hands the dealt records to the thread once there are [`DEAL_BATCH`] of them.
+    fn flush_if_full(&mut self) {
+        if self.dealt.len() >= DEAL_BATCH {
+            self.flush();
+        }
     }
+
+    fn lock(&self) -> MutexGuard<'_, Windows> {
+        lock(&self.windows)
+    }
+}
+
+/// A part's windows, locked. A thread that panicked while recording is reported by
+/// [`Worker::send`]; its windows are still whole between records.
+fn lock(windows: &Mutex<Windows>) -> MutexGuard<'_, Windows> {
+    windows.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Drop for Worker {
@@ -303,7 +322,7 @@ fn record_loop(windows: &Mutex<Windows>, inbox: &Receiver<Message>, reply: &mpsc
         match message {
             Message::Record(mut dealt) => {
                 {
-                    let mut w = windows.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut w = lock(windows);
                     w.record_batch(&dealt.tracked);
                     w.record_batch_folded(&dealt.folded);
                 }
@@ -311,10 +330,7 @@ fn record_loop(windows: &Mutex<Windows>, inbox: &Receiver<Message>, reply: &mpsc
                 dealt.folded.clear();
                 let _ = reply.send(Reply::Spare(dealt));
             }
-            Message::Forget(group) => windows
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .forget_group(&group),
+            Message::Forget(group) => lock(windows).forget_group(&group),
             Message::Sync => {
                 let _ = reply.send(Reply::Synced);
             }
@@ -439,52 +455,41 @@ impl PartedWindows {
         Admission::Tracked(i)
     }
 
-    /// Deals one validated observation to its part.
+    /// Where a record of `shard` in `group` goes: its part, and how its group is admitted.
+    /// A tracked group is marked active in this window.
     #[inline]
-    pub fn record(&mut self, obs: &ObservationRef<'_>) {
-        let a = self.admission(obs.group);
+    fn route(&mut self, group: &str, shard: &str) -> (usize, Admission) {
+        let a = self.admission(group);
         if let Admission::Tracked(i) = a {
             self.groups[i].last_active = self.seq;
         }
-        let part = self.part_of(obs.group, obs.shard);
-        if part == 0 {
-            match a {
-                Admission::Tracked(_) => self.local.record(obs),
-                Admission::Folded => self.local.record_folded(obs),
+        (self.part_of(group, shard), a)
+    }
+
+    /// Deals one validated observation to its part.
+    #[inline]
+    pub fn record(&mut self, obs: &ObservationRef<'_>) {
+        match self.route(obs.group, obs.shard) {
+            (0, Admission::Tracked(_)) => self.local.record(obs),
+            (0, Admission::Folded) => self.local.record_folded(obs),
+            (part, a) => {
+                let w = &mut self.workers[part - 1];
+                w.dealt.batch(a).push(obs);
+                w.flush_if_full();
             }
-            return;
-        }
-        let w = &mut self.workers[part - 1];
-        match a {
-            Admission::Tracked(_) => w.dealt.tracked.push(obs),
-            Admission::Folded => w.dealt.folded.push(obs),
-        }
-        if w.dealt.len() >= DEAL_BATCH {
-            w.flush();
         }
     }
 
     /// Deals one validated saturation reading to its part.
     pub fn read(&mut self, reading: &ReadingRef<'_>) {
-        let a = self.admission(reading.group);
-        if let Admission::Tracked(i) = a {
-            self.groups[i].last_active = self.seq;
-        }
-        let part = self.part_of(reading.group, reading.shard);
-        if part == 0 {
-            match a {
-                Admission::Tracked(_) => self.local.read(reading),
-                Admission::Folded => self.local.read_folded(reading),
+        match self.route(reading.group, reading.shard) {
+            (0, Admission::Tracked(_)) => self.local.read(reading),
+            (0, Admission::Folded) => self.local.read_folded(reading),
+            (part, a) => {
+                let w = &mut self.workers[part - 1];
+                w.dealt.batch(a).push_reading(reading);
+                w.flush_if_full();
             }
-            return;
-        }
-        let w = &mut self.workers[part - 1];
-        match a {
-            Admission::Tracked(_) => w.dealt.tracked.push_reading(reading),
-            Admission::Folded => w.dealt.folded.push_reading(reading),
-        }
-        if w.dealt.len() >= DEAL_BATCH {
-            w.flush();
         }
     }
 
@@ -631,6 +636,16 @@ mod tests {
             .collect()
     }
 
+    /// Every recorder's snapshots after the first equal the first's (one thread), window by
+    /// window.
+    fn assert_like_one_thread(out: &[Vec<WindowSnapshot>]) {
+        for (t, snaps) in out.iter().enumerate().skip(1) {
+            for (i, (one, parted)) in out[0].iter().zip(snaps).enumerate() {
+                assert_eq!(one, parted, "{} threads, window {i}", t + 1);
+            }
+        }
+    }
+
     fn windows(
         seed: u64,
         groups: usize,
@@ -661,11 +676,7 @@ mod tests {
                 .iter()
                 .any(|s| s.groups.len() == 5 && s.groups[0].shards.len() > 30)
         );
-        for (t, snaps) in out.iter().enumerate().skip(1) {
-            for (i, (one, parted)) in out[0].iter().zip(snaps).enumerate() {
-                assert_eq!(one, parted, "{} threads, window {i}", t + 1);
-            }
-        }
+        assert_like_one_thread(&out);
     }
 
     #[test]
@@ -690,11 +701,7 @@ mod tests {
         let out = run(&cfg, &[1, 2, 3], &w);
         let folded = |s: &WindowSnapshot| s.groups.iter().any(|g| g.overflow);
         assert!(out[0].iter().any(folded), "the cap never bound");
-        for (t, snaps) in out.iter().enumerate().skip(1) {
-            for (i, (one, parted)) in out[0].iter().zip(snaps).enumerate() {
-                assert_eq!(one, parted, "{} threads, window {i}", t + 1);
-            }
-        }
+        assert_like_one_thread(&out);
     }
 
     #[test]
