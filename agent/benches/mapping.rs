@@ -78,6 +78,7 @@ fn scrape_benches(c: &mut Criterion) {
     let yaml = "scrape:\n  - name: db\n    url: http://127.0.0.1:9/metrics\n    metrics: [db_requests_total]\n    outcome_label: outcome\n";
     let job = Config::from_yaml(yaml, "bench")
         .expect("valid job")
+        .startup
         .scrape
         .remove(0);
     let pages = [page(1000, 0), page(1000, 5)];

@@ -294,9 +294,9 @@ impl Narrator {
 /// Runs the demo.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = Config::embedded();
-    config.engine.window.window_secs = args.window_secs;
-    config.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.statsd_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.startup.window.window_secs = args.window_secs;
+    config.startup.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.startup.statsd_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -419,7 +419,7 @@ fn reach<'e>(
     out: &mut impl Write,
     summary: &mut Summary,
 ) -> Result<&'e mut Engine, ReplayError> {
-    let engine = engine.get_or_insert_with(|| Engine::new(config.engine.clone(), ts));
+    let engine = engine.get_or_insert_with(|| Engine::new(config.engine(), ts));
     if ts >= engine.window_end() {
         for ev in engine.advance(ts) {
             emit(out, &ev, summary)?;

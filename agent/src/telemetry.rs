@@ -161,6 +161,8 @@ pub struct SelfMetrics {
     pub scrapes: IntCounterVec,
     /// Failed scrapes, by job and reason.
     pub scrape_failures: IntCounterVec,
+    /// Supervised tasks (the `scrape:` jobs) started again after they failed, by task.
+    pub task_restarts: IntCounterVec,
     /// UDP datagrams received.
     pub datagrams: IntCounter,
     /// Kernel receive-queue drops reported for the StatsD socket (SO_RXQ_OVFL).
@@ -273,6 +275,12 @@ impl SelfMetrics {
                 "Failed scrapes, by job and reason (connect, timeout, status, body_too_large, \
                  not_utf8); a failed scrape adds no observations.",
                 &["job", "reason"],
+            )?,
+            task_restarts: r.counters(
+                "skewwatch_task_restarts_total",
+                "Supervised tasks started again after a failure (a panic), by task \
+                 (scrape:<job>); each restart is logged with the error.",
+                &["task"],
             )?,
             alert_deliveries: r.counters(
                 "skewwatch_alert_deliveries_total",

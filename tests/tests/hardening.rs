@@ -486,7 +486,7 @@ fn sighup_and_post_reload_apply_a_good_config_and_keep_the_last_good_one_on_a_ba
     let (code, body) = agent.request("POST", "/-/reload", &auth, b"");
     assert_eq!(code, 200, "{body}");
     assert!(
-        body.contains("needs a restart to apply: http / limits.http_body_limit_bytes"),
+        body.contains("needs a restart to apply: limits.http_body_limit_bytes"),
         "{body}"
     );
     assert_eq!(reloaded(&agent), 1.0);

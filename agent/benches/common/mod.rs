@@ -193,7 +193,7 @@ statsd:
 
 pub fn mapper() -> skewwatch::ingest::mapping::Mapper {
     let c = skewwatch::config::Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
-    skewwatch::ingest::mapping::Mapper::new(std::sync::Arc::from(c.statsd_mappings))
+    skewwatch::ingest::mapping::Mapper::new(std::sync::Arc::from(c.startup.statsd_mappings))
 }
 
 /// 20 lines, half `db.*.query_time` timers, half `cache.get` counters, 32 shards.

@@ -26,14 +26,12 @@ use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::Engine;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, ConfigError, Secret};
+use crate::config::{AlertingConfig, Config, ConfigError, Secret};
 use crate::exposition::totals::{Accumulator, Totals, TotalsConfig};
 use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;
@@ -45,6 +43,9 @@ use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
 
 pub mod reload;
+pub mod stage;
+
+use stage::Stage;
 
 /// How long shutdown may take in all, from the signal to the last task.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -77,61 +78,60 @@ impl BoundAddrs {
     }
 }
 
-/// The StatsD receiver thread and what stops it.
+/// Every socket of a validated configuration, bound, and everything start-up prepares before
+/// it spawns a task: what [`bind`] returns and [`Bound::spawn`] starts.
 #[derive(Debug)]
-struct UdpReceiver {
-    thread: std::thread::JoinHandle<()>,
-    stop: CancellationToken,
-}
-
-impl UdpReceiver {
-    fn spawn(
-        socket: std::net::UdpSocket,
-        queue: &crate::ingest::IngestQueue,
-        metrics: &SelfMetrics,
-        mappings: &[crate::config::StatsdMapping],
-    ) -> anyhow::Result<UdpReceiver> {
-        let stop = CancellationToken::new();
-        let mappings = Arc::from(mappings.to_vec());
-        let thread = udp::spawn(
-            socket,
-            queue.clone(),
-            metrics.clone(),
-            mappings,
-            stop.clone(),
-        )
-        .context("starting the StatsD receiver thread")?;
-        Ok(UdpReceiver { thread, stop })
-    }
-}
-
-/// A running agent: its addresses, its outputs and its tasks.
-#[derive(Debug)]
-pub struct Running {
+pub struct Bound {
+    config: Config,
     addrs: BoundAddrs,
-    ready: Arc<AtomicBool>,
+    http: tokio::net::TcpListener,
+    statsd: Option<std::net::UdpSocket>,
+    registry: Registry,
+    metrics: SelfMetrics,
+    receivers: Receivers,
+}
+
+/// The outputs stage: the HTTP server (which serves the views, the ingest endpoints and the
+/// admin endpoint) and the views the pipeline publishes.
+#[derive(Debug)]
+struct Outputs {
+    server: Server,
     snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     alerts: watch::Receiver<Arc<Vec<Alert>>>,
-    http: Server,
-    udp: Option<UdpReceiver>,
-    /// The `scrape:` jobs, and what stops them.
-    scrapers: Vec<JoinHandle<()>>,
-    scrape_stop: CancellationToken,
-    pipeline: JoinHandle<()>,
-    pipeline_stop: CancellationToken,
-    delivery: Vec<ReceiverTask>,
+}
+
+/// What the control loop of [`run`] changes while the agent runs: the configuration in force
+/// and the handles a reload acts through.
+#[derive(Debug)]
+struct Controls {
+    /// The configuration in force.
+    config: Config,
     /// The token the HTTP guards check; replaced on reload.
     token: watch::Sender<Option<Secret>>,
     /// Reload requests from `POST /-/reload`.
     reload_requests: mpsc::Receiver<oneshot::Sender<ReloadOutcome>>,
-    /// The configuration in force.
-    config: Config,
+    /// Changes to the running pipeline.
+    pipeline: mpsc::Sender<Control>,
+    /// Readiness, as `/readyz` reports it.
+    ready: Arc<AtomicBool>,
     /// Self-metrics.
     metrics: SelfMetrics,
-    /// Changes to the running pipeline.
-    control: mpsc::Sender<Control>,
-    /// Delivery tasks replaced by a reload, finishing what they owe.
-    retired: Vec<ReceiverTask>,
+}
+
+/// A running agent: its bound addresses and its stages, stopped in the order the data flows.
+#[derive(Debug)]
+pub struct Running {
+    addrs: BoundAddrs,
+    /// The StatsD receiver thread and the `scrape:` jobs.
+    ingest: Stage,
+    /// The HTTP server and the views.
+    outputs: Outputs,
+    /// The task that owns the engine.
+    pipeline: Stage,
+    /// One task per alert receiver (those a reload replaced included, until they finish).
+    delivery: Stage,
+    /// What a reload changes.
+    control: Controls,
 }
 
 /// How each stage ended in [`Running::shutdown`].
@@ -145,97 +145,167 @@ pub struct ShutdownReport {
     pub delivery_aborted: usize,
 }
 
-/// Binds every listener and starts every task of a validated configuration.
-///
-/// Longer than most functions on purpose: it reads as the start-up story in the order of the
-/// data flow (bind, pipeline, delivery, ingest, HTTP), each step one call, and ends with the
-/// field lists of what the handlers share and of what `Running` owns.
-pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let receivers = Receivers::prepare(&config.alerting).context("preparing alert delivery")?;
+/// Binds every listener of a validated configuration and prepares what the tasks need
+/// (self-metrics, alert delivery's HTTP client); spawns nothing, so a port in use or a bad
+/// receiver fails before anything runs.
+pub async fn bind(config: Config) -> anyhow::Result<Bound> {
+    let receivers =
+        Receivers::prepare(&config.live.alerting).context("preparing alert delivery")?;
     let registry = Registry::new();
     let metrics = SelfMetrics::register(&registry).context("registering self-metrics")?;
+    let http = tokio::net::TcpListener::bind(config.startup.http_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the HTTP listener on {}",
+                config.startup.http_listen
+            )
+        })?;
+    let statsd = match config.startup.statsd_listen {
+        Some(addr) => Some(
+            udp::bind(addr, config.startup.statsd_receive_buffer_bytes)
+                .with_context(|| format!("binding the StatsD listener on {addr}"))?,
+        ),
+        None => None,
+    };
+    let addrs = BoundAddrs {
+        http: http.local_addr()?,
+        statsd: statsd.as_ref().map(|s| s.local_addr()).transpose()?,
+    };
+    Ok(Bound {
+        config,
+        addrs,
+        http,
+        statsd,
+        registry,
+        metrics,
+        receivers,
+    })
+}
 
-    let (http_listener, statsd_socket, addrs) = bind(&config).await?;
+/// Binds and spawns: [`bind`] then [`Bound::spawn`].
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    bind(config).await?.spawn()
+}
 
-    let Built {
-        mut pipeline,
-        channels,
-        totals: totals_rx,
-        history,
-    } = build_pipeline(&config, &metrics);
-    let delivery = start_delivery(&config, receivers, &addrs, &metrics, |h| {
-        pipeline.set_delivery(h);
-    });
-    let pipeline_stop = CancellationToken::new();
-    let pipeline = tokio::spawn(
-        pipeline
-            .run(pipeline_stop.clone())
-            .instrument(tracing::info_span!("pipeline")),
-    );
-    let udp = statsd_socket
-        .map(|socket| {
-            UdpReceiver::spawn(socket, &channels.queue, &metrics, &config.statsd_mappings)
-        })
-        .transpose()?;
-    let scrape_stop = CancellationToken::new();
-    let scrapers = config
-        .scrape
-        .iter()
-        .map(|job| {
-            scrape::spawn(
+impl Bound {
+    /// Where the listeners are bound.
+    pub fn addrs(&self) -> BoundAddrs {
+        self.addrs
+    }
+
+    /// Spawns every stage, in the order the data flows: alert delivery, the pipeline, ingest
+    /// (the StatsD thread, the `scrape:` jobs), then the HTTP server.
+    pub fn spawn(self) -> anyhow::Result<Running> {
+        let Bound {
+            config,
+            addrs,
+            http,
+            statsd,
+            registry,
+            metrics,
+            receivers,
+        } = self;
+        let Built {
+            mut pipeline,
+            channels,
+            totals,
+            history,
+        } = build_pipeline(&config, &metrics);
+
+        let mut delivery = Stage::new("delivery");
+        let window_secs = config.startup.window.window_secs;
+        start_delivery(
+            &config.live.alerting,
+            window_secs,
+            receivers,
+            &addrs,
+            &metrics,
+            &mut delivery,
+            |h| pipeline.set_delivery(h),
+        );
+
+        let mut pipeline_stage = Stage::new("pipeline");
+        let stop = pipeline_stage.stop_token();
+        pipeline_stage.spawn("pipeline", pipeline.run(stop));
+
+        let mut ingest = Stage::new("ingest");
+        if let Some(socket) = statsd {
+            let thread = udp::spawn(
+                socket,
+                channels.queue.clone(),
+                metrics.clone(),
+                Arc::from(config.startup.statsd_mappings.clone()),
+                ingest.stop_token(),
+            )
+            .context("starting the StatsD receiver thread")?;
+            ingest.watch_thread("statsd receiver", thread);
+        }
+        for job in &config.startup.scrape {
+            let task = format!("scrape:{}", job.name);
+            let restarts = metrics.task_restarts.with_label_values(&[&task]);
+            let (job, queue, metrics, stop) = (
                 job.clone(),
                 channels.queue.clone(),
-                &metrics,
-                scrape_stop.clone(),
-            )
+                metrics.clone(),
+                ingest.stop_token(),
+            );
+            let attempt_stop = stop.clone();
+            ingest.spawn(
+                task.clone(),
+                stage::supervise(task, stop, restarts, move || {
+                    scrape::spawn(job.clone(), queue.clone(), &metrics, attempt_stop.clone())
+                }),
+            );
+        }
+
+        let ready = Arc::new(AtomicBool::new(false));
+        let (token_tx, token) = watch::channel(config.live.token.clone());
+        let (reload_tx, reload_rx) = mpsc::channel(4);
+        let server_metrics = server::ServerMetrics {
+            open: metrics.http_connections_open.clone(),
+            refused: metrics.http_connections_refused.clone(),
+        };
+        let state = AppState {
+            registry,
+            ingest_metrics: metrics.source(Source::Http).clone(),
+            snapshots: channels.snapshots.clone(),
+            alerts: channels.alerts.clone(),
+            queue: channels.queue,
+            totals,
+            history,
+            token,
+            ready: ready.clone(),
+            heartbeat: channels.heartbeat,
+            ingest_permits: Arc::new(Semaphore::new(config.startup.http.max_concurrent_ingest)),
+            body_limit: config.startup.http.body_limit_bytes,
+            reload: reload_tx,
+            exported_keys: config.startup.window.top_keys,
+            window_secs,
+            otlp: http::otlp::OtlpState::new(&config.startup.otlp, metrics.source(Source::Otlp)),
+        };
+        let server = spawn_http(&config, http, state, server_metrics)?;
+        ready.store(true, Ordering::Release);
+        Ok(Running {
+            addrs,
+            ingest,
+            outputs: Outputs {
+                server,
+                snapshots: channels.snapshots,
+                alerts: channels.alerts,
+            },
+            pipeline: pipeline_stage,
+            delivery,
+            control: Controls {
+                config,
+                token: token_tx,
+                reload_requests: reload_rx,
+                pipeline: channels.control,
+                ready,
+                metrics,
+            },
         })
-        .collect();
-    let ready = Arc::new(AtomicBool::new(false));
-    let (token_tx, token) = watch::channel(config.token.clone());
-    let (reload_tx, reload_rx) = mpsc::channel(4);
-    let server_metrics = server::ServerMetrics {
-        open: metrics.http_connections_open.clone(),
-        refused: metrics.http_connections_refused.clone(),
-    };
-    let state = AppState {
-        registry,
-        ingest_metrics: metrics.source(Source::Http).clone(),
-        snapshots: channels.snapshots.clone(),
-        alerts: channels.alerts.clone(),
-        queue: channels.queue,
-        totals: totals_rx,
-        history,
-        token,
-        ready: ready.clone(),
-        heartbeat: channels.heartbeat,
-        ingest_permits: Arc::new(Semaphore::new(config.http.max_concurrent_ingest)),
-        body_limit: config.http.body_limit_bytes,
-        reload: reload_tx,
-        exported_keys: config.exported_keys_per_group,
-        window_secs: config.engine.window.window_secs,
-        otlp: http::otlp::OtlpState::new(&config.otlp, metrics.source(Source::Otlp)),
-    };
-    let http = spawn_http(&config, http_listener, state, server_metrics)?;
-    ready.store(true, Ordering::Release);
-    Ok(Running {
-        addrs,
-        ready,
-        snapshots: channels.snapshots,
-        alerts: channels.alerts,
-        http,
-        udp,
-        scrapers,
-        scrape_stop,
-        pipeline,
-        pipeline_stop,
-        delivery,
-        token: token_tx,
-        reload_requests: reload_rx,
-        config,
-        metrics,
-        control: channels.control,
-        retired: Vec::new(),
-    })
+    }
 }
 
 /// What [`build_pipeline`] makes.
@@ -252,23 +322,26 @@ struct Built {
 /// the cumulative counters and the live view's history hooked in.
 fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
     let clock = SystemClock;
-    let mut engine = Engine::new(config.engine.clone(), clock.now());
-    if let Some(store) = &config.state {
+    let mut engine = Engine::new(config.engine(), clock.now());
+    if let Some(store) = &config.startup.state {
         restore_state(&mut engine, store, clock.now());
     }
     let (mut pipeline, channels) = Pipeline::new(
         engine,
         clock,
-        config.ingest_queue_batches,
-        config.ingest_queue_bytes,
+        config.startup.ingest_queue_batches,
+        config.startup.ingest_queue_bytes,
         metrics.clone(),
-        config.state.clone(),
+        config.startup.state.clone(),
     );
-    let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_config(config));
+    let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_parts(
+        &config.startup.window,
+        &config.startup.exposition,
+    ));
     pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
     let (mut recorder, history) = Recorder::new(
-        config.ui.history_windows,
-        config.engine.window.dispersion_alpha,
+        config.startup.ui.history_windows,
+        config.startup.window.dispersion_alpha,
     );
     pipeline.on_evaluation(move |ev| recorder.record(ev));
     Built {
@@ -277,32 +350,6 @@ fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
         totals: totals_rx,
         history,
     }
-}
-
-/// Binds the HTTP and StatsD listeners: the first thing start-up does, so a port in use fails
-/// before anything runs.
-async fn bind(
-    config: &Config,
-) -> anyhow::Result<(
-    tokio::net::TcpListener,
-    Option<std::net::UdpSocket>,
-    BoundAddrs,
-)> {
-    let http = tokio::net::TcpListener::bind(config.http_listen)
-        .await
-        .with_context(|| format!("binding the HTTP listener on {}", config.http_listen))?;
-    let statsd = match config.statsd_listen {
-        Some(addr) => Some(
-            udp::bind(addr, config.statsd_receive_buffer_bytes)
-                .with_context(|| format!("binding the StatsD listener on {addr}"))?,
-        ),
-        None => None,
-    };
-    let addrs = BoundAddrs {
-        http: http.local_addr()?,
-        statsd: statsd.as_ref().map(|s| s.local_addr()).transpose()?,
-    };
-    Ok((http, statsd, addrs))
 }
 
 /// Serves the routes on the bound HTTP listener, with the connection limit the open-file limit
@@ -314,12 +361,12 @@ fn spawn_http(
     metrics: server::ServerMetrics,
 ) -> std::io::Result<Server> {
     let limits = server::Limits {
-        max_connections: server::connection_budget(config.http.max_connections),
-        header_read_timeout: config.http.header_read_timeout,
+        max_connections: server::connection_budget(config.startup.http.max_connections),
+        header_read_timeout: config.startup.http.header_read_timeout,
     };
     Server::spawn(
         listener,
-        http::router(state.clone(), config.http.request_timeout),
+        http::router(state.clone(), config.startup.http.request_timeout),
         http::health_router(state),
         limits,
         metrics,
@@ -353,37 +400,40 @@ fn restore_state(engine: &mut Engine, store: &StateStore, now: f64) {
     }
 }
 
-/// Spawns one delivery task per receiver and hands `install` the dispatcher's evaluation
-/// hook. The tasks end after the pipeline: they stop once it drops the dispatcher and they
-/// have flushed.
+/// Spawns one delivery task per receiver into `stage` and hands `install` the dispatcher's
+/// evaluation hook. The tasks end after the pipeline: they stop once it drops the dispatcher
+/// and they have flushed.
 fn start_delivery(
-    config: &Config,
+    config: &AlertingConfig,
+    window_secs: f64,
     receivers: Receivers,
     addrs: &BoundAddrs,
     metrics: &SelfMetrics,
+    stage: &mut Stage,
     install: impl FnOnce(EvaluationHook),
-) -> Vec<ReceiverTask> {
+) {
     if receivers.is_empty() {
-        return Vec::new();
+        return;
     }
     let external_url = config
-        .alerting
         .external_url
         .clone()
         .unwrap_or_else(|| format!("http://{}/api/v1/alerts", addrs.http));
     let (mut dispatcher, tasks) = receivers.start(StartContext {
         external_url,
-        window_secs: config.engine.window.window_secs,
+        window_secs,
         metrics,
         flush_timeout: DELIVERY_FLUSH,
     });
     install(Box::new(move |ev| dispatcher.offer(ev)));
+    for ReceiverTask { name, handle } in tasks {
+        stage.watch(format!("alert delivery {name}"), handle);
+    }
     tracing::info!(
-        alertmanagers = config.alerting.alertmanagers.len(),
-        webhooks = config.alerting.webhooks.len(),
+        alertmanagers = config.alertmanagers.len(),
+        webhooks = config.webhooks.len(),
         "Alert delivery started."
     );
-    tasks
 }
 
 impl Running {
@@ -394,29 +444,24 @@ impl Running {
 
     /// The latest closed window, updated as windows close.
     pub fn snapshots(&self) -> watch::Receiver<Arc<WindowSnapshot>> {
-        self.snapshots.clone()
+        self.outputs.snapshots.clone()
     }
 
     /// The active alerts after the latest evaluation.
     pub fn alerts(&self) -> watch::Receiver<Arc<Vec<Alert>>> {
-        self.alerts.clone()
+        self.outputs.alerts.clone()
     }
 
-    /// A long-lived task that has ended although shutdown has not begun: it panicked.
-    pub fn failed_task(&self) -> Option<&'static str> {
-        if self.pipeline.is_finished() {
-            return Some("pipeline");
+    /// A long-lived task that has ended although shutdown has not begun (a panic, or a loop
+    /// that returned): its name and stage. Supervised tasks (the `scrape:` jobs) restart by
+    /// themselves and show up here only if their supervisor ends.
+    pub fn failed_task(&self) -> Option<String> {
+        if self.outputs.server.is_finished() {
+            return Some("HTTP server (outputs)".to_owned());
         }
-        if self.http.is_finished() {
-            return Some("HTTP server");
-        }
-        if self.udp.as_ref().is_some_and(|u| u.thread.is_finished()) {
-            return Some("StatsD receiver");
-        }
-        if self.delivery.iter().any(|t| t.handle.is_finished()) {
-            return Some("alert delivery");
-        }
-        None
+        [&self.ingest, &self.pipeline, &self.delivery]
+            .into_iter()
+            .find_map(Stage::failed)
     }
 
     /// Puts new window and detector settings in force in the pipeline, which keeps its open
@@ -425,6 +470,7 @@ impl Running {
         let (tx, rx) = oneshot::channel();
         if self
             .control
+            .pipeline
             .send(Control::Reconfigure(Box::new(cfg), tx))
             .await
             .is_ok()
@@ -435,8 +481,8 @@ impl Running {
 
     /// Rebuilds alert delivery for `config`: new receiver tasks take the pipeline's
     /// evaluations; the old ones finish what they owe and stop.
-    async fn replace_delivery(&mut self, config: &Config) {
-        let receivers = match Receivers::prepare(&config.alerting) {
+    async fn replace_delivery(&mut self, config: &AlertingConfig) {
+        let receivers = match Receivers::prepare(config) {
             Ok(r) => r,
             Err(error) => {
                 tracing::error!(%error, "Alert delivery could not be rebuilt; keeping the old one.");
@@ -444,12 +490,27 @@ impl Running {
             }
         };
         let mut hook = None;
-        let tasks = start_delivery(config, receivers, &self.addrs, &self.metrics, |h| {
-            hook = Some(h)
-        });
-        if self.control.send(Control::Hook(hook)).await.is_ok() {
-            self.retired.append(&mut self.delivery);
-            self.delivery = tasks;
+        let mut fresh = Stage::new("delivery");
+        start_delivery(
+            config,
+            self.control.config.startup.window.window_secs,
+            receivers,
+            &self.addrs,
+            &self.control.metrics,
+            &mut fresh,
+            |h| hook = Some(h),
+        );
+        if self
+            .control
+            .pipeline
+            .send(Control::Hook(hook))
+            .await
+            .is_ok()
+        {
+            // The replaced tasks end once the pipeline dropped their dispatcher and they
+            // flushed; shutdown still waits for them.
+            let retired = std::mem::replace(&mut self.delivery, fresh);
+            self.delivery.adopt_retired(retired);
         }
     }
 
@@ -462,66 +523,29 @@ impl Running {
     /// Stops the agent in order (see the module documentation), within `grace` in all.
     pub async fn shutdown(self, grace: Duration) -> ShutdownReport {
         let deadline = Instant::now() + grace;
-        self.ready.store(false, Ordering::Release);
+        self.control.ready.store(false, Ordering::Release);
 
         // Ingest first, so the pipeline drains everything it will ever get. A scrape in flight
         // is abandoned: its data stays in the target for the next run to read.
-        self.scrape_stop.cancel();
-        for task in self.scrapers {
-            task.abort();
-        }
-        let udp = self.udp.map(|u| {
-            u.stop.cancel();
-            tokio::task::spawn_blocking(move || u.thread.join())
-        });
+        let ingest = self.ingest.stop(deadline);
         let http = self
-            .http
-            .shutdown(deadline.min(Instant::now() + INGEST_DRAIN))
-            .await;
-        if let Some(join) = udp
-            && tokio::time::timeout_at(deadline, join).await.is_err()
-        {
-            tracing::warn!("The StatsD receiver did not stop in time.");
+            .outputs
+            .server
+            .shutdown(deadline.min(Instant::now() + INGEST_DRAIN));
+        let (ingest, http) = tokio::join!(ingest, http);
+        if ingest.aborted > 0 {
+            tracing::warn!(tasks = ingest.aborted, "Ingest did not stop in time.");
         }
 
-        self.pipeline_stop.cancel();
-        let pipeline_drained = finish(self.pipeline, deadline, "pipeline").await;
-
-        let mut delivery_aborted = 0;
-        for task in self.retired.into_iter().chain(self.delivery) {
-            if !finish(
-                task.handle,
-                deadline,
-                &format!("alert delivery {}", task.name),
-            )
-            .await
-            {
-                delivery_aborted += 1;
-            }
-        }
+        let pipeline = self.pipeline.stop(deadline).await;
+        let delivery = self.delivery.stop(deadline).await;
         let report = ShutdownReport {
             http,
-            pipeline_drained,
-            delivery_aborted,
+            pipeline_drained: pipeline.aborted == 0,
+            delivery_aborted: delivery.aborted,
         };
         tracing::info!(?report, "Stopped.");
         report
-    }
-}
-
-/// Waits for `task` until `deadline`, then aborts it. True when it ended by itself.
-async fn finish(mut task: JoinHandle<()>, deadline: Instant, what: &str) -> bool {
-    match tokio::time::timeout_at(deadline, &mut task).await {
-        Ok(Ok(())) => true,
-        Ok(Err(error)) => {
-            tracing::error!(task = what, %error, "A task failed.");
-            true
-        }
-        Err(_) => {
-            task.abort();
-            tracing::warn!(task = what, "Stopped at the grace timeout.");
-            false
-        }
     }
 }
 
@@ -569,7 +593,7 @@ pub async fn run(
     options: RunOptions,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let window_secs = config.engine.window.window_secs;
+    let window_secs = config.startup.window.window_secs;
     let mut running = start(config).await?;
     let addrs = running.addrs();
     if let Some(path) = &options.addresses_file {
@@ -591,7 +615,7 @@ pub async fn run(
             _ = signals.int.recv() => Event::Stop("Shutting down on SIGINT."),
             _ = cancel.cancelled() => Event::Stop("Shutting down."),
             _ = signals.hup.recv() => Event::Reload(None),
-            Some(reply) = running.reload_requests.recv() => Event::Reload(Some(reply)),
+            Some(reply) = running.control.reload_requests.recv() => Event::Reload(Some(reply)),
             _ = check.tick() => Event::Check,
         };
         match event {
@@ -607,7 +631,7 @@ pub async fn run(
             }
             Event::Check => {
                 if let Some(failed) = running.failed_task() {
-                    tracing::error!(task = failed, "A task ended unexpectedly; shutting down.");
+                    tracing::error!(task = %failed, "A task ended unexpectedly; shutting down.");
                     break Some(failed);
                 }
             }
@@ -651,8 +675,8 @@ mod tests {
 
     fn loopback_config() -> Config {
         let mut c = Config::embedded();
-        c.http_listen = "127.0.0.1:0".parse().unwrap();
-        c.statsd_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.startup.http_listen = "127.0.0.1:0".parse().unwrap();
+        c.startup.statsd_listen = Some("127.0.0.1:0".parse().unwrap());
         c
     }
 

@@ -2,72 +2,33 @@
 //!
 //! The file is read and validated as at start-up, secrets included. A configuration with any
 //! problem changes nothing: every problem is logged, `skewwatch_config_last_reload_successful`
-//! turns 0, and the previous configuration keeps running. A good one is applied part by part:
+//! turns 0, and the previous configuration keeps running. A good one is compared with the one
+//! in force part by part ([`crate::config::Config`]):
 //!
-//! - the bearer token, at once;
-//! - detector thresholds, alert timing and window settings, in the pipeline, which keeps its
-//!   open window, baselines and alert state (see [`crate::pipeline`]);
-//! - alert delivery: receivers whose settings changed are restarted, the others keep their
-//!   state;
-//! - listener addresses, HTTP limits, the StatsD buffer and mappings, the `scrape:` jobs, the
-//!   OTLP mapping, the `ui` history ring, the ingest queue, the recording threads and the
-//!   cumulative counters' buckets and retention are fixed at start-up: a change is reported as
-//!   needing a restart and not applied.
+//! - what changed in [`Live`](crate::config::Live) is applied everywhere it acts: the bearer
+//!   token at once; detector thresholds and alert timing in the pipeline, which keeps its open
+//!   window, baselines and alert state (see [`crate::pipeline`]); alert delivery, whose
+//!   receivers are rebuilt while the old ones finish what they owe;
+//! - what changed in [`Startup`](crate::config::Startup) is reported as needing a restart and
+//!   not applied at all: the running value is kept, so the next reload reports it again until
+//!   the agent restarts.
+//!
+//! Both lists are computed by comparing the parts field by field
+//! ([`crate::config::part::Part`]), never kept by hand.
 
 use super::{ConfigSource, Running};
 use crate::clock::wall_now;
 use crate::config::Config;
+use crate::config::part::{Part, ReloadReport};
 use crate::http::admin::ReloadOutcome;
 
-/// Settings read once at start-up, by name, that differ between `old` and `new`.
-fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if old.http_listen != new.http_listen {
-        out.push("listen.http");
+/// The paths that differ between the configuration in force and `new`: applied (live) and
+/// restart-only.
+pub fn compare(running: &Config, new: &Config) -> ReloadReport {
+    ReloadReport {
+        applied: running.live.changes(&new.live),
+        restart: running.startup.changes(&new.startup),
     }
-    if old.statsd_listen != new.statsd_listen {
-        out.push("listen.statsd");
-    }
-    if old.http != new.http {
-        out.push("http / limits.http_body_limit_bytes");
-    }
-    if old.statsd_receive_buffer_bytes != new.statsd_receive_buffer_bytes {
-        out.push("statsd.receive_buffer_bytes");
-    }
-    // The receiver thread and the scrape tasks own what they were started with.
-    if old.statsd_mappings != new.statsd_mappings {
-        out.push("statsd.mappings");
-    }
-    if old.scrape != new.scrape {
-        out.push("scrape");
-    }
-    if old.ingest_queue_batches != new.ingest_queue_batches
-        || old.ingest_queue_bytes != new.ingest_queue_bytes
-    {
-        out.push("limits.ingest_queue_batches / limits.ingest_queue_bytes");
-    }
-    if old.allow_unauthenticated != new.allow_unauthenticated {
-        out.push("auth.allow_unauthenticated");
-    }
-    // The cumulative counters' buckets and retention are fixed when the accumulator is built.
-    if old.exposition != new.exposition
-        || old.engine.window.latency_buckets_secs != new.engine.window.latency_buckets_secs
-    {
-        out.push("exposition");
-    }
-    // The history ring is sized when it is built.
-    if old.ui != new.ui {
-        out.push("ui.history_windows");
-    }
-    // The OTLP mapping is shared by the HTTP handlers, built once with them.
-    if old.otlp != new.otlp {
-        out.push("otlp");
-    }
-    // The recording threads are started with the windows.
-    if old.engine.window.record_threads != new.engine.window.record_threads {
-        out.push("window.record_threads");
-    }
-    out
 }
 
 /// Reads `source` and applies it to `running`.
@@ -75,80 +36,47 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
     let new = match source.load() {
         Ok(c) => c,
         Err(error) => {
-            running.metrics.config_last_reload_successful.set(0);
+            running.control.metrics.config_last_reload_successful.set(0);
             tracing::error!(
                 error = %error,
                 "Reloading the configuration failed; the previous configuration keeps running."
             );
-            return Err(error.to_string());
+            return Err(error);
         }
     };
-    let mut applied = Vec::new();
-    if new.token != running.config.token {
-        running.token.send_replace(new.token.clone());
-        applied.push("auth token");
+    let report = compare(&running.control.config, &new);
+    let old = running.control.config.live.clone();
+    let live = new.live;
+    if live.token != old.token {
+        running.control.token.send_replace(live.token.clone());
     }
-    let restart = restart_only(&running.config, &new);
-    let mut new = new;
-    // Kept as running, so the windows go on counting the buckets the counters expect.
-    new.engine.window.latency_buckets_secs =
-        running.config.engine.window.latency_buckets_secs.clone();
-    if new.engine != running.config.engine {
-        running.reconfigure_engine(new.engine.clone()).await;
-        applied.push("window and detectors");
+    if live.detectors != old.detectors {
+        let engine = skewwatch_detectors::engine::EngineConfig {
+            window: running.control.config.startup.window.clone(),
+            detectors: live.detectors.clone(),
+        };
+        running.reconfigure_engine(engine).await;
     }
-    if new.alerting != running.config.alerting {
-        running.replace_delivery(&new).await;
-        applied.push("alerting");
+    if live.alerting != old.alerting {
+        running.replace_delivery(&live.alerting).await;
     }
-    running.config = keep_restart_only(new, &running.config);
-    running.metrics.config_last_reload_successful.set(1);
+    running.control.config.live = live;
+    running.control.metrics.config_last_reload_successful.set(1);
     running
+        .control
         .metrics
         .config_last_reload_success_timestamp
         .set(wall_now() as i64);
-    let summary = format!(
-        "configuration reloaded; applied: {}; needs a restart to apply: {}",
-        list(&applied),
-        list(&restart)
-    );
-    if restart.is_empty() {
-        tracing::info!(applied = %list(&applied), "Configuration reloaded.");
+    if report.restart.is_empty() {
+        tracing::info!(applied = %report.applied_list(), "Configuration reloaded.");
     } else {
         tracing::warn!(
-            applied = %list(&applied),
-            needs_restart = %list(&restart),
+            applied = %report.applied_list(),
+            needs_restart = %report.restart_list(),
             "Configuration reloaded; some settings need a restart to apply."
         );
     }
-    Ok(summary)
-}
-
-/// `new`, with what needs a restart kept at its running value, so the next reload reports it
-/// again until the agent restarts.
-fn keep_restart_only(mut new: Config, running: &Config) -> Config {
-    new.http_listen = running.http_listen;
-    new.statsd_listen = running.statsd_listen;
-    new.http = running.http.clone();
-    new.statsd_receive_buffer_bytes = running.statsd_receive_buffer_bytes;
-    new.statsd_mappings = running.statsd_mappings.clone();
-    new.scrape = running.scrape.clone();
-    new.ingest_queue_batches = running.ingest_queue_batches;
-    new.ingest_queue_bytes = running.ingest_queue_bytes;
-    new.allow_unauthenticated = running.allow_unauthenticated;
-    new.exposition = running.exposition.clone();
-    new.ui = running.ui.clone();
-    new.otlp = running.otlp.clone();
-    new.engine.window.record_threads = running.engine.window.record_threads;
-    new
-}
-
-fn list(items: &[&str]) -> String {
-    if items.is_empty() {
-        "nothing".to_owned()
-    } else {
-        items.join(", ")
-    }
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -156,24 +84,72 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mappings_and_scrape_jobs_need_a_restart_and_keep_running_as_started() {
+    fn mappings_and_scrape_jobs_need_a_restart() {
         let old = Config::embedded();
         let yaml = "statsd:\n  mappings:\n    - match: a.*\n      group: g\n      shard: $1\n\
                     scrape:\n  - name: t\n    url: http://127.0.0.1:9/metrics\n    metrics: [x_total]\n";
         let new = Config::from_yaml(yaml, "t").unwrap();
-        assert_eq!(restart_only(&old, &new), ["statsd.mappings", "scrape"]);
-        let kept = keep_restart_only(new, &old);
-        assert!(kept.statsd_mappings.is_empty() && kept.scrape.is_empty());
-        assert!(restart_only(&old, &kept).is_empty());
+        let r = compare(&old, &new);
+        assert_eq!(r.restart, ["statsd.mappings", "scrape"]);
+        assert!(r.applied.is_empty());
     }
 
     #[test]
-    fn recording_threads_need_a_restart() {
+    fn recording_threads_and_caps_need_a_restart() {
         let old = Config::embedded();
-        let new = Config::from_yaml("window:\n  record_threads: 2\n", "t").unwrap();
-        assert_eq!(new.engine.window.record_threads, 2);
-        assert_eq!(restart_only(&old, &new), ["window.record_threads"]);
-        let kept = keep_restart_only(new, &old);
-        assert_eq!(kept.engine.window.record_threads, 1);
+        let new = Config::from_yaml(
+            "window:\n  record_threads: 2\nlimits:\n  max_groups: 7\n  exported_keys_per_group: 3\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            compare(&old, &new).restart,
+            [
+                "limits.max_groups",
+                "limits.exported_keys_per_group",
+                "window.record_threads"
+            ]
+        );
+    }
+
+    #[test]
+    fn detectors_alerting_and_the_token_are_applied() {
+        let old = Config::embedded();
+        let env = |n: &str| (n == "T").then(|| "s3cret".to_owned());
+        let new = Config::from_yaml_with_env(
+            "auth:\n  bearer_token_env: T\ndetectors:\n  error_surge:\n    min_requests: 500\n\
+             alerting:\n  resend_interval_secs: 30\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        let r = compare(&old, &new);
+        assert_eq!(
+            r.applied,
+            [
+                "auth.bearer_token_file",
+                "auth.bearer_token_env",
+                "detectors",
+                "alerting"
+            ]
+        );
+        assert!(r.restart.is_empty(), "{r}");
+    }
+
+    #[test]
+    fn the_report_reads_as_one_line() {
+        let r = ReloadReport {
+            applied: vec!["detectors"],
+            restart: vec!["limits.http_body_limit_bytes"],
+        };
+        assert_eq!(
+            r.to_string(),
+            "configuration reloaded; applied: detectors; needs a restart to apply: \
+             limits.http_body_limit_bytes"
+        );
+        assert_eq!(
+            ReloadReport::default().to_string(),
+            "configuration reloaded; applied: nothing; needs a restart to apply: nothing"
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! `skewwatch run` with no file runs on exactly what the repository documents.
 
 pub mod mapping;
+pub mod part;
 pub mod raw;
 pub mod secret;
 pub mod validate;
@@ -14,7 +15,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use skewwatch_detectors::detect::DetectorsConfig;
 use skewwatch_detectors::engine::EngineConfig;
+use skewwatch_detectors::window::WindowConfig;
+
+use part::Part;
 
 pub use mapping::StatsdMapping;
 pub use raw::RawConfig;
@@ -137,21 +142,23 @@ impl Default for AlertingConfig {
     }
 }
 
-/// Validated `http:` settings (plus the body limit, from `limits:`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpConfig {
-    /// Time to receive a request's headers. The clock starts when the server waits for a
-    /// request, so on a keep-alive connection it is also the idle timeout.
-    pub header_read_timeout: Duration,
-    /// Time for a whole request, body included; past it the answer is 408.
-    pub request_timeout: Duration,
-    /// Connections served at once; a few more are admitted for health checks only.
-    pub max_connections: usize,
-    /// Ingest bodies read and parsed at once: with the body limit, it bounds the memory
-    /// ingest can hold in requests.
-    pub max_concurrent_ingest: usize,
-    /// Largest request body.
-    pub body_limit_bytes: usize,
+crate::config_part! {
+    /// Validated `http:` settings (plus the body limit, from `limits:`).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct HttpConfig {
+        /// Time to receive a request's headers. The clock starts when the server waits for a
+        /// request, so on a keep-alive connection it is also the idle timeout.
+        pub header_read_timeout: Duration => "http.header_read_timeout_secs",
+        /// Time for a whole request, body included; past it the answer is 408.
+        pub request_timeout: Duration => "http.request_timeout_secs",
+        /// Connections served at once; a few more are admitted for health checks only.
+        pub max_connections: usize => "http.max_connections",
+        /// Ingest bodies read and parsed at once: with the body limit, it bounds the memory
+        /// ingest can hold in requests.
+        pub max_concurrent_ingest: usize => "http.max_concurrent_ingest",
+        /// Largest request body.
+        pub body_limit_bytes: usize => "limits.http_body_limit_bytes",
+    }
 }
 
 impl Default for HttpConfig {
@@ -224,44 +231,217 @@ pub struct ScrapeJob {
     pub max_series: usize,
 }
 
-/// The validated configuration.
+/// The validated configuration: what is fixed at start-up and what a reload puts in force.
+///
+/// The split is the reload's contract. Everything in [`Startup`] sizes or binds something when
+/// the agent starts (listeners, caps and the memory they bound, queues, the threads and tasks
+/// of ingest, the exported series); a reload compares it field by field and reports what
+/// differs as needing a restart, without applying any of it. Everything in [`Live`] is applied
+/// by a reload everywhere it acts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// HTTP listener.
-    pub http_listen: SocketAddr,
-    /// StatsD listener, if enabled.
-    pub statsd_listen: Option<SocketAddr>,
-    /// Engine (windows and detectors) configuration.
-    pub engine: EngineConfig,
-    /// Top keys exported per group.
-    pub exported_keys_per_group: usize,
-    /// HTTP server limits.
-    pub http: HttpConfig,
-    /// Ingest queue length in batches.
-    pub ingest_queue_batches: usize,
-    /// Ingest queue size in bytes (what the queued batches hold).
-    pub ingest_queue_bytes: usize,
-    /// SO_RCVBUF for the StatsD socket.
-    pub statsd_receive_buffer_bytes: usize,
-    /// StatsD metrics of other names turned into observations, first match wins.
-    pub statsd_mappings: Vec<StatsdMapping>,
-    /// Prometheus targets read as input.
-    pub scrape: Vec<ScrapeJob>,
-    /// Bearer token required by ingest and admin endpoints; `None` leaves them open to
-    /// whoever can reach the listener.
-    pub token: Option<Secret>,
-    /// A listener off loopback may run without a token.
-    pub allow_unauthenticated: bool,
-    /// Where alert state and baselines are kept across restarts, if anywhere.
-    pub state: Option<crate::state::StateStore>,
-    /// Alert delivery.
-    pub alerting: AlertingConfig,
-    /// The cumulative series that add up across sidecars.
-    pub exposition: ExpositionConfig,
-    /// How OTLP spans and metric points map to observations.
-    pub otlp: crate::ingest::otlp::Mapping,
-    /// The live view at `GET /`.
-    pub ui: UiConfig,
+    /// Fixed at start-up.
+    pub startup: Startup,
+    /// Applied by a reload.
+    pub live: Live,
+}
+
+crate::config_part! {
+    /// The settings fixed at start-up: a reload reports a change to any of them as needing a
+    /// restart and keeps the running value.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Startup {
+        /// HTTP listener.
+        pub http_listen: SocketAddr => "listen.http",
+        /// StatsD listener, if enabled.
+        pub statsd_listen: Option<SocketAddr> => "listen.statsd",
+        /// Window length, caps and key slots: they size the windows, the memory budget and the
+        /// series `/metrics` and the cumulative counters export.
+        pub window: WindowConfig => part,
+        /// HTTP server limits.
+        pub http: HttpConfig => part,
+        /// Ingest queue length in batches.
+        pub ingest_queue_batches: usize => "limits.ingest_queue_batches",
+        /// Ingest queue size in bytes (what the queued batches hold).
+        pub ingest_queue_bytes: usize => "limits.ingest_queue_bytes",
+        /// SO_RCVBUF for the StatsD socket.
+        pub statsd_receive_buffer_bytes: usize => "statsd.receive_buffer_bytes",
+        /// StatsD metrics of other names turned into observations, first match wins; the
+        /// receiver thread is started with them.
+        pub statsd_mappings: Vec<StatsdMapping> => "statsd.mappings",
+        /// Prometheus targets read as input; one task per job, started with them.
+        pub scrape: Vec<ScrapeJob> => "scrape",
+        /// A listener off loopback may run without a token.
+        pub allow_unauthenticated: bool => "auth.allow_unauthenticated",
+        /// Where alert state and baselines are kept across restarts, if anywhere; the
+        /// pipeline reads it once and writes it for the rest of its life.
+        pub state: Option<crate::state::StateStore> => "state",
+        /// The cumulative series that add up across sidecars.
+        pub exposition: ExpositionConfig => "exposition.counter_retention_secs",
+        /// How OTLP spans and metric points map to observations; shared by the HTTP handlers.
+        pub otlp: crate::ingest::otlp::Mapping => "otlp",
+        /// The live view at `GET /`; its history ring is sized once.
+        pub ui: UiConfig => "ui.history_windows",
+    }
+}
+
+crate::config_part! {
+    /// The settings a reload applies, each everywhere it acts.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Live {
+        /// Bearer token required by ingest and admin endpoints; `None` leaves them open to
+        /// whoever can reach the listener. Checked by the HTTP guards on every request.
+        pub token: Option<Secret> => ["auth.bearer_token_file", "auth.bearer_token_env"],
+        /// Detector thresholds and alert timing, in force from the next window on; the
+        /// pipeline keeps its open window, baselines and alert state.
+        pub detectors: DetectorsConfig => "detectors",
+        /// Alert delivery: receivers are rebuilt, the old ones finish what they owe.
+        pub alerting: AlertingConfig => "alerting",
+    }
+}
+
+/// The window settings belong to start-up. Every field of [`WindowConfig`] is named here (the
+/// pattern has no `..`), so a field added to it does not compile until it has a path.
+impl part::Part for WindowConfig {
+    fn paths(out: &mut Vec<&'static str>) {
+        out.extend(WINDOW_PATHS.iter().filter_map(|p| *p));
+    }
+
+    fn changed(&self, other: &Self, out: &mut Vec<&'static str>) {
+        let WindowConfig {
+            window_secs,
+            shard_idle_windows,
+            max_groups,
+            max_shards_per_group,
+            max_shards_total,
+            pinned_groups,
+            group_key_slots,
+            shard_key_slots,
+            top_keys,
+            shard_top_keys,
+            latency_sigfig,
+            dispersion_alpha,
+            latency_buckets_secs,
+            record_threads,
+        } = self;
+        let differs = [
+            *window_secs != other.window_secs,
+            *shard_idle_windows != other.shard_idle_windows,
+            *max_groups != other.max_groups,
+            *max_shards_per_group != other.max_shards_per_group,
+            *max_shards_total != other.max_shards_total,
+            *pinned_groups != other.pinned_groups,
+            *group_key_slots != other.group_key_slots,
+            *shard_key_slots != other.shard_key_slots,
+            *top_keys != other.top_keys,
+            *shard_top_keys != other.shard_top_keys,
+            *latency_sigfig != other.latency_sigfig,
+            *dispersion_alpha != other.dispersion_alpha,
+            *latency_buckets_secs != other.latency_buckets_secs,
+            *record_threads != other.record_threads,
+        ];
+        for (path, differs) in WINDOW_PATHS.iter().zip(differs) {
+            if differs && let Some(path) = path {
+                out.push(path);
+            }
+        }
+    }
+}
+
+/// The path of each [`WindowConfig`] field, in the order of its declaration; `None` for the
+/// fields the file does not set (`shard_top_keys`, `dispersion_alpha` keep their defaults).
+const WINDOW_PATHS: [Option<&str>; 14] = [
+    Some("window.window_secs"),
+    Some("window.shard_idle_windows"),
+    Some("limits.max_groups"),
+    Some("limits.max_shards_per_group"),
+    Some("limits.max_shards_total"),
+    Some("limits.pinned_groups"),
+    Some("limits.group_key_slots"),
+    Some("limits.shard_key_slots"),
+    Some("limits.exported_keys_per_group"),
+    None,
+    Some("limits.latency_sigfig"),
+    None,
+    Some("exposition.latency_buckets_secs"),
+    Some("window.record_threads"),
+];
+
+/// Whether a reload applies a setting or it waits for a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadClass {
+    /// A reload applies it.
+    Live,
+    /// Read once at start-up; a change is reported and applied at the next restart.
+    Restart,
+}
+
+impl ReloadClass {
+    /// How the configuration reference writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadClass::Live => "live",
+            ReloadClass::Restart => "restart",
+        }
+    }
+
+    /// The class of a documented field path (`limits.max_groups`,
+    /// `detectors.hot_shard.min_share`): the class of the declared path it is or lies under.
+    /// `None` when no part declares it (a field without a reload class).
+    pub fn of(path: &str) -> Option<ReloadClass> {
+        let under = |declared: &str| {
+            path == declared
+                || path
+                    .strip_prefix(declared)
+                    .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+        };
+        let live = Live::all_paths().into_iter().any(under);
+        let restart = Startup::all_paths().into_iter().any(under);
+        match (live, restart) {
+            (true, false) => Some(ReloadClass::Live),
+            (false, true) => Some(ReloadClass::Restart),
+            _ => None,
+        }
+    }
+}
+
+/// The dotted path of every field the commented configuration file `yaml` sets (the shape of
+/// `rules/skewwatch.yaml`: one `key: value` a line, nested by indentation, comments ignored),
+/// in file order. A field with a value is a leaf: `limits.max_groups`, `scrape`.
+pub fn file_field_paths(yaml: &str) -> Vec<String> {
+    let mut stack: Vec<(usize, &str)> = Vec::new();
+    let mut out = Vec::new();
+    for line in yaml.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') {
+            continue;
+        }
+        let Some((key, value)) = trimmed.split_once(':') else {
+            continue;
+        };
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        stack.push((indent, key));
+        if !value.trim().is_empty() {
+            out.push(stack.iter().map(|(_, k)| *k).collect::<Vec<_>>().join("."));
+        }
+    }
+    out
+}
+
+impl Config {
+    /// The engine's configuration: the windows as started, the detectors as in force.
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
+            window: self.startup.window.clone(),
+            detectors: self.live.detectors.clone(),
+        }
+    }
 }
 
 /// Most windows `ui.history_windows` may keep: four hours of 10-second windows.
@@ -303,16 +483,16 @@ impl Config {
         statsd: Option<SocketAddr>,
     ) -> Result<Config, ConfigError> {
         if let Some(a) = http {
-            self.http_listen = a;
+            self.startup.http_listen = a;
         }
         if let Some(a) = statsd {
-            self.statsd_listen = Some(a);
+            self.startup.statsd_listen = Some(a);
         }
         let problems = validate::exposure_problems(
-            self.http_listen,
-            self.statsd_listen,
-            self.token.is_some(),
-            self.allow_unauthenticated,
+            self.startup.http_listen,
+            self.startup.statsd_listen,
+            self.live.token.is_some(),
+            self.startup.allow_unauthenticated,
         );
         if problems.is_empty() {
             Ok(self)
@@ -362,10 +542,10 @@ mod tests {
     #[test]
     fn embedded_default_is_valid_and_binds_loopback() {
         let c = Config::embedded();
-        assert!(c.http_listen.ip().is_loopback());
-        assert!(c.statsd_listen.unwrap().ip().is_loopback());
-        assert_eq!(c.engine.window.window_secs, 10.0);
-        assert_eq!(c.token, None);
+        assert!(c.startup.http_listen.ip().is_loopback());
+        assert!(c.startup.statsd_listen.unwrap().ip().is_loopback());
+        assert_eq!(c.engine().window.window_secs, 10.0);
+        assert_eq!(c.live.token, None);
     }
 
     #[test]
@@ -374,9 +554,92 @@ mod tests {
         // or a user who copies the file gets different behaviour than one who runs without it.
         let file = Config::embedded();
         let none = Config::from_yaml("", "t").unwrap();
-        assert_eq!(file.engine.detectors, DetectorsConfig::default());
-        assert_eq!(file.engine.window, none.engine.window);
-        assert_eq!(file.engine.detectors, none.engine.detectors);
+        assert_eq!(file.engine().detectors, DetectorsConfig::default());
+        assert_eq!(file.engine().window, none.engine().window);
+        assert_eq!(file.engine().detectors, none.engine().detectors);
+    }
+
+    #[test]
+    fn every_field_of_the_file_has_exactly_one_reload_class() {
+        let paths = file_field_paths(DEFAULT_CONFIG_YAML);
+        assert!(paths.len() > 100, "{paths:?}");
+        assert!(paths.contains(&"limits.max_groups".to_owned()));
+        assert!(paths.contains(&"detectors.hot_shard.alert.for_secs".to_owned()));
+        let unclassified: Vec<_> = paths
+            .iter()
+            .filter(|p| ReloadClass::of(p).is_none())
+            .collect();
+        assert!(
+            unclassified.is_empty(),
+            "fields with no reload class (declare them in config::Startup or config::Live), \
+             or in both: {unclassified:?}"
+        );
+    }
+
+    #[test]
+    fn every_declared_path_is_a_field_of_the_file() {
+        let paths = file_field_paths(DEFAULT_CONFIG_YAML);
+        let declared = Startup::all_paths().into_iter().chain(Live::all_paths());
+        for d in declared {
+            assert!(
+                paths
+                    .iter()
+                    .any(|p| p == d || p.starts_with(&format!("{d}."))),
+                "`{d}` is declared in the configuration parts but not a field of the file"
+            );
+        }
+    }
+
+    #[test]
+    fn the_classes_are_what_the_reload_documentation_says() {
+        use ReloadClass::{Live as L, Restart as R};
+        for (path, class) in [
+            ("auth.bearer_token_file", L),
+            ("detectors.error_surge.min_requests", L),
+            ("alerting.webhooks", L),
+            ("listen.http", R),
+            ("window.window_secs", R),
+            ("limits.max_groups", R),
+            ("limits.http_body_limit_bytes", R),
+            ("http.max_connections", R),
+            ("state.path", R),
+            ("scrape", R),
+            ("otlp.shard_attributes", R),
+        ] {
+            assert_eq!(ReloadClass::of(path), Some(class), "{path}");
+        }
+        assert_eq!(ReloadClass::of("nonsense.field"), None);
+        assert_eq!(ReloadClass::of("detectorsX"), None);
+    }
+
+    #[test]
+    fn the_configuration_reference_shows_each_fields_reload_class() {
+        // docs/configuration.md's field tables: | field | default | reload | meaning |.
+        // `cargo run -p skewwatch-e2e --example generate` writes the reload column.
+        let doc = include_str!("../../../docs/configuration.md");
+        let mut rows = 0;
+        for line in doc.lines() {
+            let cells: Vec<_> = line.split(" | ").collect();
+            let Some(field) = cells
+                .first()
+                .and_then(|c| c.strip_prefix("| `"))
+                .and_then(|c| c.strip_suffix('`'))
+            else {
+                continue;
+            };
+            let Some(expected) = ReloadClass::of(field) else {
+                continue;
+            };
+            rows += 1;
+            assert_eq!(
+                cells.get(2).copied(),
+                Some(expected.as_str()),
+                "docs/configuration.md row `{field}`: the reload column must say `{}` \
+                 (cargo run -p skewwatch-e2e --example generate)",
+                expected.as_str()
+            );
+        }
+        assert_eq!(rows, file_field_paths(DEFAULT_CONFIG_YAML).len());
     }
 
     #[test]
@@ -387,16 +650,19 @@ mod tests {
             assert!(err.contains("window.record_threads"), "{err}");
         }
         let ok = Config::from_yaml("window:\n  record_threads: 16\n", "t").unwrap();
-        assert_eq!(ok.engine.window.record_threads, 16);
+        assert_eq!(ok.engine().window.record_threads, 16);
     }
 
     #[test]
     fn empty_file_means_defaults() {
         let c = Config::from_yaml("", "t").unwrap();
-        assert_eq!(c.http_listen.port(), 9477);
-        assert_eq!(c.statsd_listen, Some("127.0.0.1:8125".parse().unwrap()));
+        assert_eq!(c.startup.http_listen.port(), 9477);
+        assert_eq!(
+            c.startup.statsd_listen,
+            Some("127.0.0.1:8125".parse().unwrap())
+        );
         let off = Config::from_yaml("listen:\n  statsd: disabled\n", "t").unwrap();
-        assert_eq!(off.statsd_listen, None);
+        assert_eq!(off.startup.statsd_listen, None);
     }
 
     #[test]
@@ -417,7 +683,7 @@ mod tests {
 
     #[test]
     fn embedded_default_has_no_receivers_and_prometheus_timing() {
-        let a = Config::embedded().alerting;
+        let a = Config::embedded().live.alerting;
         assert_eq!(a, AlertingConfig::default());
         assert!(a.alertmanagers.is_empty() && a.webhooks.is_empty());
         assert_eq!(a.resend_interval, Duration::from_secs(60));
@@ -456,6 +722,7 @@ alerting:
         let env = |n: &str| (n == "HOOK_KEY").then(|| "from-env".to_string());
         let a = Config::from_yaml_with_env(&yaml, "t", &env)
             .unwrap()
+            .live
             .alerting;
         std::fs::remove_dir_all(&dir).unwrap();
         let urls: Vec<_> = a.alertmanagers.iter().map(|t| t.url.as_str()).collect();
@@ -551,16 +818,19 @@ alerting:
     fn exposition_buckets_and_retention_are_read_and_checked() {
         let c = Config::embedded();
         assert_eq!(
-            c.engine.window.latency_buckets_secs,
+            c.engine().window.latency_buckets_secs,
             skewwatch_detectors::window::DEFAULT_LATENCY_BUCKETS_SECS
         );
-        assert_eq!(c.exposition, ExpositionConfig::default());
+        assert_eq!(c.startup.exposition, ExpositionConfig::default());
         let yaml = "exposition:\n  latency_buckets_secs: [0.005, 0.05, 0.5]\n  counter_retention_secs: 600\n";
         let c = Config::from_yaml(yaml, "t").unwrap();
-        assert_eq!(c.engine.window.latency_buckets_secs, [0.005, 0.05, 0.5]);
-        assert_eq!(c.exposition.counter_retention, Duration::from_secs(600));
+        assert_eq!(c.engine().window.latency_buckets_secs, [0.005, 0.05, 0.5]);
+        assert_eq!(
+            c.startup.exposition.counter_retention,
+            Duration::from_secs(600)
+        );
         let none = Config::from_yaml("exposition:\n  latency_buckets_secs: []\n", "t").unwrap();
-        assert!(none.engine.window.latency_buckets_secs.is_empty());
+        assert!(none.engine().window.latency_buckets_secs.is_empty());
         for (bad, why) in [
             ("[0.1, 0.05]", "ascending"),
             ("[0.1, 0.1]", "ascending"),
@@ -600,7 +870,7 @@ alerting:
         );
         let set = |n: &str| (n == "SW_TOKEN").then(|| "s3cret\n".to_string());
         let c = Config::from_yaml_with_env(yaml, "f.yaml", &set).unwrap();
-        assert!(c.token.unwrap().matches(b"s3cret"));
+        assert!(c.live.token.unwrap().matches(b"s3cret"));
         let missing = "auth:\n  bearer_token_file: /nonexistent/skewwatch-token\n";
         let err = Config::from_yaml(missing, "f.yaml")
             .unwrap_err()

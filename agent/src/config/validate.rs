@@ -8,7 +8,6 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use skewwatch_detectors::engine::EngineConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
@@ -17,8 +16,8 @@ use super::raw::{
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
 use super::{
-    AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS,
-    Problem, UiConfig, WebhookTarget,
+    AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, Live,
+    MAX_HISTORY_WINDOWS, Problem, Startup, UiConfig, WebhookTarget,
 };
 use crate::ingest::otlp::Mapping;
 use crate::state::StateStore;
@@ -94,23 +93,27 @@ impl RawConfig {
             return Err(c.problems);
         }
         Ok(Config {
-            http_listen: http_listen.expect("checked"),
-            statsd_listen,
-            exported_keys_per_group: window.top_keys,
-            engine: EngineConfig { window, detectors },
-            http,
-            ingest_queue_batches: limits.ingest_queue_batches,
-            ingest_queue_bytes: limits.ingest_queue_bytes,
-            statsd_receive_buffer_bytes,
-            statsd_mappings,
-            scrape,
-            token,
-            allow_unauthenticated,
-            state,
-            alerting,
-            exposition,
-            ui,
-            otlp,
+            startup: Startup {
+                http_listen: http_listen.expect("checked"),
+                statsd_listen,
+                window,
+                http,
+                ingest_queue_batches: limits.ingest_queue_batches,
+                ingest_queue_bytes: limits.ingest_queue_bytes,
+                statsd_receive_buffer_bytes,
+                statsd_mappings,
+                scrape,
+                allow_unauthenticated,
+                state,
+                exposition,
+                otlp,
+                ui,
+            },
+            live: Live {
+                token,
+                detectors,
+                alerting,
+            },
         })
     }
 }

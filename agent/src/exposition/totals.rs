@@ -44,7 +44,8 @@ use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot
 use tokio::sync::watch;
 
 use super::{escape_into, header, write_value};
-use crate::config::Config;
+use crate::config::ExpositionConfig;
+use skewwatch_detectors::window::WindowConfig;
 
 /// Sizes of the counters' tables.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,14 +68,13 @@ pub struct TotalsConfig {
 impl TotalsConfig {
     /// The tables' sizes for a validated configuration: the window stage's caps, so a name the
     /// window stage tracks always finds a place.
-    pub fn from_config(c: &Config) -> Self {
-        let w = &c.engine.window;
+    pub fn from_parts(w: &WindowConfig, exposition: &ExpositionConfig) -> Self {
         TotalsConfig {
-            retention_secs: c.exposition.counter_retention.as_secs_f64(),
+            retention_secs: exposition.counter_retention.as_secs_f64(),
             max_groups: w.max_groups,
             max_shards_per_group: w.max_shards_per_group,
             max_shards_total: w.max_shards_total,
-            keys_per_group: c.exported_keys_per_group,
+            keys_per_group: w.top_keys,
             latency_buckets_secs: w.latency_buckets_secs.clone(),
         }
     }

@@ -9,9 +9,12 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, oneshot};
 
 use super::AppState;
+use crate::config::ConfigError;
+use crate::config::part::ReloadReport;
 
-/// What a reload did (`Ok`: a summary of what changed) or why it failed.
-pub type ReloadOutcome = Result<String, String>;
+/// What a reload did (the paths applied and those that need a restart) or why it changed
+/// nothing.
+pub type ReloadOutcome = Result<ReloadReport, ConfigError>;
 
 /// Where reload requests go: each carries the channel its outcome is sent back on.
 pub type ReloadRequests = mpsc::Sender<oneshot::Sender<ReloadOutcome>>;
@@ -27,7 +30,7 @@ pub async fn reload(State(s): State<AppState>) -> Response {
             .into_response();
     }
     match rx.await {
-        Ok(Ok(summary)) => (StatusCode::OK, format!("{summary}\n")).into_response(),
+        Ok(Ok(report)) => (StatusCode::OK, format!("{report}\n")).into_response(),
         Ok(Err(problems)) => {
             (StatusCode::INTERNAL_SERVER_ERROR, format!("{problems}\n")).into_response()
         }

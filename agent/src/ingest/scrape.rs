@@ -393,7 +393,11 @@ mod tests {
         let yaml = format!(
             "scrape:\n  - name: db\n    url: http://127.0.0.1:1/metrics\n    metrics: [db_requests_total, db_request_duration_seconds]\n    key_label: table\n    outcome_label: outcome\n{extra}"
         );
-        Config::from_yaml(&yaml, "t").unwrap().scrape.remove(0)
+        Config::from_yaml(&yaml, "t")
+            .unwrap()
+            .startup
+            .scrape
+            .remove(0)
     }
 
     /// Shard, count, latency and key of each observation.

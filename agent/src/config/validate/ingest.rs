@@ -373,6 +373,7 @@ scrape:
         let env = |n: &str| (n == "TOK").then(|| "t0k\n".to_string());
         let job = Config::from_yaml_with_env(yaml, "t", &env)
             .unwrap()
+            .startup
             .scrape
             .remove(0);
         assert_eq!(job.group.name, "db");
