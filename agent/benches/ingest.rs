@@ -19,7 +19,7 @@ mod common;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use skewwatch::config::Config;
+use skewwatch::app::Config;
 use skewwatch::ingest::{ndjson, statsd};
 use skewwatch_detectors::observation::{Batch, Rejections};
 

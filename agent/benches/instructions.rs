@@ -18,7 +18,7 @@ mod common;
 use std::hint::black_box;
 use std::time::Instant;
 
-use skewwatch::config::Config;
+use skewwatch::app::Config;
 use skewwatch::ingest::{ndjson, statsd};
 use skewwatch_detectors::observation::{Batch, Rejections};
 use skewwatch_detectors::window::{WindowConfig, Windows};

@@ -16,7 +16,7 @@ mod common;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use skewwatch::config::Config;
+use skewwatch::app::Config;
 use skewwatch::ingest::scrape::{Series, parse_page};
 use skewwatch::ingest::statsd;
 use skewwatch_detectors::observation::{Batch, Rejections};

@@ -21,7 +21,7 @@ use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 
 use crate::app;
-use crate::config::Config;
+use crate::app::Config;
 
 /// `skewwatch demo` arguments.
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use skewwatch::config::Config;
+use skewwatch::app::Config;
 use tokio_util::sync::CancellationToken;
 
 /// Finds hot shards, hot keys and the feedback loops they start.

@@ -24,7 +24,7 @@ use anyhow::Context as _;
 use skewwatch_detectors::engine::{Engine, Evaluation};
 use skewwatch_detectors::observation::{Batch, ObservationRef};
 
-use crate::config::Config;
+use crate::app::Config;
 use crate::ingest::ndjson::{self, Record};
 
 /// `skewwatch replay` arguments.

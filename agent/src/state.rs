@@ -18,6 +18,9 @@ use std::time::Duration;
 
 use skewwatch_detectors::engine::{EngineState, STATE_VERSION};
 
+use crate::config::raw::RawState;
+use crate::config::validate::Check;
+
 /// Where the state lives and how often it is written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateStore {
@@ -27,6 +30,40 @@ pub struct StateStore {
     pub every_windows: u32,
     /// A state older than this (by the end of its last window) is not restored.
     pub max_age: Duration,
+}
+
+impl StateStore {
+    /// Validates `state:`; `None` when no path is set (or it is invalid, with the problem in
+    /// `c`).
+    pub fn validate(raw: RawState, c: &mut Check<'_>) -> Option<StateStore> {
+        let every_windows = c.range(
+            "state.save_every_windows",
+            raw.save_every_windows,
+            6,
+            1,
+            10_000,
+        );
+        let max_age = c.secs(
+            "state.max_age_secs",
+            raw.max_age_secs,
+            Duration::from_secs(3600),
+            1.0,
+            7.0 * 86_400.0,
+        );
+        let path = raw.path?;
+        if path.as_os_str().is_empty() || path.file_name().is_none() {
+            c.fail(
+                "state.path",
+                "name a file, e.g. /var/lib/skewwatch/state.json",
+            );
+            return None;
+        }
+        Some(StateStore {
+            path,
+            every_windows,
+            max_age,
+        })
+    }
 }
 
 /// Why a state file was not restored.

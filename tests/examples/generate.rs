@@ -8,7 +8,7 @@
 //! Commit what it writes; the dashboards, deploy and configuration tests fail while the
 //! committed files differ from what it would write.
 
-use skewwatch::config::ReloadClass;
+use skewwatch::app::ReloadClass;
 use skewwatch_e2e::dashboards;
 use skewwatch_e2e::deploy::{PROMETHEUS_RULE_FILE, RULES_FILE, prometheus_rule, repo_root};
 

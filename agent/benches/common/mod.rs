@@ -192,7 +192,7 @@ statsd:
 "#;
 
 pub fn mapper() -> skewwatch::ingest::mapping::Mapper {
-    let c = skewwatch::config::Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
+    let c = skewwatch::app::Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
     skewwatch::ingest::mapping::Mapper::new(std::sync::Arc::from(c.startup.statsd_mappings))
 }
 
@@ -234,7 +234,7 @@ pub fn native_datagram() -> Vec<u8> {
 /// What `skewwatch replay` does with `trace`, on one thread: its reader thread's code (blocks,
 /// `ndjson::for_each_line`, batches) handing each batch straight to its engine thread's code
 /// (`replay::replay_on_this_thread`), output thrown away. Returns the windows closed.
-pub fn replay(trace: &[u8], config: &skewwatch::config::Config) -> usize {
+pub fn replay(trace: &[u8], config: &skewwatch::app::Config) -> usize {
     let mut summary = skewwatch::replay::Summary::default();
     skewwatch::replay::replay_on_this_thread(
         trace,

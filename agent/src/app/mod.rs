@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{AlertingConfig, Config, ConfigError, Secret};
+use crate::config::{AlertingConfig, ConfigError, Secret};
 use crate::exposition::totals::{Accumulator, Totals, TotalsConfig};
 use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;
@@ -42,8 +42,11 @@ use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
 use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
 
+pub mod config;
 pub mod reload;
 pub mod stage;
+
+pub use config::{Config, Live, ReloadClass, Startup};
 
 use stage::Stage;
 

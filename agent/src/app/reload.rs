@@ -3,7 +3,7 @@
 //! The file is read and validated as at start-up, secrets included. A configuration with any
 //! problem changes nothing: every problem is logged, `skewwatch_config_last_reload_successful`
 //! turns 0, and the previous configuration keeps running. A good one is compared with the one
-//! in force part by part ([`crate::config::Config`]):
+//! in force part by part ([`crate::app::Config`]):
 //!
 //! - what changed in [`Live`](crate::config::Live) is applied everywhere it acts: the bearer
 //!   token at once; detector thresholds and alert timing in the pipeline, which keeps its open
@@ -17,8 +17,8 @@
 //! ([`crate::config::part::Part`]), never kept by hand.
 
 use super::{ConfigSource, Running};
+use crate::app::Config;
 use crate::clock::wall_now;
-use crate::config::Config;
 use crate::config::part::{Part, ReloadReport};
 use crate::http::admin::ReloadOutcome;
 

@@ -11,16 +11,15 @@ use std::time::Duration;
 use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
-    RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawExposition, RawHttp, RawLimits, RawListen,
-    RawOtlp, RawState, RawStatsd, RawUi, RawWebhook, RawWindow,
+    RawAlerting, RawAlertmanager, RawAuth, RawExposition, RawHttp, RawLimits, RawListen, RawOtlp,
+    RawStatsd, RawUi, RawWebhook, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
 use super::{
-    AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, Live,
-    MAX_HISTORY_WINDOWS, Problem, Startup, UiConfig, WebhookTarget,
+    AlertingConfig, AlertmanagerTarget, ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS, Problem,
+    UiConfig, WebhookTarget,
 };
 use crate::ingest::otlp::Mapping;
-use crate::state::StateStore;
 
 mod ingest;
 
@@ -49,97 +48,55 @@ const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
 /// Default StatsD socket receive buffer.
 const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
 
-impl RawConfig {
-    /// Validates every field and reads every secret through `env`, reporting all problems at
-    /// once.
-    pub fn validate(self, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> {
-        let mut c = Check {
-            problems: Vec::new(),
-            env,
-        };
-        let (http_listen, statsd_listen) = c.listen(self.listen.unwrap_or_default());
-        let mut window = c.window(
-            self.window.unwrap_or_default(),
-            &self.limits.clone().unwrap_or_default(),
-        );
-        let (latency_buckets_secs, exposition) =
-            c.exposition(self.exposition.unwrap_or_default(), window.window_secs);
-        window.latency_buckets_secs = latency_buckets_secs;
-        let limits = c.limits(self.limits.unwrap_or_default());
-        let statsd = self.statsd.unwrap_or_default();
-        let statsd_mappings = c.mappings(statsd.mappings.clone().unwrap_or_default());
-        let statsd_receive_buffer_bytes = c.statsd(statsd);
-        let scrape = c.scrape(self.scrape.unwrap_or_default());
-        let http = c.http(self.http.unwrap_or_default(), limits.http_body_limit_bytes);
-        let auth = self.auth.unwrap_or_default();
-        let allow_unauthenticated = auth.allow_unauthenticated.unwrap_or(false);
-        let token = c.auth(auth);
-        if let Some(addr) = http_listen {
-            for p in exposure_problems(addr, statsd_listen, token.is_some(), allow_unauthenticated)
-            {
-                c.problems.push(p);
-            }
-        }
-        let detectors = self.detectors.unwrap_or_default();
-        for p in detectors.problems("detectors") {
-            c.fail(&p.field, p.why);
-        }
-        let alerting = c.alerting(self.alerting.unwrap_or_default());
-        let state = c.state(self.state.unwrap_or_default());
-        let ui = c.ui(self.ui.unwrap_or_default());
-        let otlp = c.otlp(self.otlp.unwrap_or_default());
-
-        if !c.problems.is_empty() {
-            return Err(c.problems);
-        }
-        Ok(Config {
-            startup: Startup {
-                http_listen: http_listen.expect("checked"),
-                statsd_listen,
-                window,
-                http,
-                ingest_queue_batches: limits.ingest_queue_batches,
-                ingest_queue_bytes: limits.ingest_queue_bytes,
-                statsd_receive_buffer_bytes,
-                statsd_mappings,
-                scrape,
-                allow_unauthenticated,
-                state,
-                exposition,
-                otlp,
-                ui,
-            },
-            live: Live {
-                token,
-                detectors,
-                alerting,
-            },
-        })
-    }
-}
-
 /// The `limits:` fields that are not window sizes.
-struct Limits {
-    http_body_limit_bytes: usize,
-    ingest_queue_batches: usize,
-    ingest_queue_bytes: usize,
+pub(crate) struct Limits {
+    pub(crate) http_body_limit_bytes: usize,
+    pub(crate) ingest_queue_batches: usize,
+    pub(crate) ingest_queue_bytes: usize,
 }
 
-/// Collects problems while validating.
-struct Check<'a> {
+/// Collects problems while validating: every section's validator (here, and in the stages
+/// that own their settings) pushes what it finds, so a user sees all of them at once.
+pub struct Check<'a> {
     problems: Vec<Problem>,
     env: EnvLookup<'a>,
 }
 
+impl<'a> Check<'a> {
+    /// A collector that reads secrets through `env`.
+    pub fn new(env: EnvLookup<'a>) -> Check<'a> {
+        Check {
+            problems: Vec::new(),
+            env,
+        }
+    }
+
+    /// The problems found.
+    pub fn into_problems(self) -> Vec<Problem> {
+        self.problems
+    }
+
+    /// Adds a problem found elsewhere.
+    pub fn push(&mut self, problem: Problem) {
+        self.problems.push(problem);
+    }
+}
+
 impl Check<'_> {
-    fn fail(&mut self, field: &str, why: impl fmt::Display) {
+    /// Records that `field` is wrong and why.
+    pub fn fail(&mut self, field: &str, why: impl fmt::Display) {
         self.problems.push(Problem {
             field: field.to_owned(),
             why: why.to_string(),
         });
     }
 
-    fn addr(&mut self, field: &str, v: Option<&str>, default: &str) -> Option<SocketAddr> {
+    pub(crate) fn addr(
+        &mut self,
+        field: &str,
+        v: Option<&str>,
+        default: &str,
+    ) -> Option<SocketAddr> {
         let s = v.unwrap_or(default);
         match s.parse() {
             Ok(a) => Some(a),
@@ -153,7 +110,7 @@ impl Check<'_> {
         }
     }
 
-    fn range<T: PartialOrd + fmt::Display + Copy>(
+    pub(crate) fn range<T: PartialOrd + fmt::Display + Copy>(
         &mut self,
         field: &str,
         v: Option<T>,
@@ -168,7 +125,7 @@ impl Check<'_> {
         x
     }
 
-    fn secs(
+    pub(crate) fn secs(
         &mut self,
         field: &str,
         v: Option<f64>,
@@ -188,7 +145,7 @@ impl Check<'_> {
     }
 
     /// The secret `{parent}.{name}_file` or `{parent}.{name}_env` (not both), read now.
-    fn secret(
+    pub(crate) fn secret(
         &mut self,
         parent: &str,
         name: &str,
@@ -220,7 +177,7 @@ impl Check<'_> {
         }
     }
 
-    fn listen(&mut self, listen: RawListen) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    pub(crate) fn listen(&mut self, listen: RawListen) -> (Option<SocketAddr>, Option<SocketAddr>) {
         let http = self.addr("listen.http", listen.http.as_deref(), "127.0.0.1:9477");
         // Absent means the default address; "disabled" (or "") turns the listener off.
         let statsd = match listen.statsd.as_deref() {
@@ -231,7 +188,7 @@ impl Check<'_> {
     }
 
     /// The window sizes and caps (`window:` and the sizing half of `limits:`).
-    fn window(&mut self, window: RawWindow, limits: &RawLimits) -> WindowConfig {
+    pub(crate) fn window(&mut self, window: RawWindow, limits: &RawLimits) -> WindowConfig {
         let d = WindowConfig::default();
         let window_secs = window.window_secs.unwrap_or(d.window_secs);
         if !(window_secs.is_finite() && (0.1..=3600.0).contains(&window_secs)) {
@@ -362,7 +319,7 @@ impl Check<'_> {
         (group_key_slots, shard_key_slots, exported)
     }
 
-    fn limits(&mut self, limits: RawLimits) -> Limits {
+    pub(crate) fn limits(&mut self, limits: RawLimits) -> Limits {
         Limits {
             http_body_limit_bytes: self.range(
                 "limits.http_body_limit_bytes",
@@ -388,7 +345,7 @@ impl Check<'_> {
         }
     }
 
-    fn http(&mut self, http: RawHttp, body_limit_bytes: usize) -> HttpConfig {
+    pub(crate) fn http(&mut self, http: RawHttp, body_limit_bytes: usize) -> HttpConfig {
         let d = HttpConfig::default();
         HttpConfig {
             header_read_timeout: self.secs(
@@ -423,37 +380,7 @@ impl Check<'_> {
         }
     }
 
-    fn state(&mut self, raw: RawState) -> Option<StateStore> {
-        let every_windows = self.range(
-            "state.save_every_windows",
-            raw.save_every_windows,
-            6,
-            1,
-            10_000,
-        );
-        let max_age = self.secs(
-            "state.max_age_secs",
-            raw.max_age_secs,
-            Duration::from_secs(3600),
-            1.0,
-            7.0 * 86_400.0,
-        );
-        let path = raw.path?;
-        if path.as_os_str().is_empty() || path.file_name().is_none() {
-            self.fail(
-                "state.path",
-                "name a file, e.g. /var/lib/skewwatch/state.json",
-            );
-            return None;
-        }
-        Some(StateStore {
-            path,
-            every_windows,
-            max_age,
-        })
-    }
-
-    fn ui(&mut self, raw: RawUi) -> UiConfig {
+    pub(crate) fn ui(&mut self, raw: RawUi) -> UiConfig {
         UiConfig {
             history_windows: self.range(
                 "ui.history_windows",
@@ -465,7 +392,7 @@ impl Check<'_> {
         }
     }
 
-    fn otlp(&mut self, raw: RawOtlp) -> Mapping {
+    pub(crate) fn otlp(&mut self, raw: RawOtlp) -> Mapping {
         let d = Mapping::default();
         let mut names =
             |field: &str, v: Option<Vec<String>>, default: Vec<String>, required: bool| {
@@ -508,7 +435,7 @@ impl Check<'_> {
         }
     }
 
-    fn statsd(&mut self, statsd: RawStatsd) -> usize {
+    pub(crate) fn statsd(&mut self, statsd: RawStatsd) -> usize {
         self.range(
             "statsd.receive_buffer_bytes",
             statsd.receive_buffer_bytes,
@@ -518,7 +445,7 @@ impl Check<'_> {
         )
     }
 
-    fn auth(&mut self, auth: RawAuth) -> Option<Secret> {
+    pub(crate) fn auth(&mut self, auth: RawAuth) -> Option<Secret> {
         self.secret(
             "auth",
             "bearer_token",
@@ -528,7 +455,7 @@ impl Check<'_> {
     }
 
     /// Long because it is a table: one check per field of the section, in the file's order.
-    fn alerting(&mut self, raw: RawAlerting) -> AlertingConfig {
+    pub(crate) fn alerting(&mut self, raw: RawAlerting) -> AlertingConfig {
         let d = AlertingConfig::default();
         let backoff = (raw.backoff_initial_secs, raw.backoff_max_secs);
         let (alertmanagers, webhooks) = self.receivers(
@@ -808,7 +735,11 @@ const MAX_LATENCY_BUCKETS: usize = 30;
 
 impl Check<'_> {
     /// The latency bucket bounds (for the window configuration) and the counters' retention.
-    fn exposition(&mut self, raw: RawExposition, window_secs: f64) -> (Vec<f64>, ExpositionConfig) {
+    pub(crate) fn exposition(
+        &mut self,
+        raw: RawExposition,
+        window_secs: f64,
+    ) -> (Vec<f64>, ExpositionConfig) {
         let d = ExpositionConfig::default();
         let buckets = raw
             .latency_buckets_secs

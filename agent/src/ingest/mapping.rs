@@ -337,7 +337,7 @@ fn glob(pieces: &[String], name: &str, at: usize, captures: &mut Vec<(usize, usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::app::Config;
     use skewwatch_detectors::observation::Rejections;
 
     fn mapper(yaml: &str) -> Mapper {

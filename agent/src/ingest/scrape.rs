@@ -387,7 +387,7 @@ fn observation<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::app::Config;
 
     fn job(extra: &str) -> ScrapeJob {
         let yaml = format!(

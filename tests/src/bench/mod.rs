@@ -377,7 +377,7 @@ fn engine_config(
 ) -> EngineConfig {
     static SHIPPED: OnceLock<EngineConfig> = OnceLock::new();
     let mut cfg = SHIPPED
-        .get_or_init(|| skewwatch::config::Config::embedded().engine())
+        .get_or_init(|| skewwatch::app::Config::embedded().engine())
         .clone();
     cfg.window.window_secs = f64::from(c.window_secs);
     let busiest = (0..traffic.shards.len())

@@ -22,7 +22,7 @@ const MAX_MAX_SERIES: usize = 1_000_000;
 
 impl Check<'_> {
     /// `statsd.mappings`: every mapping compiled, every problem named.
-    pub(super) fn mappings(&mut self, raw: Vec<RawMapping>) -> Vec<StatsdMapping> {
+    pub(crate) fn mappings(&mut self, raw: Vec<RawMapping>) -> Vec<StatsdMapping> {
         if raw.len() > MAX_MAPPINGS {
             self.fail(
                 "statsd.mappings",
@@ -147,7 +147,7 @@ impl Check<'_> {
     }
 
     /// `scrape:`: every job, names unique.
-    pub(super) fn scrape(&mut self, raw: Vec<RawScrapeJob>) -> Vec<ScrapeJob> {
+    pub(crate) fn scrape(&mut self, raw: Vec<RawScrapeJob>) -> Vec<ScrapeJob> {
         if raw.len() > MAX_SCRAPE_JOBS {
             self.fail(
                 "scrape",
@@ -288,7 +288,8 @@ fn valid_label_name(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
+    use crate::app::Config;
+    use crate::config::ConfigError;
 
     fn fields(yaml: &str) -> Vec<String> {
         let err = Config::from_yaml_with_env(yaml, "f.yaml", &|_| None).unwrap_err();
