@@ -40,7 +40,10 @@
 //! basic authentication. Proxy environment variables are not read.
 
 pub mod alertmanager;
+pub mod config;
 pub mod webhook;
+
+pub use config::{AlertingConfig, AlertmanagerTarget, WebhookTarget};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -57,7 +60,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::{AlertingConfig, Secret};
+use crate::config::Secret;
 use crate::telemetry::SelfMetrics;
 
 /// The header carrying a webhook payload's HMAC-SHA256 signature.

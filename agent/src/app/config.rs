@@ -12,11 +12,12 @@ use skewwatch_detectors::detect::DetectorsConfig;
 use skewwatch_detectors::engine::EngineConfig;
 use skewwatch_detectors::window::WindowConfig;
 
+use crate::alerting::AlertingConfig;
 use crate::config::part::{self, Part};
 use crate::config::validate::{Check, exposure_problems};
 use crate::config::{
-    AlertingConfig, ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, ExpositionConfig, HttpConfig,
-    Problem, RawConfig, ScrapeJob, Secret, StatsdMapping, UiConfig, process_env,
+    ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, ExpositionConfig, HttpConfig, Problem, RawConfig,
+    ScrapeJob, Secret, StatsdMapping, UiConfig, process_env,
 };
 
 /// The validated configuration: what is fixed at start-up and what a reload puts in force.
@@ -313,7 +314,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     for p in detectors.problems("detectors") {
         c.fail(&p.field, p.why);
     }
-    let alerting = c.alerting(raw.alerting.unwrap_or_default());
+    let alerting = crate::alerting::config::validate(&mut c, raw.alerting.unwrap_or_default());
     let state = crate::state::StateStore::validate(raw.state.unwrap_or_default(), &mut c);
     let ui = c.ui(raw.ui.unwrap_or_default());
     let otlp = c.otlp(raw.otlp.unwrap_or_default());

@@ -29,9 +29,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::alerting::AlertingConfig;
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{AlertingConfig, ConfigError, Secret};
+use crate::config::{ConfigError, Secret};
 use crate::exposition::totals::{Accumulator, Totals, TotalsConfig};
 use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;

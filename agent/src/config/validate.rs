@@ -11,14 +11,10 @@ use std::time::Duration;
 use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
-    RawAlerting, RawAlertmanager, RawAuth, RawExposition, RawHttp, RawLimits, RawListen, RawOtlp,
-    RawStatsd, RawUi, RawWebhook, RawWindow,
+    RawAuth, RawExposition, RawHttp, RawLimits, RawListen, RawOtlp, RawStatsd, RawUi, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
-use super::{
-    AlertingConfig, AlertmanagerTarget, ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS, Problem,
-    UiConfig, WebhookTarget,
-};
+use super::{ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS, Problem, UiConfig};
 use crate::ingest::otlp::Mapping;
 
 mod ingest;
@@ -27,15 +23,9 @@ mod ingest;
 /// attribute of every span.
 const MAX_OTLP_NAMES: usize = 16;
 
-/// Largest timeout of one delivery POST, and largest retry delay.
-const MAX_DELIVERY_SECS: f64 = 300.0;
-
 /// Most groups `limits.pinned_groups` may list: pinned groups take slots beyond
 /// `limits.max_groups`, so their number must stay bounded too.
 const MAX_PINNED_GROUPS: usize = 64;
-
-/// Default timeout of one delivery POST.
-const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default ingest queue length, in batches: with the body limit it bounds queued memory
 /// (docs/performance.md has the measurement behind it).
@@ -453,246 +443,6 @@ impl Check<'_> {
             auth.bearer_token_env,
         )
     }
-
-    /// Long because it is a table: one check per field of the section, in the file's order.
-    pub(crate) fn alerting(&mut self, raw: RawAlerting) -> AlertingConfig {
-        let d = AlertingConfig::default();
-        let backoff = (raw.backoff_initial_secs, raw.backoff_max_secs);
-        let (alertmanagers, webhooks) = self.receivers(
-            raw.alertmanagers.unwrap_or_default(),
-            raw.webhooks.unwrap_or_default(),
-        );
-        let resend_interval = self.secs(
-            "alerting.resend_interval_secs",
-            raw.resend_interval_secs,
-            d.resend_interval,
-            0.1,
-            86_400.0,
-        );
-        let resolved_retention = self.secs(
-            "alerting.resolved_retention_secs",
-            raw.resolved_retention_secs,
-            d.resolved_retention,
-            0.0,
-            86_400.0,
-        );
-        let queue_capacity = self.range(
-            "alerting.queue_capacity",
-            raw.queue_capacity,
-            d.queue_capacity,
-            1,
-            1 << 20,
-        );
-        let max_retries = self.range(
-            "alerting.max_retries",
-            raw.max_retries,
-            d.max_retries,
-            0,
-            1000,
-        );
-        let (backoff_initial, backoff_max) = self.backoff(backoff.0, backoff.1, &d);
-        let max_notification_age = self.secs(
-            "alerting.max_notification_age_secs",
-            raw.max_notification_age_secs,
-            d.max_notification_age,
-            1.0,
-            7.0 * 86_400.0,
-        );
-        let repeat_interval = self.secs(
-            "alerting.repeat_interval_secs",
-            raw.repeat_interval_secs,
-            d.repeat_interval,
-            1.0,
-            7.0 * 86_400.0,
-        );
-        let external_url = self.external_url(raw.external_url);
-        AlertingConfig {
-            alertmanagers,
-            webhooks,
-            resend_interval,
-            resolved_retention,
-            queue_capacity,
-            max_retries,
-            backoff_initial,
-            backoff_max,
-            max_notification_age,
-            repeat_interval,
-            external_url,
-        }
-    }
-
-    /// Every receiver, with names unique across both kinds.
-    fn receivers(
-        &mut self,
-        alertmanagers: Vec<RawAlertmanager>,
-        webhooks: Vec<RawWebhook>,
-    ) -> (Vec<AlertmanagerTarget>, Vec<WebhookTarget>) {
-        let mut names = Vec::new();
-        let alertmanagers = alertmanagers
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, am)| self.alertmanager(i, am, &mut names))
-            .collect();
-        let webhooks = webhooks
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, w)| self.webhook(i, w, &mut names))
-            .collect();
-        (alertmanagers, webhooks)
-    }
-
-    fn alertmanager(
-        &mut self,
-        i: usize,
-        am: RawAlertmanager,
-        names: &mut Vec<String>,
-    ) -> Option<AlertmanagerTarget> {
-        let f = format!("alerting.alertmanagers[{i}]");
-        let name = am.name.unwrap_or_else(|| format!("alertmanager-{i}"));
-        self.receiver_name(&format!("{f}.name"), &name, names);
-        let url = self.receiver_url(&format!("{f}.url"), am.url.as_deref());
-        let timeout = self.secs(
-            &format!("{f}.timeout_secs"),
-            am.timeout_secs,
-            DEFAULT_DELIVERY_TIMEOUT,
-            0.1,
-            MAX_DELIVERY_SECS,
-        );
-        Some(AlertmanagerTarget {
-            name,
-            url: alertmanager_api_url(url?),
-            timeout,
-        })
-    }
-
-    fn webhook(
-        &mut self,
-        i: usize,
-        w: RawWebhook,
-        names: &mut Vec<String>,
-    ) -> Option<WebhookTarget> {
-        let f = format!("alerting.webhooks[{i}]");
-        match w.name.as_deref() {
-            Some(n) => self.receiver_name(&format!("{f}.name"), n, names),
-            None => self.fail(&format!("{f}.name"), "required: names the receiver"),
-        }
-        let url = self.receiver_url(&format!("{f}.url"), w.url.as_deref());
-        let timeout = self.secs(
-            &format!("{f}.timeout_secs"),
-            w.timeout_secs,
-            DEFAULT_DELIVERY_TIMEOUT,
-            0.1,
-            MAX_DELIVERY_SECS,
-        );
-        let hmac_secret = self.secret(&f, "hmac_secret", w.hmac_secret_file, w.hmac_secret_env);
-        Some(WebhookTarget {
-            name: w.name?,
-            url: url?,
-            hmac_secret,
-            timeout,
-        })
-    }
-
-    fn backoff(
-        &mut self,
-        initial: Option<f64>,
-        max: Option<f64>,
-        d: &AlertingConfig,
-    ) -> (Duration, Duration) {
-        let initial = self.secs(
-            "alerting.backoff_initial_secs",
-            initial,
-            d.backoff_initial,
-            0.01,
-            MAX_DELIVERY_SECS,
-        );
-        let max = self.secs(
-            "alerting.backoff_max_secs",
-            max,
-            d.backoff_max,
-            0.01,
-            MAX_DELIVERY_SECS,
-        );
-        if initial > max {
-            self.fail(
-                "alerting.backoff_initial_secs",
-                format!(
-                    "{} exceeds alerting.backoff_max_secs ({})",
-                    initial.as_secs_f64(),
-                    max.as_secs_f64()
-                ),
-            );
-        }
-        (initial, max)
-    }
-
-    fn external_url(&mut self, url: Option<String>) -> Option<String> {
-        let s = url?;
-        match reqwest::Url::parse(&s) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") => Some(s),
-            _ => {
-                self.fail(
-                    "alerting.external_url",
-                    format!(
-                        "`{s}` is not an http(s) URL; write e.g. http://skewwatch:9477/api/v1/alerts"
-                    ),
-                );
-                None
-            }
-        }
-    }
-
-    /// A plain-HTTP receiver URL. TLS is not built in (reqwest without a TLS backend).
-    fn receiver_url(&mut self, field: &str, v: Option<&str>) -> Option<reqwest::Url> {
-        let Some(s) = v else {
-            self.fail(field, "required: the receiver's http:// URL");
-            return None;
-        };
-        match reqwest::Url::parse(s) {
-            Ok(u) if u.scheme() == "http" && u.host().is_some() => Some(u),
-            Ok(u) if u.scheme() == "https" => {
-                self.fail(
-                    field,
-                    format!(
-                        "`{}`: https is not supported, this build has no TLS; reach the receiver \
-                         over plain http on a trusted network or through a TLS-terminating proxy",
-                        redact(&u)
-                    ),
-                );
-                None
-            }
-            Ok(u) => {
-                self.fail(field, format!("`{}` is not an http://host URL", redact(&u)));
-                None
-            }
-            Err(e) => {
-                self.fail(
-                    field,
-                    format!("not a URL ({e}); write e.g. http://127.0.0.1:9093"),
-                );
-                None
-            }
-        }
-    }
-
-    fn receiver_name(&mut self, field: &str, name: &str, seen: &mut Vec<String>) {
-        let ok = (1..=64).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-        if !ok {
-            self.fail(
-                field,
-                format!("`{name}`: use 1 to 64 characters from A-Z a-z 0-9 _ . -"),
-            );
-        } else if seen.iter().any(|n| n == name) {
-            self.fail(
-                field,
-                format!("`{name}` is used by another receiver; names must be unique"),
-            );
-        }
-        seen.push(name.to_owned());
-    }
 }
 
 /// Listeners reachable from off the machine without a token, unless the configuration allows
@@ -799,6 +549,42 @@ impl Check<'_> {
     }
 }
 
+impl Check<'_> {
+    /// An `http://host` URL at `field` (a receiver's or a scrape target's); https is refused
+    /// with what to do instead, and a password never shows in a message.
+    pub(crate) fn receiver_url(&mut self, field: &str, v: Option<&str>) -> Option<reqwest::Url> {
+        let Some(s) = v else {
+            self.fail(field, "required: the receiver's http:// URL");
+            return None;
+        };
+        match reqwest::Url::parse(s) {
+            Ok(u) if u.scheme() == "http" && u.host().is_some() => Some(u),
+            Ok(u) if u.scheme() == "https" => {
+                self.fail(
+                    field,
+                    format!(
+                        "`{}`: https is not supported, this build has no TLS; reach the receiver \
+                         over plain http on a trusted network or through a TLS-terminating proxy",
+                        redact(&u)
+                    ),
+                );
+                None
+            }
+            Ok(u) => {
+                self.fail(field, format!("`{}` is not an http://host URL", redact(&u)));
+                None
+            }
+            Err(e) => {
+                self.fail(
+                    field,
+                    format!("not a URL ({e}); write e.g. http://127.0.0.1:9093"),
+                );
+                None
+            }
+        }
+    }
+}
+
 /// `url` with any password replaced, for messages.
 fn redact(url: &reqwest::Url) -> String {
     let mut u = url.clone();
@@ -806,15 +592,4 @@ fn redact(url: &reqwest::Url) -> String {
         let _ = u.set_password(Some("xxxxx"));
     }
     u.to_string()
-}
-
-/// The API v2 endpoint under an Alertmanager base URL (which may carry a path prefix); a URL
-/// that already names the endpoint is kept.
-fn alertmanager_api_url(mut url: reqwest::Url) -> reqwest::Url {
-    const ENDPOINT: &str = "/api/v2/alerts";
-    let path = url.path().trim_end_matches('/').to_owned();
-    if !path.ends_with(ENDPOINT) {
-        url.set_path(&format!("{path}{ENDPOINT}"));
-    }
-    url
 }
