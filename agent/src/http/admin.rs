@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, oneshot};
 
-use super::AppState;
+use super::ControlState;
 
 /// What a reload did (`Ok`: a summary of what changed) or why it failed.
 pub type ReloadOutcome = Result<String, String>;
@@ -17,7 +17,7 @@ pub type ReloadOutcome = Result<String, String>;
 pub type ReloadRequests = mpsc::Sender<oneshot::Sender<ReloadOutcome>>;
 
 /// The handler.
-pub async fn reload(State(s): State<AppState>) -> Response {
+pub async fn reload(State(s): State<ControlState>) -> Response {
     let (tx, rx) = oneshot::channel();
     if s.reload.send(tx).await.is_err() {
         return (
