@@ -149,7 +149,7 @@ fn run(path: &str, reps: usize) -> Option<usize> {
             measured(|| {
                 for _ in 0..reps {
                     out.clear();
-                    skewwatch::exposition::render_snapshot(&mut out, &snap, 10);
+                    skewwatch::outputs::metrics::render_snapshot(&mut out, &snap, 10);
                     black_box(out.len());
                 }
             });

@@ -1,11 +1,11 @@
 //! The skewwatch agent: ingest, the pipeline task, and the outputs.
 //!
 //! ```text
-//! StatsD/UDP ─┐                    ┌─> /metrics (exposition)
+//! StatsD/UDP ─┐                    ┌─> /metrics (outputs::metrics)
 //!             ├─> Batch ─> pipeline (Engine: windows, stats) ─> Arc<WindowSnapshot>
 //! HTTP NDJSON ┘     bounded channel   │                         └─> /api/v1/status
 //!                                     ├─> Arc<Vec<Alert>> ─> /api/v1/alerts, skewwatch_alert_firing
-//!                                     ├─> Arc<History> (history ring) ─> /api/v1/history, GET /
+//!                                     ├─> Arc<Totals>, Arc<History> (outputs) ─> /metrics, /api/v1/history, GET /
 //!                                     └─> Evaluation ─> alerting (bounded queues) ─> Alertmanagers, webhooks
 //! ```
 //!
@@ -13,9 +13,11 @@
 //! - [`config`]: YAML configuration, its validation and its secrets.
 //! - [`ingest`]: wire formats into batches ([`ingest::statsd`], [`ingest::ndjson`], [`ingest::udp`]).
 //! - [`pipeline`]: the one task that owns the engine and publishes snapshots.
-//! - [`exposition`] and [`http`]: what the outputs render, the HTTP server, and the small
-//!   client and text-format reader that `bench`, `demo` and the tests use to talk to an agent.
-//! - [`history`]: the bounded ring of per-window summaries the live view (`GET /`) draws.
+//! - [`outputs`]: the views the pipeline publishes after each window (the cumulative counters,
+//!   the live view's history ring) and the one function that renders `/metrics`.
+//! - [`http`]: the HTTP server, its routes and the state its handlers share, by concern.
+//! - [`client`]: the blocking HTTP/1.1 client, the Prometheus text-format reader and the probe
+//!   that `bench`, `demo` and the tests use to talk to an agent.
 //! - [`alerting`]: alert delivery to Alertmanagers and webhooks.
 //! - [`telemetry`]: self-metrics, the agent's own counters.
 //! - [`app`]: the daemon assembled: [`app::start`] returns a [`app::Running`] agent that owns
@@ -29,14 +31,14 @@
 
 pub mod alerting;
 pub mod app;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod demo;
-pub mod exposition;
-pub mod history;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;
+pub mod outputs;
 pub mod pipeline;
 pub mod replay;
 pub mod state;

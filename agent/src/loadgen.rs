@@ -9,14 +9,13 @@
 //! memory. Several rates (`--rate 1M,2M,3M`) make a sweep that shows where loss begins.
 //!
 //! It is plain threads and blocking sockets: StatsD senders use `sendmmsg` on a connected
-//! socket, HTTP senders one keep-alive connection each ([`crate::http::client`]).
+//! socket, HTTP senders one keep-alive connection each ([`crate::client`]).
 //!
 //! Loss accounting: `lost = sent - accepted - rejected - dropped`. Datagrams the kernel
 //! dropped are reported by the agent through `SO_RXQ_OVFL`, which the kernel attaches to the
 //! *next* datagram it delivers; so after the agent settles, the generator sends one empty
 //! datagram, which carries the final drop count and holds no line.
 
-mod probe;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -31,9 +30,8 @@ use anyhow::{Context, bail};
 use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, sendmmsg};
 use serde::Serialize;
 
-use probe::{AgentCounters, ProcessSample};
-
-use crate::http::client;
+use crate::client;
+use crate::client::probe::{self, AgentCounters, ProcessSample};
 pub use workload::{BodyPool, DatagramPool, Workload};
 
 /// Datagrams handed to one `sendmmsg` call at most.

@@ -4,7 +4,7 @@
 //! wall clock, and publishes each closed window as an immutable `Arc<WindowSnapshot>` on a
 //! watch channel that `/metrics` and `/api/v1/status` read, and the active alerts as an
 //! `Arc<Vec<Alert>>` on a second one that `/api/v1/alerts` and `skewwatch_alert_firing` read.
-//! Alert delivery and the cumulative counters (`exposition::totals`) get each evaluation
+//! Alert delivery and the cumulative counters (`outputs::totals`) get each evaluation
 //! through [`Pipeline::on_evaluation`]. Nothing else
 //! touches the engine, so the hot path takes no lock.
 

@@ -12,8 +12,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use skewwatch::app::BoundAddrs;
-use skewwatch::exposition::text::Scrape;
-use skewwatch::http::client;
+use skewwatch::client;
+use skewwatch::client::text::Scrape;
 
 /// The `skewwatch` binary: `$SKEWWATCH_BIN`, or `target/<profile>/skewwatch` next to the test
 /// executable (built by `cargo test --workspace`).

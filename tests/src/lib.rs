@@ -10,7 +10,7 @@ pub mod dashboards;
 pub mod deploy;
 pub mod prometheus;
 /// The Prometheus text-format reader, shared with the agent.
-pub use skewwatch::exposition::text as prom;
+pub use skewwatch::client::text as prom;
 pub mod replay;
 pub mod scenario;
 pub mod scenarios;

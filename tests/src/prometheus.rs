@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use skewwatch::http::client;
+use skewwatch::client;
 
 use crate::agent::TempDir;
 use crate::tools;

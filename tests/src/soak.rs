@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
-use skewwatch::http::client;
+use skewwatch::client;
 
 use crate::agent::Agent;
 

@@ -7,7 +7,7 @@ use std::net::{TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use skewwatch::http::client;
+use skewwatch::client;
 use skewwatch_e2e::agent::{Agent, Options, TempDir};
 use skewwatch_e2e::alertmanager::{Alertmanager, poll};
 use skewwatch_e2e::traffic::Traffic;
@@ -177,7 +177,7 @@ fn fresh_shard_names_across_many_windows_keep_the_counters_within_the_shard_budg
     }
     let (_, metrics) = agent.request("GET", "/metrics", &[], b"");
     let peak = agent.memory("VmHWM");
-    let s = skewwatch::exposition::text::Scrape::parse(&metrics).unwrap();
+    let s = skewwatch::client::text::Scrape::parse(&metrics).unwrap();
     let series = s.all("skewwatch_shard_requests_total", &[("outcome", "ok")]);
     let groups: std::collections::BTreeSet<&str> =
         series.iter().map(|x| x.labels["group"].as_str()).collect();

@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
-use skewwatch::http::client;
+use skewwatch::client;
 use skewwatch_e2e::agent::Agent;
 use skewwatch_e2e::prom::Scrape;
 

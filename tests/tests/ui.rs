@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
+use skewwatch::client;
 use skewwatch::demo;
-use skewwatch::http::client;
 use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_e2e::agent::Agent;
 use skewwatch_e2e::tools;

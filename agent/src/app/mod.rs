@@ -33,12 +33,12 @@ use crate::alerting::AlertingConfig;
 use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, Secret};
-use crate::exposition::totals::{Accumulator, Totals, TotalsConfig};
-use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
 use crate::ingest::{scrape, udp};
+use crate::outputs::history::{History, Recorder};
+use crate::outputs::totals::{Accumulator, Totals, TotalsConfig};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
 use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
@@ -271,22 +271,31 @@ impl Bound {
             refused: metrics.http_connections_refused.clone(),
         };
         let state = AppState {
-            registry,
-            ingest_metrics: metrics.source(Source::Http).clone(),
-            snapshots: channels.snapshots.clone(),
-            alerts: channels.alerts.clone(),
-            queue: channels.queue,
-            totals,
-            history,
-            token,
-            ready: ready.clone(),
-            heartbeat: channels.heartbeat,
-            ingest_permits: Arc::new(Semaphore::new(config.startup.http.max_concurrent_ingest)),
-            body_limit: config.startup.http.body_limit_bytes,
-            reload: reload_tx,
-            exported_keys: config.startup.window.top_keys,
-            window_secs,
-            otlp: http::otlp::OtlpState::new(&config.startup.otlp, metrics.source(Source::Otlp)),
+            ingest: http::IngestState {
+                queue: channels.queue,
+                permits: Arc::new(Semaphore::new(config.startup.http.max_concurrent_ingest)),
+                body_limit: config.startup.http.body_limit_bytes,
+                metrics: metrics.source(Source::Http).clone(),
+                otlp: http::otlp::OtlpState::new(
+                    &config.startup.otlp,
+                    metrics.source(Source::Otlp),
+                ),
+            },
+            views: http::ViewState {
+                registry,
+                snapshots: channels.snapshots.clone(),
+                alerts: channels.alerts.clone(),
+                totals,
+                history,
+                exported_keys: config.startup.window.top_keys,
+                window_secs,
+            },
+            control: http::ControlState {
+                token,
+                ready: ready.clone(),
+                heartbeat: channels.heartbeat,
+                reload: reload_tx,
+            },
         };
         let server = spawn_http(&config, http, state, server_metrics)?;
         ready.store(true, Ordering::Release);
@@ -691,7 +700,7 @@ mod tests {
         assert_ne!(addrs.http.port(), 0);
         assert_ne!(addrs.statsd.unwrap().port(), 0);
         let healthz = tokio::task::spawn_blocking(move || {
-            crate::http::client::get(addrs.http, "/healthz", Duration::from_secs(5))
+            crate::client::get(addrs.http, "/healthz", Duration::from_secs(5))
         })
         .await
         .unwrap()

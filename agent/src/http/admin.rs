@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, oneshot};
 
-use super::AppState;
+use super::ControlState;
 use crate::config::ConfigError;
 use crate::config::part::ReloadReport;
 
@@ -20,7 +20,7 @@ pub type ReloadOutcome = Result<ReloadReport, ConfigError>;
 pub type ReloadRequests = mpsc::Sender<oneshot::Sender<ReloadOutcome>>;
 
 /// The handler.
-pub async fn reload(State(s): State<AppState>) -> Response {
+pub async fn reload(State(s): State<ControlState>) -> Response {
     let (tx, rx) = oneshot::channel();
     if s.reload.send(tx).await.is_err() {
         return (

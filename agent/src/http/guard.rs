@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use super::ControlState;
 use crate::config::Secret;
 
 /// Content types a POST body may carry (compared without parameters, case-insensitively).
@@ -46,7 +46,11 @@ pub async fn request_timeout(
 }
 
 /// Refuses a request without the configured bearer token with 401, before its body is read.
-pub async fn require_token(State(s): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn require_token(
+    State(s): State<ControlState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let token = s.token.borrow().clone();
     if authorized(token.as_ref(), request.headers()) {
         next.run(request).await

@@ -4,7 +4,7 @@
 //! One group per answer (the busiest of the latest window when `group` is not given): per
 //! window its skew statistics with their noise floors and the cache loop figures, and one cell
 //! per shard row. Rows are the group's shards, busiest in the latest window first, at most
-//! `shards` of them (default [`DEFAULT_SHARDS`], at most [`crate::history::MAX_SHARDS`]); at most
+//! `shards` of them (default [`DEFAULT_SHARDS`], at most [`crate::outputs::history::MAX_SHARDS`]); at most
 //! `windows` windows, the newest (default and most: the ring's size). The current top keys of
 //! the group and of each row's shard come from the latest snapshot, with their certified lower
 //! bounds. The answer's size is therefore bounded by windows × shards, whatever the agent holds.
@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use skewwatch_detectors::observation::key_label;
 use skewwatch_detectors::snapshot::{KeyShare, WindowSnapshot};
 
-use super::AppState;
-use crate::history::{GroupPoint, History, MAX_SHARDS, ShardPoint, WindowPoint};
+use super::ViewState;
+use crate::outputs::history::{GroupPoint, History, MAX_SHARDS, ShardPoint, WindowPoint};
 
 /// Shard rows when the request does not say.
 pub const DEFAULT_SHARDS: usize = 50;
@@ -115,7 +115,7 @@ struct KeyView<'a> {
 
 /// The handler.
 pub async fn history(
-    State(s): State<AppState>,
+    State(s): State<ViewState>,
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(q)) = query else {
@@ -286,7 +286,7 @@ fn round(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Recorder;
+    use crate::outputs::history::Recorder;
     use std::sync::Arc;
 
     fn point(shards: &[(&str, f32)]) -> GroupPoint {

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use skewwatch_detectors::observation::Batch;
 
-use super::AppState;
+use super::IngestState;
 use crate::ingest::{QueueError, ndjson};
 
 #[derive(Serialize)]
@@ -45,8 +45,8 @@ pub async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, Re
 }
 
 /// The handler.
-pub async fn observations(State(s): State<AppState>, body: Body) -> Response {
-    let Ok(_permit) = s.ingest_permits.clone().acquire_owned().await else {
+pub async fn observations(State(s): State<IngestState>, body: Body) -> Response {
+    let Ok(_permit) = s.permits.clone().acquire_owned().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let body = match read_body(body, s.body_limit).await {
@@ -55,7 +55,7 @@ pub async fn observations(State(s): State<AppState>, body: Body) -> Response {
     };
     let mut batch = Batch::with_capacity(body.len() / 64 + 1);
     let outcome = ndjson::parse_body(&body, &mut batch);
-    s.ingest_metrics.add_rejections(&outcome.rejected);
+    s.metrics.add_rejections(&outcome.rejected);
     let errors = outcome
         .errors
         .iter()
@@ -77,7 +77,7 @@ pub async fn observations(State(s): State<AppState>, body: Body) -> Response {
         StatusCode::OK
     };
     if !batch.is_empty()
-        && let Err(e) = s.queue.submit(&s.ingest_metrics, batch)
+        && let Err(e) = s.queue.submit(&s.metrics, batch)
     {
         // Nothing of this body was taken: the client may retry it whole.
         reply.accepted = 0;

@@ -9,11 +9,14 @@
 //! - [`ingest`]: `POST /api/v1/observations`.
 //! - [`otlp`]: the OTLP/HTTP receiver, `POST /v1/traces` and `POST /v1/metrics`.
 //! - [`status`]: the bounded `GET /api/v1/status`.
+//! - [`alerts`]: `GET /api/v1/alerts`.
 //! - [`history`]: the bounded `GET /api/v1/history`, from the history ring.
 //! - [`ui`]: the live view, `GET /` and its script and style sheet, embedded in the binary.
 //! - [`admin`]: `POST /-/reload`.
-//! - [`client`]: a minimal blocking HTTP/1.1 client, for `skewwatch bench`, the demo and the
-//!   end-to-end tests.
+//!
+//! What the handlers share is split by concern ([`AppState`]): ingest ([`IngestState`]), the
+//! published views ([`ViewState`]) and control ([`ControlState`]). A handler extracts only the
+//! part it uses (`State<ViewState>`), which axum derives from the whole through `FromRef`.
 //!
 //! Read endpoints render the latest immutable snapshot (and `/api/v1/alerts` the latest active
 //! alerts) in the HTTP task that asks, never on the pipeline task.
@@ -22,28 +25,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use prometheus::Registry;
-use serde::Serialize;
-use skewwatch_detectors::alert::{Alert, AlertState, Labels};
+use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{Semaphore, watch};
 
-use crate::clock::rfc3339;
 use crate::config::Secret;
-use crate::exposition;
-use crate::exposition::totals::Totals;
-use crate::history::History;
 use crate::ingest::IngestQueue;
+use crate::outputs::history::History;
+use crate::outputs::metrics;
+use crate::outputs::totals::Totals;
 use crate::pipeline::Heartbeat;
 use crate::telemetry::SourceMetrics;
 
 pub mod admin;
-pub mod client;
+pub mod alerts;
 pub mod guard;
 pub mod history;
 pub mod ingest;
@@ -52,13 +53,38 @@ pub mod server;
 pub mod status;
 pub mod ui;
 
-/// What the handlers share.
+/// What the handlers share, by concern. Handlers take one part each (see [`FromRef`]).
 #[derive(Clone)]
 pub struct AppState {
+    /// What the ingest endpoints need.
+    pub ingest: IngestState,
+    /// The published views the read endpoints render.
+    pub views: ViewState,
+    /// The token, readiness and reload.
+    pub control: ControlState,
+}
+
+/// What `POST /api/v1/observations`, `POST /v1/traces` and `POST /v1/metrics` share.
+#[derive(Clone)]
+pub struct IngestState {
+    /// Where ingested batches go.
+    pub queue: IngestQueue,
+    /// Ingest bodies read and parsed at once.
+    pub permits: Arc<Semaphore>,
+    /// Largest request body.
+    pub body_limit: usize,
+    /// The `source="http"` ingest counters (NDJSON bodies); OTLP counts in [`otlp::OtlpState`].
+    pub metrics: SourceMetrics,
+    /// The OTLP receiver's mapping, counters and cumulative-series map.
+    pub otlp: otlp::OtlpState,
+}
+
+/// The views the pipeline publishes, as the read endpoints (`/metrics`, `/api/v1/*`) render
+/// them.
+#[derive(Clone)]
+pub struct ViewState {
     /// Self-metrics registry.
     pub registry: Registry,
-    /// The HTTP source's ingest counters.
-    pub ingest_metrics: SourceMetrics,
     /// Latest closed window.
     pub snapshots: watch::Receiver<Arc<WindowSnapshot>>,
     /// Active alerts after the latest evaluation.
@@ -67,26 +93,41 @@ pub struct AppState {
     pub totals: watch::Receiver<Arc<Totals>>,
     /// The live view's history ring after the latest window.
     pub history: watch::Receiver<Arc<History>>,
-    /// Where ingested batches go.
-    pub queue: IngestQueue,
+    /// Top keys exported per group.
+    pub exported_keys: usize,
+    /// Window length, reported by the status and history endpoints.
+    pub window_secs: f64,
+}
+
+/// What the guards, the health endpoints and `POST /-/reload` share.
+#[derive(Clone)]
+pub struct ControlState {
     /// Bearer token required for ingest and admin endpoints, if any; replaced on reload.
     pub token: watch::Receiver<Option<Secret>>,
     /// True once every listener is bound, false again once shutdown starts.
     pub ready: Arc<AtomicBool>,
     /// When the pipeline last closed a window.
     pub heartbeat: Heartbeat,
-    /// Ingest bodies read and parsed at once.
-    pub ingest_permits: Arc<Semaphore>,
-    /// Largest request body.
-    pub body_limit: usize,
     /// Where `POST /-/reload` sends its request.
     pub reload: admin::ReloadRequests,
-    /// Top keys exported per group.
-    pub exported_keys: usize,
-    /// Window length, reported by the status endpoint.
-    pub window_secs: f64,
-    /// The OTLP receiver's mapping, counters and cumulative-series map.
-    pub otlp: otlp::OtlpState,
+}
+
+impl FromRef<AppState> for IngestState {
+    fn from_ref(s: &AppState) -> Self {
+        s.ingest.clone()
+    }
+}
+
+impl FromRef<AppState> for ViewState {
+    fn from_ref(s: &AppState) -> Self {
+        s.views.clone()
+    }
+}
+
+impl FromRef<AppState> for ControlState {
+    fn from_ref(s: &AppState) -> Self {
+        s.control.clone()
+    }
 }
 
 /// The routes of a connection within the limit: everything, behind the guards.
@@ -97,14 +138,14 @@ pub fn router(state: AppState, request_timeout: std::time::Duration) -> Router {
         .route("/v1/metrics", post(otlp::metrics))
         .route("/-/reload", post(admin::reload))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
+            state.control.clone(),
             guard::require_token,
         ))
         .route_layer(middleware::from_fn(guard::require_json_body));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/status", get(status::status))
-        .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/alerts", get(alerts::alerts))
         .route("/api/v1/history", get(history::history))
         .merge(ui::routes())
         .merge(guarded)
@@ -137,16 +178,16 @@ fn health_routes() -> Router<AppState> {
         .route("/-/ready", get(readyz))
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
-    let snap = s.snapshots.borrow().clone();
-    let alerts = s.alerts.borrow().clone();
-    let totals = s.totals.borrow().clone();
-    let mut body = exposition::render(&s.registry, &snap, &alerts, s.exported_keys);
-    exposition::totals::render(&mut body, &totals);
+/// `GET /metrics`: the page [`metrics::render`] writes from the latest views.
+async fn metrics(State(v): State<ViewState>) -> Response {
+    let snap = v.snapshots.borrow().clone();
+    let alerts = v.alerts.borrow().clone();
+    let totals = v.totals.borrow().clone();
+    let body = metrics::render(&v.registry, &snap, &alerts, &totals, v.exported_keys);
     (
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static(exposition::CONTENT_TYPE),
+            HeaderValue::from_static(metrics::CONTENT_TYPE),
         )],
         body,
     )
@@ -160,11 +201,11 @@ async fn healthz() -> &'static str {
 /// Ready while the listeners are up and the pipeline keeps closing windows: one that has not
 /// closed a window for [`Heartbeat::STALE_WINDOWS`] windows is stuck, and a stuck agent should
 /// be taken out of service.
-async fn readyz(State(s): State<AppState>) -> Response {
-    if !s.ready.load(Ordering::Acquire) {
+async fn readyz(State(c): State<ControlState>) -> Response {
+    if !c.ready.load(Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response();
     }
-    match s.heartbeat.stale() {
+    match c.heartbeat.stale() {
         None => (StatusCode::OK, "ready\n").into_response(),
         Some(since) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -174,89 +215,5 @@ async fn readyz(State(s): State<AppState>) -> Response {
             ),
         )
             .into_response(),
-    }
-}
-
-/// `GET /api/v1/alerts`, shaped like Prometheus' alerts API so tools that read one read both.
-#[derive(Serialize)]
-struct AlertsReply<'a> {
-    status: &'static str,
-    data: AlertsData<'a>,
-}
-
-#[derive(Serialize)]
-struct AlertsData<'a> {
-    alerts: Vec<ActiveAlert<'a>>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ActiveAlert<'a> {
-    labels: &'a Labels,
-    annotations: &'a Labels,
-    state: AlertState,
-    active_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    fired_at: Option<String>,
-}
-
-fn alerts_reply(alerts: &[Alert]) -> AlertsReply<'_> {
-    AlertsReply {
-        status: "success",
-        data: AlertsData {
-            alerts: alerts
-                .iter()
-                .map(|a| ActiveAlert {
-                    labels: &a.labels,
-                    annotations: &a.annotations,
-                    state: a.state,
-                    active_at: rfc3339(a.active_at),
-                    fired_at: a.fired_at.map(rfc3339),
-                })
-                .collect(),
-        },
-    }
-}
-
-async fn alerts(State(s): State<AppState>) -> Response {
-    let alerts = s.alerts.borrow().clone();
-    axum::Json(alerts_reply(&alerts)).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn alerts_reply_lists_state_and_times() {
-        let labels: Labels = [("alertname".to_owned(), "HotShard".to_owned())].into();
-        let alerts = [
-            Alert {
-                labels: labels.clone(),
-                annotations: Labels::new(),
-                state: AlertState::Firing,
-                active_at: 1_714_564_790.0,
-                fired_at: Some(1_714_564_800.0),
-                last_true_at: 1_714_564_800.0,
-            },
-            Alert {
-                labels,
-                annotations: Labels::new(),
-                state: AlertState::Pending,
-                active_at: 1_714_564_800.0,
-                fired_at: None,
-                last_true_at: 1_714_564_800.0,
-            },
-        ];
-        let v = serde_json::to_value(alerts_reply(&alerts)).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"status": "success", "data": {"alerts": [
-                {"labels": {"alertname": "HotShard"}, "annotations": {}, "state": "firing",
-                 "activeAt": "2024-05-01T11:59:50Z", "firedAt": "2024-05-01T12:00:00Z"},
-                {"labels": {"alertname": "HotShard"}, "annotations": {}, "state": "pending",
-                 "activeAt": "2024-05-01T12:00:00Z"}
-            ]}})
-        );
     }
 }

@@ -27,7 +27,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use skewwatch_detectors::observation::{Batch, RejectReason, Rejections};
 
-use super::AppState;
+use super::IngestState;
 use super::guard::media_type;
 use super::ingest::read_body;
 use crate::ingest::QueueError;
@@ -94,16 +94,16 @@ const INVALID_ARGUMENT: i32 = 3;
 const UNAVAILABLE: i32 = 14;
 
 /// `POST /v1/traces`.
-pub async fn traces(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+pub async fn traces(State(s): State<IngestState>, headers: HeaderMap, body: Body) -> Response {
     export(s, headers, body, Signal::Traces).await
 }
 
 /// `POST /v1/metrics`.
-pub async fn metrics(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+pub async fn metrics(State(s): State<IngestState>, headers: HeaderMap, body: Body) -> Response {
     export(s, headers, body, Signal::Metrics).await
 }
 
-async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
+async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
     let encoding = match encoding_of(&headers) {
         Ok(e) => e,
         Err(refusal) => return refusal.into_response(),
@@ -112,7 +112,7 @@ async fn export(s: AppState, headers: HeaderMap, body: Body, signal: Signal) -> 
         Ok(g) => g,
         Err(refusal) => return refusal.into_response(),
     };
-    let Ok(_permit) = s.ingest_permits.clone().acquire_owned().await else {
+    let Ok(_permit) = s.permits.clone().acquire_owned().await else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let body = match read_decompressed(body, gzip, s.body_limit).await {

@@ -294,7 +294,7 @@ mod tests {
 
     fn get_blocking(addr: SocketAddr, path: &'static str) -> JoinHandle<u16> {
         tokio::task::spawn_blocking(move || {
-            crate::http::client::get(addr, path, Duration::from_secs(10)).map_or(0, |r| r.status)
+            crate::client::get(addr, path, Duration::from_secs(10)).map_or(0, |r| r.status)
         })
     }
 

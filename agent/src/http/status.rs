@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use skewwatch_detectors::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot};
 use skewwatch_detectors::stats::SkewStats;
 
-use super::AppState;
+use super::ViewState;
 
 /// Shards listed per group when the request does not say.
 pub const DEFAULT_SHARDS: usize = 20;
@@ -100,7 +100,7 @@ impl<'a> GroupView<'a> {
 
 /// The handler.
 pub async fn status(
-    State(s): State<AppState>,
+    State(s): State<ViewState>,
     query: Result<Query<StatusQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(q)) = query else {

@@ -7,8 +7,8 @@
 //! traffic. Counters can be summed by Prometheus (and Thanos or Mimir above it), which gives
 //! the fleet's shares, ratios and percentiles. The pure engine stays window-based: an
 //! [`Accumulator`], owned by the pipeline task through its evaluation hook, adds each closed
-//! window's counts to a [`Totals`] and publishes an immutable copy on a watch channel; `/metrics`
-//! renders that copy at scrape time with [`render`].
+//! window's counts to a [`Totals`] and publishes an immutable copy on a watch channel; the
+//! `/metrics` page ([`super::metrics::render`]) renders that copy at scrape time with [`render`].
 //!
 //! Bounds (docs/fleet.md explains them to users):
 //!
@@ -43,7 +43,7 @@ use skewwatch_detectors::observation::{OTHER_LABEL, Outcome, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
 use tokio::sync::watch;
 
-use super::{escape_into, header, write_value};
+use super::text_format::{self, escape_into, header, write_value};
 use crate::config::ExpositionConfig;
 use skewwatch_detectors::window::WindowConfig;
 
@@ -281,7 +281,7 @@ impl Totals {
         for g in snap.groups.iter().filter(|g| g.requests > 0) {
             // Maps are keyed by label value: `__other__` is only ever the overflow, and a name
             // that reads like it is written escaped (see `label_value`).
-            let group = super::group_label(g);
+            let group = text_format::group_label(g);
             let gt = entry(
                 &mut self.groups,
                 &group,
@@ -307,7 +307,7 @@ impl Totals {
             for s in g.shards.iter().filter(|s| s.requests > 0) {
                 let st = self.shard_entry(
                     group,
-                    &super::shard_label(s),
+                    &text_format::shard_label(s),
                     now,
                     &mut absent,
                     &mut tracked,
@@ -330,12 +330,12 @@ impl Totals {
     fn touch(&mut self, snap: &WindowSnapshot) {
         let cap = self.cfg.keys_per_group;
         for g in snap.groups.iter().filter(|g| g.requests > 0) {
-            let Some(gt) = self.groups.get_mut(super::group_label(g).as_ref()) else {
+            let Some(gt) = self.groups.get_mut(text_format::group_label(g).as_ref()) else {
                 continue;
             };
             gt.last_seen = snap.end;
             for s in g.shards.iter().filter(|s| s.requests > 0) {
-                if let Some(st) = gt.shards.get_mut(super::shard_label(s).as_ref()) {
+                if let Some(st) = gt.shards.get_mut(text_format::shard_label(s).as_ref()) {
                     st.last_seen = snap.end;
                 }
             }

@@ -1,5 +1,6 @@
-//! Prometheus exposition: the self-metrics registry plus the skew series rendered from the
-//! latest [`WindowSnapshot`] at scrape time.
+//! The `/metrics` page: the skew series rendered from the latest [`WindowSnapshot`] at scrape
+//! time, the firing alerts, the self-metrics registry and the cumulative counters, written by
+//! one function, [`render`].
 //!
 //! The derived series (Gini, shares, p99, key shares) are written straight from the snapshot in
 //! text format 0.0.4, so a shard or key that left the snapshot leaves no stale series and a
@@ -7,28 +8,28 @@
 //! from the latest active alerts. Label values are escaped; the empty key is rendered
 //! `(empty)` because Prometheus drops empty label values.
 //!
-//! [`totals`] writes the cumulative counters and the latency histogram that add up across
-//! sidecars, from the totals the pipeline publishes after each window.
-
-pub mod text;
-pub mod totals;
-
-use std::borrow::Cow;
-use std::fmt::Write as _;
+//! The cumulative counters and the latency histogram that add up across sidecars come from the
+//! totals the pipeline publishes after each window ([`super::totals`]).
 
 use prometheus::{Encoder, Registry, TextEncoder};
 use skewwatch_detectors::alert::{Alert, AlertState};
-use skewwatch_detectors::observation::{OTHER_LABEL, key_label, label_value};
+use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
+
+use super::text_format::{escape_into, group_label, header, shard_label, write_value};
+use super::totals::{self, Totals};
 
 /// The content type of text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders the whole `/metrics` page.
+/// Renders the whole `/metrics` page: the skew series of `snapshot` (with at most
+/// `exported_keys` keys per group), `skewwatch_alert_firing`, the self-metrics of `registry`,
+/// then the cumulative counters of `totals`.
 pub fn render(
     registry: &Registry,
     snapshot: &WindowSnapshot,
     alerts: &[Alert],
+    totals: &Totals,
     exported_keys: usize,
 ) -> String {
     let mut out = String::with_capacity(4096 + snapshot.groups.len() * 256 + alerts.len() * 128);
@@ -42,25 +43,8 @@ pub fn render(
     {
         out.push_str(&String::from_utf8_lossy(&buf));
     }
+    totals::render(&mut out, totals);
     out
-}
-
-/// Appends `s` escaped as a label value.
-fn escape_into(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-/// Writes the `# HELP` and `# TYPE` lines of a family of type `kind`.
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// One gauge family being written.
@@ -90,16 +74,6 @@ impl<'a> Family<'a> {
         self.out.push_str("} ");
         write_value(self.out, value);
         self.out.push('\n');
-    }
-}
-
-fn write_value(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else {
-        let _ = write!(out, "{v}");
     }
 }
 
@@ -173,7 +147,7 @@ const GROUP_GAUGES: &[(&str, &str, GroupValue)] = &[
     ),
 ];
 
-type ShardValue = fn(&skewwatch_detectors::snapshot::ShardSnapshot) -> Option<f64>;
+type ShardValue = fn(&ShardSnapshot) -> Option<f64>;
 
 const SHARD_GAUGES: &[(&str, &str, ShardValue)] = &[
     (
@@ -275,25 +249,6 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
     }
 }
 
-/// A group's `group` label: `__other__` for the overflow group, the name (see
-/// [`label_value`]) for any other, so a group really named `__other__` stays apart.
-pub fn group_label(g: &GroupSnapshot) -> Cow<'_, str> {
-    if g.overflow {
-        Cow::Borrowed(OTHER_LABEL)
-    } else {
-        label_value(&g.group)
-    }
-}
-
-/// A shard's `shard` label, as [`group_label`] writes groups.
-pub fn shard_label(s: &ShardSnapshot) -> Cow<'_, str> {
-    if s.overflow {
-        Cow::Borrowed(OTHER_LABEL)
-    } else {
-        label_value(&s.shard)
-    }
-}
-
 /// The alert labels `skewwatch_alert_firing` carries, in this order. Other labels stay out so
 /// the series set is bounded by the detectors' caps, whatever labels a detector adds.
 pub const ALERT_FIRING_LABELS: [&str; 5] = ["alertname", "group", "shard", "key", "severity"];
@@ -352,7 +307,7 @@ mod tests {
         let snap = w.close(10.0);
         let mut out = String::new();
         render_snapshot(&mut out, &snap, 10);
-        let scrape = text::Scrape::parse(&out).unwrap();
+        let scrape = crate::client::text::Scrape::parse(&out).unwrap();
         let s1 = [("group", "db"), ("shard", "s1")];
         let s2 = [("group", "db"), ("shard", "s2")];
         let headroom = scrape.get("skewwatch_shard_headroom_ratio", &s1).unwrap();

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::exposition::text::Scrape;
-use crate::http::client;
+use super::text::Scrape;
+use crate::client;
 
 /// The agent's self-metrics that account for every record sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
