@@ -4,7 +4,7 @@
 //!
 //! `cargo run -p skewwatch-e2e --example generate`
 //!
-//! Commit what it writes; `tests/tests/dashboards.rs` and `tests/tests/deploy.rs` fail while
+//! Commit what it writes; `tests/tests/e2e/dashboards.rs` and `tests/tests/e2e/deploy.rs` fail while
 //! the committed files differ from what it would write.
 
 use skewwatch_e2e::dashboards;
