@@ -13,6 +13,8 @@
 //! Run without a path (as `cargo bench` does), it runs every path once with small sizes and
 //! prints nanoseconds per item, as a smoke test.
 
+#![expect(clippy::disallowed_types, reason = "a benchmark measures real time")]
+
 mod common;
 
 use std::hint::black_box;

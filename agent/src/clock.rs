@@ -4,6 +4,11 @@
 //! A leaf module: it imports nothing from the rest of the agent, so any stage may use it.
 //! The detectors never read a clock; the agent reads one here and passes `now` in.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "the one place the agent reads wall time: the system clock behind `Clock`"
+)]
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use time::OffsetDateTime;

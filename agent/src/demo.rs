@@ -10,6 +10,11 @@
 //! Only the window length differs from the defaults (1 s instead of 10 s, `--window-secs`), so
 //! the whole story (warm-up, incident, recovery) takes about two and a half minutes.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "the demo plays its incident to a live agent in real time, on the calling thread"
+)]
+
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;

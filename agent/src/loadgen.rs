@@ -16,6 +16,11 @@
 //! *next* datagram it delivers; so after the agent settles, the generator sends one empty
 //! datagram, which carries the final drop count and holds no line.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "`bench` paces and times its senders in real time, on blocking threads"
+)]
+
 mod workload;
 
 use std::collections::BTreeMap;

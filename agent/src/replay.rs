@@ -12,6 +12,11 @@
 //! without touching the engine's order of events. Memory is bounded by the queue (about
 //! 3 MiB), the read buffer, and the longest line, which the buffer grows to hold.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "`replay` reports how long it took in real time; trace time drives the engine"
+)]
+
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::ops::ControlFlow;

@@ -5,7 +5,7 @@ Usage: otel_send.py BASE_URL LOAD_JSON. LOAD_JSON is {"spans": [...], "histogram
 each span entry is {"n", "group", "shard"?, "key"?, "cache"?, "grpc_status"?, "kind"?} and
 each histogram entry {"n", "group", "shard", "seconds"}. The script prints "ready" once the
 SDK is set up, waits for a line on stdin, then creates and exports everything, and prints
-"done" after both exporters have flushed. The end-to-end test (tests/tests/otlp_python.rs)
+"done" after both exporters have flushed. The end-to-end test (tests/tests/e2e/otlp_python.rs)
 owns the load and the expected figures.
 """
 import json

@@ -5,8 +5,9 @@
 //!
 //! `cargo run -p skewwatch-e2e --example generate`
 //!
-//! Commit what it writes; the dashboards, deploy and configuration tests fail while the
-//! committed files differ from what it would write.
+//! Commit what it writes; the dashboards, deploy and configuration tests
+//! (`tests/tests/e2e/dashboards.rs`, `tests/tests/e2e/deploy.rs`, `agent/src/app/config.rs`) fail
+//! while the committed files differ from what it would write.
 
 use skewwatch::app::ReloadClass;
 use skewwatch_e2e::dashboards;

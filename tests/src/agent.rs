@@ -18,7 +18,7 @@ use skewwatch::client::text::Scrape;
 /// The `skewwatch` binary: `$SKEWWATCH_BIN`, or `target/<profile>/skewwatch` next to the test
 /// executable (built by `cargo test --workspace`).
 pub fn binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("SKEWWATCH_BIN") {
+    if let Some(p) = crate::tools::env("SKEWWATCH_BIN") {
         return p.into();
     }
     let exe = std::env::current_exe().expect("test executable path");

@@ -1,7 +1,7 @@
 //! The Grafana dashboards of `dashboards/`, generated: `cargo run -p skewwatch-e2e --example
-//! generate` writes them, and `tests/tests/dashboards.rs` checks that the committed files are
+//! generate` writes them, and `tests/tests/e2e/dashboards.rs` checks that the committed files are
 //! exactly what this module builds, that they follow the conventions below, and (in
-//! `tests/tests/fleet.rs`) that every panel query returns data from a real Prometheus.
+//! `tests/tests/e2e/fleet.rs`) that every panel query returns data from a real Prometheus.
 //!
 //! Conventions, so a dashboard imports cleanly by upload, API or file provisioning:
 //!

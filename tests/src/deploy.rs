@@ -1,7 +1,7 @@
 //! Generated deployment files: the Prometheus Operator `PrometheusRule` in
 //! `deploy/kubernetes/prometheusrule.yaml` carries exactly the rule groups of
 //! `rules/prometheus/skewwatch.rules.yml`, comments included, so there is one source to edit.
-//! `cargo run -p skewwatch-e2e --example generate` writes it; `tests/tests/deploy.rs` checks
+//! `cargo run -p skewwatch-e2e --example generate` writes it; `tests/tests/e2e/deploy.rs` checks
 //! that the committed file is what this builds.
 
 /// The rules file, relative to the repository.

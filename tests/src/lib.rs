@@ -3,6 +3,11 @@
 //! generator that builds incident and benign traces, a real Prometheus to query, and the
 //! generators of the dashboards and the PrometheusRule.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "the end-to-end crate drives real processes in real time: there is no paused clock to honour"
+)]
+
 pub mod agent;
 pub mod alertmanager;
 pub mod bench;

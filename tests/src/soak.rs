@@ -12,7 +12,7 @@
 //! At the end it reports what was sent and what the agent accounted for (valid records lost,
 //! hostile records rejected), the agent's RSS near the start and at the end, and, for every
 //! period the webhook was up, whether the receiver ended it in the state the agent holds.
-//! `scripts/soak.sh` runs it for ten minutes; `tests/tests/soak.rs` for one.
+//! `scripts/soak.sh` runs it for ten minutes; `tests/tests/e2e/soak.rs` for one.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,12 +2,24 @@
 //! found on PATH, or skipped with a loud message locally and failed in CI, where `.ci/run`
 //! installs them.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+
+/// Reads a variable of the test process's environment: the one way the test support reads it.
+/// Nothing here writes the environment: the tests share one process, so settings for an agent
+/// go to its `Command`.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the one function through which the end-to-end tests read their environment"
+)]
+pub fn env(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
 
 /// Finds `name` on PATH (or one of `alternatives`). Returns `None` when missing outside CI;
 /// panics in CI (env `CI` set), where a missing component is a failure.
 pub fn require(name: &str, alternatives: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = env("PATH").unwrap_or_default();
     for candidate in std::iter::once(name).chain(alternatives.iter().copied()) {
         for dir in std::env::split_paths(&path) {
             let p = dir.join(candidate);
@@ -43,7 +55,7 @@ pub fn missing<T>(what: &str) -> Option<T> {
     let msg = format!(
         "\n\n!!!!! SKIPPING: {what}. `.ci/run` installs it; in CI this is a failure. !!!!!\n"
     );
-    if std::env::var_os("CI").is_some() {
+    if env("CI").is_some() {
         panic!("{msg}");
     }
     eprintln!("{msg}");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drives the live view of a running agent in headless Chromium (Selenium) and checks it.
 
-Run by tests/tests/ui.rs, which starts the agent, feeds it the demo's incident and passes:
+Run by tests/tests/e2e/ui.rs, which starts the agent, feeds it the demo's incident and passes:
 
     check_page.py URL HOT_SHARD XSS_NAME SCREENSHOT ALERT [ALERT ...]
 

@@ -46,7 +46,7 @@ pub mod webhook;
 pub use config::{AlertingConfig, AlertmanagerTarget, WebhookTarget};
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
@@ -194,8 +194,12 @@ impl Backoff {
 struct Jitter(SplitMix64);
 
 impl Jitter {
+    #[expect(
+        clippy::disallowed_types,
+        reason = "a seed, not a time reading: it only has to differ between agents"
+    )]
     fn seeded(salt: &str) -> Jitter {
-        let nanos = SystemTime::now()
+        let nanos = std::time::SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         Jitter(SplitMix64::new(nanos ^ fnv1a64(salt.as_bytes())))

@@ -18,6 +18,10 @@ use subtle::ConstantTimeEq;
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// The process environment.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the one function through which the agent reads its environment"
+)]
 pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }

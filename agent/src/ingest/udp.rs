@@ -22,6 +22,11 @@
 //!   growth of that count feeds `skewwatch_statsd_kernel_drops_total`. The count travels with
 //!   the *next* datagram delivered, so drops show up once traffic resumes.
 
+#![expect(
+    clippy::disallowed_types,
+    reason = "the StatsD receiver is a blocking thread, outside tokio's clock"
+)]
+
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, RawFd};

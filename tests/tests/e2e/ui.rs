@@ -47,7 +47,7 @@ detectors:
 /// A Python that can import selenium: `$SKEWWATCH_PYTHON`, `python3` on PATH (the CI venv is
 /// first on PATH) or the venv `.ci/run` builds under the target directory.
 fn python_with_selenium() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("SKEWWATCH_PYTHON")
+    let mut candidates: Vec<PathBuf> = tools::env("SKEWWATCH_PYTHON")
         .map(PathBuf::from)
         .into_iter()
         .collect();
