@@ -52,9 +52,8 @@ tag=$IMAGE_NAME:$version
 
 # --- the binary ---------------------------------------------------------------------------
 rm -rf "$ctx"
-mkdir -p "$ctx/runtime" "$ctx/skewwatch/usr/bin" "$ctx/skewwatch/etc/skewwatch" \
-  "$ctx/skewwatch/usr/share/doc/skewwatch"
-bin=$ctx/skewwatch/usr/bin/skewwatch
+mkdir -p "$ctx/rootfs/usr/bin" "$ctx/rootfs/etc/skewwatch" "$ctx/rootfs/usr/share/doc/skewwatch"
+bin=$ctx/rootfs/usr/bin/skewwatch
 if [ -z "${SKEWWATCH_BIN:-}" ]; then
   # SOURCE_DATE_EPOCH reaches build.rs only when the caller set it: unset, build.rs takes the
   # same commit date, and the build shares its artifacts with `cargo test --release`.
@@ -77,13 +76,13 @@ fi
 # binary names (its PT_INTERP); the copyright files of the Debian packages they come from.
 libs=$(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
 for lib in $libs; do
-  install -D -m 0755 "$(readlink -f "$lib")" "$ctx/runtime$lib"
+  install -D -m 0755 "$(readlink -f "$lib")" "$ctx/rootfs$lib"
   pkg=$(dpkg -S "$lib" 2>/dev/null | head -1 | cut -d: -f1) || pkg=
   if [ -n "$pkg" ] && [ -f "/usr/share/doc/$pkg/copyright" ]; then
-    install -D -m 0644 "/usr/share/doc/$pkg/copyright" "$ctx/runtime/usr/share/doc/$pkg/copyright"
+    install -D -m 0644 "/usr/share/doc/$pkg/copyright" "$ctx/rootfs/usr/share/doc/$pkg/copyright"
   fi
 done
-etc=$ctx/runtime/etc
+etc=$ctx/rootfs/etc
 mkdir -p "$etc"
 # User and group 65532 (nonroot, as distroless images name it); no login shell exists.
 printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' \
@@ -96,7 +95,7 @@ printf '%s\n' '127.0.0.1 localhost' '::1 localhost ip6-localhost ip6-loopback' >
 : >"$etc/resolv.conf"
 
 # --- skewwatch: the binary, the default configuration, the SBOM --------------------------
-install -m 0644 rules/skewwatch.yaml "$ctx/skewwatch/etc/skewwatch/skewwatch.yaml"
+install -m 0644 rules/skewwatch.yaml "$ctx/rootfs/etc/skewwatch/skewwatch.yaml"
 sbom=$out/skewwatch.cdx.json
 # cargo-cyclonedx writes beside the package's Cargo.toml; SOURCE_DATE_EPOCH fixes its
 # timestamp. It resolves features across the whole workspace, dev-dependencies included, so
@@ -127,7 +126,7 @@ text = text.replace(f"path+file://{root}/", "path+file:///skewwatch/")
 open(dest, "w").write(text)
 print(len(bom["components"]), file=sys.stderr)
 EOF
-install -m 0644 "$sbom" "$ctx/skewwatch/usr/share/doc/skewwatch/skewwatch.cdx.json"
+install -m 0644 "$sbom" "$ctx/rootfs/usr/share/doc/skewwatch/skewwatch.cdx.json"
 
 # Fixed modes (the checkout's umask must not matter); podman's --timestamp fixes every mtime
 # and COPY makes root the owner.
