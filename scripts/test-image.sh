@@ -219,8 +219,12 @@ socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
 EOF
 check "one StatsD line is counted" wait_until 15 \
   at_least "http://$http/metrics" 'skewwatch_ingest_records_total{source="statsd"}' 1
-check "without CAP_NET_ADMIN the receive buffer is capped, and the agent says so" \
-  grep -q "StatsD receive buffer is smaller than configured" "$work/agent.log"
+# Without CAP_NET_ADMIN the 32 MiB the default asks for is capped at net.core.rmem_max.
+if [ "$(cat /proc/sys/net/core/rmem_max)" -lt 33554432 ]; then
+  check "without CAP_NET_ADMIN the receive buffer is capped at rmem_max, and the agent says so" \
+    grep -q "StatsD receive buffer is smaller than configured.*granted_bytes=$(cat /proc/sys/net/core/rmem_max)" \
+    "$work/agent.log"
+fi
 
 if [ -n "$am_bin" ]; then
   # Four healthy seconds (ErrorSurge's baseline), then a surge of errors until stopped.
