@@ -8,9 +8,20 @@ use clap::{Parser, Subcommand, ValueEnum};
 use skewwatch::app::Config;
 use tokio_util::sync::CancellationToken;
 
+/// What `--version` prints after the name: the package version, the commit built and the build
+/// date, from build.rs (`unknown` where they cannot be known, as in a build from a tarball).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SKEWWATCH_COMMIT"),
+    ", built ",
+    env!("SKEWWATCH_BUILD_DATE"),
+    ")"
+);
+
 /// Finds hot shards, hot keys and the feedback loops they start.
 #[derive(Debug, Parser)]
-#[command(name = "skewwatch", version, about)]
+#[command(name = "skewwatch", version = VERSION, about)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]

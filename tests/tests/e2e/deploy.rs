@@ -106,6 +106,21 @@ fn the_sidecar_is_native_probed_sized_and_locked_down() {
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    // The image scripts/build-image.sh names, as the user its Containerfile sets.
+    assert!(
+        read("scripts/build-image.sh").contains("IMAGE_NAME=${IMAGE_NAME:-localhost/skewwatch}")
+    );
+    assert_eq!(
+        c["image"],
+        format!("localhost/skewwatch:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(
+        read("deploy/image/Containerfile")
+            .lines()
+            .any(|l| l == "USER 65532:65532")
+    );
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["runAsGroup"], 65532);
     assert!(spec["securityContext"]["fsGroup"].is_u64());
     // Every mount names a volume of the pod; the state directory is an emptyDir.
     let volumes = spec["volumes"].as_array().unwrap();
