@@ -39,7 +39,8 @@ use crate::history::{History, Recorder};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
-use crate::ingest::{scrape, udp};
+use crate::ingest::scrape;
+use crate::ingest::statsd::receiver;
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
 use crate::state::{LoadError, StateStore};
 use crate::telemetry::{SelfMetrics, Source};
@@ -89,11 +90,11 @@ impl UdpReceiver {
         socket: std::net::UdpSocket,
         queue: &crate::ingest::IngestQueue,
         metrics: &SelfMetrics,
-        mappings: &[crate::config::StatsdMapping],
+        mappings: &[crate::ingest::statsd::StatsdMapping],
     ) -> anyhow::Result<UdpReceiver> {
         let stop = CancellationToken::new();
         let mappings = Arc::from(mappings.to_vec());
-        let thread = udp::spawn(
+        let thread = receiver::spawn(
             socket,
             queue.clone(),
             metrics.clone(),
@@ -293,7 +294,7 @@ async fn bind(
         .with_context(|| format!("binding the HTTP listener on {}", config.http_listen))?;
     let statsd = match config.statsd_listen {
         Some(addr) => Some(
-            udp::bind(addr, config.statsd_receive_buffer_bytes)
+            receiver::bind(addr, config.statsd_receive_buffer_bytes)
                 .with_context(|| format!("binding the StatsD listener on {addr}"))?,
         ),
         None => None,

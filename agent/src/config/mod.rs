@@ -5,7 +5,6 @@
 //! port is bound. The embedded default is `rules/skewwatch.yaml`, compiled into the binary, so
 //! `skewwatch run` with no file runs on exactly what the repository documents.
 
-pub mod mapping;
 pub mod raw;
 pub mod secret;
 pub mod validate;
@@ -16,7 +15,6 @@ use std::time::Duration;
 
 use skewwatch_detectors::engine::EngineConfig;
 
-pub use mapping::StatsdMapping;
 pub use raw::RawConfig;
 pub use secret::{EnvLookup, Secret, SecretSource, process_env};
 
@@ -183,47 +181,6 @@ impl Default for ExpositionConfig {
     }
 }
 
-/// Where a scrape job takes the group of its observations.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupSource {
-    /// The group when the label is absent (or not configured).
-    pub name: String,
-    /// A label whose value, when present, is the group.
-    pub label: Option<String>,
-}
-
-/// A validated `scrape:` job: a Prometheus `/metrics` page read at an interval, its
-/// per-shard counters and classic histograms turned into observations (see
-/// [`crate::ingest::scrape`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScrapeJob {
-    /// The `job` label of the scrape metrics; unique.
-    pub name: String,
-    /// The page (plain http).
-    pub url: reqwest::Url,
-    /// Time between scrapes.
-    pub interval: Duration,
-    /// Time one scrape may take.
-    pub timeout: Duration,
-    /// Counter and classic histogram names read (as they appear in samples: `x_total`, and a
-    /// histogram by its base name).
-    pub metrics: Vec<String>,
-    /// The group.
-    pub group: GroupSource,
-    /// The label naming the shard; a series without it is skipped.
-    pub shard_label: String,
-    /// The label naming the key.
-    pub key_label: Option<String>,
-    /// The label naming the outcome.
-    pub outcome_label: Option<String>,
-    /// The label naming the cache result.
-    pub cache_label: Option<String>,
-    /// Bearer token sent to the target.
-    pub bearer_token: Option<Secret>,
-    /// Series whose previous value is kept; new series past it are skipped, counted.
-    pub max_series: usize,
-}
-
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -244,9 +201,9 @@ pub struct Config {
     /// SO_RCVBUF for the StatsD socket.
     pub statsd_receive_buffer_bytes: usize,
     /// StatsD metrics of other names turned into observations, first match wins.
-    pub statsd_mappings: Vec<StatsdMapping>,
+    pub statsd_mappings: Vec<crate::ingest::statsd::StatsdMapping>,
     /// Prometheus targets read as input.
-    pub scrape: Vec<ScrapeJob>,
+    pub scrape: Vec<crate::ingest::scrape::ScrapeJob>,
     /// Bearer token required by ingest and admin endpoints; `None` leaves them open to
     /// whoever can reach the listener.
     pub token: Option<Secret>,
@@ -413,6 +370,28 @@ mod tests {
             ["listen.http", "window.window_secs", "limits.max_groups"]
         );
         assert!(err.to_string().contains("f.yaml: listen.http"));
+    }
+
+    #[test]
+    fn the_stages_problems_come_in_the_order_of_their_sections() {
+        // Each input validates its own section (`statsd:`, `scrape:`, `otlp:`); composed, their
+        // problems still come in one order.
+        let yaml = "statsd:\n  mappings:\n    - match: a\n      shard: s\n\
+                    scrape:\n  - url: http://t/m\n    metrics: [a]\n\
+                    otlp:\n  shard_attributes: []\n";
+        let err = Config::from_yaml(yaml, "f.yaml").unwrap_err();
+        let ConfigError::Invalid { problems, .. } = &err else {
+            panic!("{err}")
+        };
+        let fields: Vec<_> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "statsd.mappings[0].group",
+                "scrape[0].name",
+                "otlp.shard_attributes"
+            ]
+        );
     }
 
     #[test]

@@ -13,21 +13,15 @@ use skewwatch_detectors::window::WindowConfig;
 
 use super::raw::{
     RawAlerting, RawAlertmanager, RawAuth, RawConfig, RawExposition, RawHttp, RawLimits, RawListen,
-    RawOtlp, RawState, RawStatsd, RawUi, RawWebhook, RawWindow,
+    RawState, RawUi, RawWebhook, RawWindow,
 };
 use super::secret::{EnvLookup, Secret, SecretSource};
 use super::{
     AlertingConfig, AlertmanagerTarget, Config, ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS,
     Problem, UiConfig, WebhookTarget,
 };
-use crate::ingest::otlp::Mapping;
+use crate::ingest::{otlp, scrape, statsd};
 use crate::state::StateStore;
-
-mod ingest;
-
-/// Most attribute or metric names one `otlp:` list may hold: each is compared with every
-/// attribute of every span.
-const MAX_OTLP_NAMES: usize = 16;
 
 /// Largest timeout of one delivery POST, and largest retry delay.
 const MAX_DELIVERY_SECS: f64 = 300.0;
@@ -47,17 +41,11 @@ const DEFAULT_QUEUE_BATCHES: usize = 64;
 /// behind, part of the memory budget.
 const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
 
-/// Default StatsD socket receive buffer.
-const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
-
 impl RawConfig {
     /// Validates every field and reads every secret through `env`, reporting all problems at
     /// once.
     pub fn validate(self, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> {
-        let mut c = Check {
-            problems: Vec::new(),
-            env,
-        };
+        let mut c = Check::new(env);
         let (http_listen, statsd_listen) = c.listen(self.listen.unwrap_or_default());
         let mut window = c.window(
             self.window.unwrap_or_default(),
@@ -67,10 +55,8 @@ impl RawConfig {
             c.exposition(self.exposition.unwrap_or_default(), window.window_secs);
         window.latency_buckets_secs = latency_buckets_secs;
         let limits = c.limits(self.limits.unwrap_or_default());
-        let statsd = self.statsd.unwrap_or_default();
-        let statsd_mappings = c.mappings(statsd.mappings.clone().unwrap_or_default());
-        let statsd_receive_buffer_bytes = c.statsd(statsd);
-        let scrape = c.scrape(self.scrape.unwrap_or_default());
+        let statsd = statsd::config::validate(&mut c, self.statsd.unwrap_or_default());
+        let scrape = scrape::config::validate(&mut c, self.scrape.unwrap_or_default());
         let http = c.http(self.http.unwrap_or_default(), limits.http_body_limit_bytes);
         let auth = self.auth.unwrap_or_default();
         let allow_unauthenticated = auth.allow_unauthenticated.unwrap_or(false);
@@ -88,7 +74,7 @@ impl RawConfig {
         let alerting = c.alerting(self.alerting.unwrap_or_default());
         let state = c.state(self.state.unwrap_or_default());
         let ui = c.ui(self.ui.unwrap_or_default());
-        let otlp = c.otlp(self.otlp.unwrap_or_default());
+        let otlp = otlp::config::validate(&mut c, self.otlp.unwrap_or_default());
 
         if !c.problems.is_empty() {
             return Err(c.problems);
@@ -101,8 +87,8 @@ impl RawConfig {
             http,
             ingest_queue_batches: limits.ingest_queue_batches,
             ingest_queue_bytes: limits.ingest_queue_bytes,
-            statsd_receive_buffer_bytes,
-            statsd_mappings,
+            statsd_receive_buffer_bytes: statsd.receive_buffer_bytes,
+            statsd_mappings: statsd.mappings,
             scrape,
             token,
             allow_unauthenticated,
@@ -122,14 +108,42 @@ struct Limits {
     ingest_queue_bytes: usize,
 }
 
-/// Collects problems while validating.
-struct Check<'a> {
+/// Collects problems while validating: every section's validator (here, and in the stages
+/// that own their settings) pushes what it finds, so a user sees all of them at once.
+pub struct Check<'a> {
     problems: Vec<Problem>,
     env: EnvLookup<'a>,
 }
 
+impl<'a> Check<'a> {
+    /// A collector that reads secrets through `env`.
+    pub fn new(env: EnvLookup<'a>) -> Check<'a> {
+        Check {
+            problems: Vec::new(),
+            env,
+        }
+    }
+
+    /// The problems found.
+    pub fn into_problems(self) -> Vec<Problem> {
+        self.problems
+    }
+
+    /// Adds a problem found elsewhere.
+    pub fn push(&mut self, problem: Problem) {
+        self.problems.push(problem);
+    }
+
+    /// How many problems were found so far: a validator compares the count before and after
+    /// a part to know whether that part is valid.
+    pub(crate) fn found(&self) -> usize {
+        self.problems.len()
+    }
+}
+
 impl Check<'_> {
-    fn fail(&mut self, field: &str, why: impl fmt::Display) {
+    /// Records that `field` is wrong and why.
+    pub fn fail(&mut self, field: &str, why: impl fmt::Display) {
         self.problems.push(Problem {
             field: field.to_owned(),
             why: why.to_string(),
@@ -150,7 +164,7 @@ impl Check<'_> {
         }
     }
 
-    fn range<T: PartialOrd + fmt::Display + Copy>(
+    pub(crate) fn range<T: PartialOrd + fmt::Display + Copy>(
         &mut self,
         field: &str,
         v: Option<T>,
@@ -165,7 +179,7 @@ impl Check<'_> {
         x
     }
 
-    fn secs(
+    pub(crate) fn secs(
         &mut self,
         field: &str,
         v: Option<f64>,
@@ -185,7 +199,7 @@ impl Check<'_> {
     }
 
     /// The secret `{parent}.{name}_file` or `{parent}.{name}_env` (not both), read now.
-    fn secret(
+    pub(crate) fn secret(
         &mut self,
         parent: &str,
         name: &str,
@@ -462,59 +476,6 @@ impl Check<'_> {
         }
     }
 
-    fn otlp(&mut self, raw: RawOtlp) -> Mapping {
-        let d = Mapping::default();
-        let mut names =
-            |field: &str, v: Option<Vec<String>>, default: Vec<String>, required: bool| {
-                let field = format!("otlp.{field}");
-                let v = v.unwrap_or(default);
-                if required && v.is_empty() {
-                    self.fail(&field, "list at least one attribute name");
-                }
-                if v.len() > MAX_OTLP_NAMES {
-                    self.fail(
-                        &field,
-                        format!("{} names: list at most {MAX_OTLP_NAMES}", v.len()),
-                    );
-                }
-                if let Some(bad) = v.iter().find(|n| n.is_empty() || n.len() > 255) {
-                    self.fail(&field, format!("`{bad}`: a name takes 1..=255 bytes"));
-                }
-                v
-            };
-        let group = names("group_attributes", raw.group_attributes, d.group, true);
-        let shard = names("shard_attributes", raw.shard_attributes, d.shard, true);
-        let key = names("key_attributes", raw.key_attributes, d.key, false);
-        let cache = names("cache_attributes", raw.cache_attributes, d.cache, false);
-        let metric_names = names("metric_names", raw.metric_names, d.metric_names, false);
-        let max_cumulative_series = self.range(
-            "otlp.max_cumulative_series",
-            raw.max_cumulative_series,
-            d.max_cumulative_series,
-            1,
-            1_000_000,
-        );
-        Mapping {
-            group,
-            shard,
-            key,
-            cache,
-            client_spans_only: raw.client_spans_only.unwrap_or(d.client_spans_only),
-            metric_names,
-            max_cumulative_series,
-        }
-    }
-
-    fn statsd(&mut self, statsd: RawStatsd) -> usize {
-        self.range(
-            "statsd.receive_buffer_bytes",
-            statsd.receive_buffer_bytes,
-            DEFAULT_RECEIVE_BUFFER_BYTES,
-            4096,
-            1 << 30,
-        )
-    }
-
     fn auth(&mut self, auth: RawAuth) -> Option<Secret> {
         self.secret(
             "auth",
@@ -713,7 +674,7 @@ impl Check<'_> {
     }
 
     /// A plain-HTTP receiver URL. TLS is not built in (reqwest without a TLS backend).
-    fn receiver_url(&mut self, field: &str, v: Option<&str>) -> Option<reqwest::Url> {
+    pub(crate) fn receiver_url(&mut self, field: &str, v: Option<&str>) -> Option<reqwest::Url> {
         let Some(s) = v else {
             self.fail(field, "required: the receiver's http:// URL");
             return None;

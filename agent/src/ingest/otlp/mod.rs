@@ -17,6 +17,7 @@
 //! are skipped and counted in `skewwatch_ingest_skipped_total{source="otlp",reason}`; spans
 //! that are shard calls but break the data-model rules are rejected like any other record.
 
+pub mod config;
 pub mod metrics;
 pub mod traces;
 pub mod wire;

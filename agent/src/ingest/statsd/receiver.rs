@@ -39,9 +39,10 @@ use skewwatch_detectors::observation::{Batch, Rejections};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::StatsdMapping;
-use crate::ingest::mapping::Mapper;
-use crate::ingest::{IngestQueue, statsd};
+use super::config::StatsdMapping;
+use super::mapping::Mapper;
+use super::parse;
+use crate::ingest::IngestQueue;
 use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
 
 /// Largest datagram read: a UDP payload is at most 65,507 bytes over IPv4. StatsD clients
@@ -200,7 +201,7 @@ impl Pending<'_> {
     fn parse(&mut self, datagram: &[u8], now: Instant) {
         self.since.get_or_insert(now);
         self.datagrams += 1;
-        statsd::parse_datagram_mapped(
+        parse::parse_datagram_mapped(
             datagram,
             &mut self.mapper,
             &mut self.batch,
