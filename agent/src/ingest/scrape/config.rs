@@ -87,29 +87,11 @@ pub fn validate(c: &mut Check<'_>, raw: Vec<RawScrapeJob>) -> Vec<ScrapeJob> {
     jobs
 }
 
+/// One job, every field checked; `None` when any of them is wrong (each problem is pushed).
 fn job(c: &mut Check<'_>, f: &str, name: String, r: RawScrapeJob) -> Option<ScrapeJob> {
     let before = c.found();
     let url = c.receiver_url(&format!("{f}.url"), r.url.as_deref());
-    let interval = c.secs(
-        &format!("{f}.interval_secs"),
-        r.interval_secs,
-        Duration::from_secs(10),
-        0.1,
-        3600.0,
-    );
-    let timeout = c.secs(
-        &format!("{f}.timeout_secs"),
-        r.timeout_secs,
-        Duration::from_secs(5),
-        0.1,
-        3600.0,
-    );
-    if timeout > interval {
-        c.fail(
-            &format!("{f}.timeout_secs"),
-            "longer than interval_secs: scrapes would overlap",
-        );
-    }
+    let (interval, timeout) = timing(c, f, &r);
     let metrics = r.metrics.clone().unwrap_or_default();
     if metrics.is_empty() || metrics.len() > MAX_SCRAPE_METRICS {
         c.fail(
@@ -153,6 +135,32 @@ fn job(c: &mut Check<'_>, f: &str, name: String, r: RawScrapeJob) -> Option<Scra
         bearer_token,
         max_series,
     })
+}
+
+/// The interval and the timeout; a timeout longer than the interval is refused, as scrapes
+/// would overlap.
+fn timing(c: &mut Check<'_>, f: &str, r: &RawScrapeJob) -> (Duration, Duration) {
+    let interval = c.secs(
+        &format!("{f}.interval_secs"),
+        r.interval_secs,
+        Duration::from_secs(10),
+        0.1,
+        3600.0,
+    );
+    let timeout = c.secs(
+        &format!("{f}.timeout_secs"),
+        r.timeout_secs,
+        Duration::from_secs(5),
+        0.1,
+        3600.0,
+    );
+    if timeout > interval {
+        c.fail(
+            &format!("{f}.timeout_secs"),
+            "longer than interval_secs: scrapes would overlap",
+        );
+    }
+    (interval, timeout)
 }
 
 /// The five label names, each a valid Prometheus label name when set.
