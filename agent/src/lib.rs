@@ -11,7 +11,7 @@
 //!
 //! - [`clock`]: the clock trait and RFC 3339 helpers (a leaf every stage may use).
 //! - [`config`]: YAML configuration, its validation and its secrets.
-//! - [`ingest`]: wire formats into batches ([`ingest::statsd`], [`ingest::ndjson`], [`ingest::udp`]).
+//! - [`ingest`]: wire formats into batches ([`ingest::statsd`], [`ingest::ndjson`], [`ingest::otlp`], [`ingest::scrape`]).
 //! - [`pipeline`]: the one task that owns the engine and publishes snapshots.
 //! - [`outputs`]: the views the pipeline publishes after each window (the cumulative counters,
 //!   the live view's history ring) and the one function that renders `/metrics`.

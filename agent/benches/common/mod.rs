@@ -191,9 +191,9 @@ statsd:
       cache: "${tag:result}"
 "#;
 
-pub fn mapper() -> skewwatch::ingest::mapping::Mapper {
+pub fn mapper() -> skewwatch::ingest::statsd::mapping::Mapper {
     let c = skewwatch::app::Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
-    skewwatch::ingest::mapping::Mapper::new(std::sync::Arc::from(c.startup.statsd_mappings))
+    skewwatch::ingest::statsd::mapping::Mapper::new(std::sync::Arc::from(c.startup.statsd_mappings))
 }
 
 /// 20 lines, half `db.*.query_time` timers, half `cache.get` counters, 32 shards.

@@ -17,8 +17,11 @@ use crate::config::part::{self, Part};
 use crate::config::validate::{Check, exposure_problems};
 use crate::config::{
     ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, ExpositionConfig, HttpConfig, Problem, RawConfig,
-    ScrapeJob, Secret, StatsdMapping, UiConfig, process_env,
+    Secret, UiConfig, process_env,
 };
+use crate::ingest::otlp;
+use crate::ingest::scrape::{self, ScrapeJob};
+use crate::ingest::statsd::{self, StatsdMapping};
 
 /// The validated configuration: what is fixed at start-up and what a reload puts in force.
 ///
@@ -68,7 +71,7 @@ crate::config_part! {
         /// The cumulative series that add up across sidecars.
         pub exposition: ExpositionConfig => "exposition.counter_retention_secs",
         /// How OTLP spans and metric points map to observations; shared by the HTTP handlers.
-        pub otlp: crate::ingest::otlp::Mapping => "otlp",
+        pub otlp: otlp::Mapping => "otlp",
         /// The live view at `GET /`; its history ring is sized once.
         pub ui: UiConfig => "ui.history_windows",
     }
@@ -297,10 +300,8 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
         c.exposition(raw.exposition.unwrap_or_default(), window.window_secs);
     window.latency_buckets_secs = latency_buckets_secs;
     let limits = c.limits(raw.limits.unwrap_or_default());
-    let statsd = raw.statsd.unwrap_or_default();
-    let statsd_mappings = c.mappings(statsd.mappings.clone().unwrap_or_default());
-    let statsd_receive_buffer_bytes = c.statsd(statsd);
-    let scrape = c.scrape(raw.scrape.unwrap_or_default());
+    let statsd = statsd::config::validate(&mut c, raw.statsd.unwrap_or_default());
+    let scrape = scrape::config::validate(&mut c, raw.scrape.unwrap_or_default());
     let http = c.http(raw.http.unwrap_or_default(), limits.http_body_limit_bytes);
     let auth = raw.auth.unwrap_or_default();
     let allow_unauthenticated = auth.allow_unauthenticated.unwrap_or(false);
@@ -317,7 +318,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     let alerting = crate::alerting::config::validate(&mut c, raw.alerting.unwrap_or_default());
     let state = crate::state::StateStore::validate(raw.state.unwrap_or_default(), &mut c);
     let ui = c.ui(raw.ui.unwrap_or_default());
-    let otlp = c.otlp(raw.otlp.unwrap_or_default());
+    let otlp = otlp::config::validate(&mut c, raw.otlp.unwrap_or_default());
 
     let problems = c.into_problems();
     if !problems.is_empty() {
@@ -331,8 +332,8 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
             http,
             ingest_queue_batches: limits.ingest_queue_batches,
             ingest_queue_bytes: limits.ingest_queue_bytes,
-            statsd_receive_buffer_bytes,
-            statsd_mappings,
+            statsd_receive_buffer_bytes: statsd.receive_buffer_bytes,
+            statsd_mappings: statsd.mappings,
             scrape,
             allow_unauthenticated,
             state,
@@ -496,6 +497,28 @@ mod tests {
             ["listen.http", "window.window_secs", "limits.max_groups"]
         );
         assert!(err.to_string().contains("f.yaml: listen.http"));
+    }
+
+    #[test]
+    fn the_stages_problems_come_in_the_order_of_their_sections() {
+        // Each input validates its own section (`statsd:`, `scrape:`, `otlp:`); composed, their
+        // problems still come in one order.
+        let yaml = "statsd:\n  mappings:\n    - match: a\n      shard: s\n\
+                    scrape:\n  - url: http://t/m\n    metrics: [a]\n\
+                    otlp:\n  shard_attributes: []\n";
+        let err = Config::from_yaml(yaml, "f.yaml").unwrap_err();
+        let ConfigError::Invalid { problems, .. } = &err else {
+            panic!("{err}")
+        };
+        let fields: Vec<_> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "statsd.mappings[0].group",
+                "scrape[0].name",
+                "otlp.shard_attributes"
+            ]
+        );
     }
 
     #[test]

@@ -36,7 +36,8 @@ use crate::config::{ConfigError, Secret};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
-use crate::ingest::{scrape, udp};
+use crate::ingest::scrape;
+use crate::ingest::statsd::receiver;
 use crate::outputs::history::{History, Recorder};
 use crate::outputs::totals::{Accumulator, Totals, TotalsConfig};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
@@ -167,7 +168,7 @@ pub async fn bind(config: Config) -> anyhow::Result<Bound> {
         })?;
     let statsd = match config.startup.statsd_listen {
         Some(addr) => Some(
-            udp::bind(addr, config.startup.statsd_receive_buffer_bytes)
+            receiver::bind(addr, config.startup.statsd_receive_buffer_bytes)
                 .with_context(|| format!("binding the StatsD listener on {addr}"))?,
         ),
         None => None,
@@ -235,7 +236,7 @@ impl Bound {
 
         let mut ingest = Stage::new("ingest");
         if let Some(socket) = statsd {
-            let thread = udp::spawn(
+            let thread = receiver::spawn(
                 socket,
                 channels.queue.clone(),
                 metrics.clone(),

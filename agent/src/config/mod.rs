@@ -5,7 +5,6 @@
 //! port is bound. The embedded default is `rules/skewwatch.yaml`, compiled into the binary, so
 //! `skewwatch run` with no file runs on exactly what the repository documents.
 
-pub mod mapping;
 pub mod part;
 pub mod raw;
 pub mod secret;
@@ -14,7 +13,6 @@ pub mod validate;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use mapping::StatsdMapping;
 pub use raw::RawConfig;
 pub use secret::{EnvLookup, Secret, SecretSource, process_env};
 
@@ -109,47 +107,6 @@ impl Default for ExpositionConfig {
             counter_retention: Duration::from_secs(3600),
         }
     }
-}
-
-/// Where a scrape job takes the group of its observations.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupSource {
-    /// The group when the label is absent (or not configured).
-    pub name: String,
-    /// A label whose value, when present, is the group.
-    pub label: Option<String>,
-}
-
-/// A validated `scrape:` job: a Prometheus `/metrics` page read at an interval, its
-/// per-shard counters and classic histograms turned into observations (see
-/// [`crate::ingest::scrape`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScrapeJob {
-    /// The `job` label of the scrape metrics; unique.
-    pub name: String,
-    /// The page (plain http).
-    pub url: reqwest::Url,
-    /// Time between scrapes.
-    pub interval: Duration,
-    /// Time one scrape may take.
-    pub timeout: Duration,
-    /// Counter and classic histogram names read (as they appear in samples: `x_total`, and a
-    /// histogram by its base name).
-    pub metrics: Vec<String>,
-    /// The group.
-    pub group: GroupSource,
-    /// The label naming the shard; a series without it is skipped.
-    pub shard_label: String,
-    /// The label naming the key.
-    pub key_label: Option<String>,
-    /// The label naming the outcome.
-    pub outcome_label: Option<String>,
-    /// The label naming the cache result.
-    pub cache_label: Option<String>,
-    /// Bearer token sent to the target.
-    pub bearer_token: Option<Secret>,
-    /// Series whose previous value is kept; new series past it are skipped, counted.
-    pub max_series: usize,
 }
 
 /// The dotted path of every field the commented configuration file `yaml` sets (the shape of

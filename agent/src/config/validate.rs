@@ -10,18 +10,9 @@ use std::time::Duration;
 
 use skewwatch_detectors::window::WindowConfig;
 
-use super::raw::{
-    RawAuth, RawExposition, RawHttp, RawLimits, RawListen, RawOtlp, RawStatsd, RawUi, RawWindow,
-};
+use super::raw::{RawAuth, RawExposition, RawHttp, RawLimits, RawListen, RawUi, RawWindow};
 use super::secret::{EnvLookup, Secret, SecretSource};
 use super::{ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS, Problem, UiConfig};
-use crate::ingest::otlp::Mapping;
-
-mod ingest;
-
-/// Most attribute or metric names one `otlp:` list may hold: each is compared with every
-/// attribute of every span.
-const MAX_OTLP_NAMES: usize = 16;
 
 /// Most groups `limits.pinned_groups` may list: pinned groups take slots beyond
 /// `limits.max_groups`, so their number must stay bounded too.
@@ -34,9 +25,6 @@ const DEFAULT_QUEUE_BATCHES: usize = 64;
 /// Default ingest queue size in bytes: what queued batches may hold while the pipeline is
 /// behind, part of the memory budget.
 const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
-
-/// Default StatsD socket receive buffer.
-const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
 
 /// The `limits:` fields that are not window sizes.
 pub(crate) struct Limits {
@@ -69,6 +57,12 @@ impl<'a> Check<'a> {
     /// Adds a problem found elsewhere.
     pub fn push(&mut self, problem: Problem) {
         self.problems.push(problem);
+    }
+
+    /// How many problems were found so far: a validator compares the count before and after
+    /// a part to know whether that part is valid.
+    pub(crate) fn found(&self) -> usize {
+        self.problems.len()
     }
 }
 
@@ -380,59 +374,6 @@ impl Check<'_> {
                 MAX_HISTORY_WINDOWS,
             ),
         }
-    }
-
-    pub(crate) fn otlp(&mut self, raw: RawOtlp) -> Mapping {
-        let d = Mapping::default();
-        let mut names =
-            |field: &str, v: Option<Vec<String>>, default: Vec<String>, required: bool| {
-                let field = format!("otlp.{field}");
-                let v = v.unwrap_or(default);
-                if required && v.is_empty() {
-                    self.fail(&field, "list at least one attribute name");
-                }
-                if v.len() > MAX_OTLP_NAMES {
-                    self.fail(
-                        &field,
-                        format!("{} names: list at most {MAX_OTLP_NAMES}", v.len()),
-                    );
-                }
-                if let Some(bad) = v.iter().find(|n| n.is_empty() || n.len() > 255) {
-                    self.fail(&field, format!("`{bad}`: a name takes 1..=255 bytes"));
-                }
-                v
-            };
-        let group = names("group_attributes", raw.group_attributes, d.group, true);
-        let shard = names("shard_attributes", raw.shard_attributes, d.shard, true);
-        let key = names("key_attributes", raw.key_attributes, d.key, false);
-        let cache = names("cache_attributes", raw.cache_attributes, d.cache, false);
-        let metric_names = names("metric_names", raw.metric_names, d.metric_names, false);
-        let max_cumulative_series = self.range(
-            "otlp.max_cumulative_series",
-            raw.max_cumulative_series,
-            d.max_cumulative_series,
-            1,
-            1_000_000,
-        );
-        Mapping {
-            group,
-            shard,
-            key,
-            cache,
-            client_spans_only: raw.client_spans_only.unwrap_or(d.client_spans_only),
-            metric_names,
-            max_cumulative_series,
-        }
-    }
-
-    pub(crate) fn statsd(&mut self, statsd: RawStatsd) -> usize {
-        self.range(
-            "statsd.receive_buffer_bytes",
-            statsd.receive_buffer_bytes,
-            DEFAULT_RECEIVE_BUFFER_BYTES,
-            4096,
-            1 << 30,
-        )
     }
 
     pub(crate) fn auth(&mut self, auth: RawAuth) -> Option<Secret> {

@@ -3,19 +3,20 @@
 //! [`IngestQueue`], bounded in batches and in bytes, without ever blocking: a full queue drops
 //! the batch and counts it in `skewwatch_ingest_dropped_total{reason="queue_full"}`.
 //!
-//! - [`statsd`]: StatsD / DogStatsD line parser.
-//! - [`udp`]: the UDP receiver thread that feeds it.
-//! - [`mapping`]: `statsd.mappings`, other StatsD metric names turned into observations.
+//! - [`statsd`]: StatsD / DogStatsD over UDP: the receiver thread, the line parser and
+//!   `statsd.mappings` (other StatsD metric names turned into observations).
 //! - [`ndjson`]: NDJSON body parser for `POST /api/v1/observations` and `replay`.
 //! - [`otlp`]: OpenTelemetry spans and metrics (`POST /v1/traces`, `POST /v1/metrics`).
 //! - [`scrape`]: `scrape:` jobs, Prometheus targets read as input.
+//!
+//! Each input owns its validated configuration and the validator that builds it from its raw
+//! section (`statsd::config`, `scrape::config`, `otlp::config`); the configuration layer
+//! reads the file and collects the problems, the stages say what is valid.
 
-pub mod mapping;
 pub mod ndjson;
 pub mod otlp;
 pub mod scrape;
 pub mod statsd;
-pub mod udp;
 
 use std::sync::Arc;
 

@@ -20,6 +20,8 @@
 //! run of failures; they never block the pipeline (the hand-over is the same non-blocking
 //! queue the other inputs use).
 
+pub mod config;
+
 use std::collections::HashMap;
 
 use prometheus::IntCounter;
@@ -32,7 +34,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::ScrapeJob;
+pub use config::{GroupSource, ScrapeJob};
+
 use crate::ingest::IngestQueue;
 use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
 

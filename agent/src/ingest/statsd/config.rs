@@ -1,6 +1,7 @@
-//! `statsd.mappings`: how StatsD metrics a service already sends, under its own names and
-//! tags, become observations. The validated, compiled form lives here; applying it to a line
-//! is [`crate::ingest::mapping`].
+//! The validated `statsd:` section ([`StatsdConfig`], from [`validate`]): the receive buffer,
+//! and `statsd.mappings`, how StatsD metrics a service already sends, under its own names and
+//! tags, become observations. The compiled form of a mapping lives here; applying it to a line
+//! is [`super::mapping`].
 //!
 //! A mapping matches a metric name with a glob (`*` captures one or more characters other
 //! than `.`, as in statsd_exporter's globs) or an anchored regex, and a set of StatsD types.
@@ -15,6 +16,10 @@
 //! `[A-Za-z0-9_]+` takes a few hundred bytes.
 
 use regex::{Regex, RegexBuilder};
+use skewwatch_detectors::observation::{CacheResult, Outcome};
+
+use crate::config::raw::{RawMapping, RawStatsd};
+use crate::config::validate::Check;
 
 /// Most mappings in `statsd.mappings`.
 pub const MAX_MAPPINGS: usize = 128;
@@ -27,6 +32,17 @@ pub const MAX_REGEX_MAPPINGS: usize = 16;
 pub const MAX_REGEX_BYTES: usize = 256 << 10;
 /// Longest pattern or template, bytes.
 pub const MAX_PATTERN_BYTES: usize = 512;
+/// Default StatsD socket receive buffer.
+const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
+
+/// The validated `statsd:` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatsdConfig {
+    /// SO_RCVBUF for the StatsD socket.
+    pub receive_buffer_bytes: usize,
+    /// StatsD metrics of other names turned into observations, first match wins.
+    pub mappings: Vec<StatsdMapping>,
+}
 
 /// StatsD types a mapping takes, as a bit set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,9 +260,168 @@ pub fn parse_types(letters: &[String]) -> Result<Types, String> {
     })
 }
 
+/// Validates the `statsd:` section: every mapping compiled, every problem pushed to `c`
+/// with its field (`statsd.mappings[2].shard`).
+pub fn validate(c: &mut Check<'_>, raw: RawStatsd) -> StatsdConfig {
+    let mappings = mappings(c, raw.mappings.unwrap_or_default());
+    let receive_buffer_bytes = c.range(
+        "statsd.receive_buffer_bytes",
+        raw.receive_buffer_bytes,
+        DEFAULT_RECEIVE_BUFFER_BYTES,
+        4096,
+        1 << 30,
+    );
+    StatsdConfig {
+        receive_buffer_bytes,
+        mappings,
+    }
+}
+
+/// `statsd.mappings`: every mapping compiled, every problem named.
+fn mappings(c: &mut Check<'_>, raw: Vec<RawMapping>) -> Vec<StatsdMapping> {
+    if raw.len() > MAX_MAPPINGS {
+        c.fail(
+            "statsd.mappings",
+            format!(
+                "{} mappings: at most {MAX_MAPPINGS}; merge names with a regex",
+                raw.len()
+            ),
+        );
+        return Vec::new();
+    }
+    let regexes = raw
+        .iter()
+        .filter(|m| m.match_type.as_deref() == Some("regex"))
+        .count();
+    if regexes > MAX_REGEX_MAPPINGS {
+        c.fail(
+            "statsd.mappings",
+            format!(
+                "{regexes} regex mappings: at most {MAX_REGEX_MAPPINGS}; use globs where they do"
+            ),
+        );
+        return Vec::new();
+    }
+    raw.into_iter()
+        .enumerate()
+        .filter_map(|(i, m)| mapping(c, &format!("statsd.mappings[{i}]"), m))
+        .collect()
+}
+
+fn mapping(c: &mut Check<'_>, f: &str, m: RawMapping) -> Option<StatsdMapping> {
+    let before = c.found();
+    let pattern = m.pattern.unwrap_or_default();
+    let matcher = if pattern.is_empty() || pattern.len() > MAX_PATTERN_BYTES {
+        c.fail(
+            &format!("{f}.match"),
+            format!("required: a metric name pattern of 1 to {MAX_PATTERN_BYTES} bytes"),
+        );
+        None
+    } else {
+        let compiled = match m.match_type.as_deref().unwrap_or("glob") {
+            "glob" => compile_glob(&pattern),
+            "regex" => compile_regex(&pattern),
+            other => Err(format!("`{other}` is not a match_type: use glob or regex")),
+        };
+        compiled
+            .map_err(|why| c.fail(&format!("{f}.match"), why))
+            .ok()
+    };
+    let captures = matcher.as_ref().map_or(MAX_CAPTURES, |m| m.captures());
+    let types = match m.types {
+        None => Types::ALL,
+        Some(letters) => parse_types(&letters)
+            .map_err(|why| c.fail(&format!("{f}.types"), why))
+            .unwrap_or(Types::ALL),
+    };
+    let group = template(c, f, "group", m.group, captures, true);
+    let shard = template(c, f, "shard", m.shard, captures, true);
+    let key = template(c, f, "key", m.key, captures, false);
+    let outcome = template(c, f, "outcome", m.outcome, captures, false);
+    let cache = template(c, f, "cache", m.cache, captures, false);
+    literal_values(c, f, outcome.as_ref(), cache.as_ref());
+    if c.found() > before {
+        return None;
+    }
+    Some(StatsdMapping {
+        pattern,
+        matcher: matcher?,
+        types,
+        group: group?,
+        shard: shard?,
+        key,
+        outcome,
+        cache,
+    })
+}
+
+fn template(
+    c: &mut Check<'_>,
+    f: &str,
+    name: &str,
+    text: Option<String>,
+    captures: usize,
+    required: bool,
+) -> Option<Template> {
+    let field = format!("{f}.{name}");
+    let Some(text) = text else {
+        if required {
+            c.fail(
+                &field,
+                format!("required: e.g. `$1`, `${{tag:{name}}}` or a literal name"),
+            );
+        }
+        return None;
+    };
+    if text.len() > MAX_PATTERN_BYTES {
+        c.fail(&field, format!("at most {MAX_PATTERN_BYTES} bytes"));
+        return None;
+    }
+    Template::parse(&text, captures)
+        .map_err(|why| c.fail(&field, why))
+        .ok()
+}
+
+/// A literal outcome or cache result must be one skewwatch knows, or every line it maps
+/// would be rejected.
+fn literal_values(
+    c: &mut Check<'_>,
+    f: &str,
+    outcome: Option<&Template>,
+    cache: Option<&Template>,
+) {
+    if let Some(o) = outcome.and_then(Template::literal)
+        && Outcome::parse(o).is_none()
+    {
+        c.fail(
+            &format!("{f}.outcome"),
+            format!("`{o}` is not an outcome: use ok, error, timeout, not_found, throttled or unavailable"),
+        );
+    }
+    if let Some(result) = cache.and_then(Template::literal)
+        && CacheResult::parse(result).is_none()
+    {
+        c.fail(
+            &format!("{f}.cache"),
+            format!("`{result}` is not hit or miss"),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::Config;
+    use crate::config::ConfigError;
+
+    /// The fields of the problems `yaml` has (it must have some).
+    fn fields(yaml: &str) -> Vec<String> {
+        let err = Config::from_yaml_with_env(yaml, "f.yaml", &|_| None).unwrap_err();
+        let ConfigError::Invalid { problems, .. } = err else {
+            panic!("{err}")
+        };
+        problems.into_iter().map(|p| p.field).collect()
+    }
 
     #[test]
     fn templates_parse_captures_tags_and_literals() {
@@ -292,5 +467,53 @@ mod tests {
         );
         assert!(parse_types(&["g".into()]).is_err());
         assert!(parse_types(&[]).is_err());
+    }
+
+    #[test]
+    fn every_mapping_problem_is_named_with_its_field() {
+        let yaml = r#"
+statsd:
+  mappings:
+    - match: "db.*.q"
+      shard: "$2"
+      outcome: maybe
+    - match: "("
+      match_type: regex
+      types: [g]
+      group: g
+      shard: s
+      cache: "${tag:"
+    - match: x
+      match_type: fuzzy
+      group: g
+      shard: s
+"#;
+        assert_eq!(
+            fields(yaml),
+            [
+                "statsd.mappings[0].group",
+                "statsd.mappings[0].shard",
+                "statsd.mappings[0].outcome",
+                "statsd.mappings[1].match",
+                "statsd.mappings[1].types",
+                "statsd.mappings[1].cache",
+                "statsd.mappings[2].match",
+            ]
+        );
+    }
+
+    #[test]
+    fn mapping_counts_are_capped() {
+        let many = "    - match: a\n      group: g\n      shard: s\n".repeat(129);
+        assert_eq!(
+            fields(&format!("statsd:\n  mappings:\n{many}")),
+            ["statsd.mappings"]
+        );
+        let regexes =
+            "    - match: a\n      match_type: regex\n      group: g\n      shard: s\n".repeat(17);
+        assert_eq!(
+            fields(&format!("statsd:\n  mappings:\n{regexes}")),
+            ["statsd.mappings"]
+        );
     }
 }

@@ -44,9 +44,10 @@ use skewwatch_detectors::observation::{Batch, Rejections};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::StatsdMapping;
-use crate::ingest::mapping::Mapper;
-use crate::ingest::{IngestQueue, statsd};
+use super::config::StatsdMapping;
+use super::mapping::Mapper;
+use super::parse;
+use crate::ingest::IngestQueue;
 use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
 
 /// Largest datagram read: a UDP payload is at most 65,507 bytes over IPv4. StatsD clients
@@ -200,12 +201,30 @@ struct Pending<'a> {
     since: Option<Instant>,
 }
 
-impl Pending<'_> {
+impl<'a> Pending<'a> {
+    /// An empty batch, with the StatsD counters resolved once.
+    fn new(queue: &'a IngestQueue, metrics: &'a SelfMetrics, mapper: Mapper) -> Pending<'a> {
+        Pending {
+            queue,
+            metrics,
+            source: metrics.source(Source::Statsd),
+            batch: Batch::with_capacity(BATCH_RECORDS),
+            rejected: Rejections::default(),
+            datagrams: 0,
+            mapper,
+            skipped: 0,
+            skipped_counter: metrics
+                .skipped
+                .with_label_values(&[Source::Statsd.as_str(), "unmapped"]),
+            since: None,
+        }
+    }
+
     /// Parses one datagram into the batch, handing it over when full.
     fn parse(&mut self, datagram: &[u8], now: Instant) {
         self.since.get_or_insert(now);
         self.datagrams += 1;
-        statsd::parse_datagram_mapped(
+        parse::parse_datagram_mapped(
             datagram,
             &mut self.mapper,
             &mut self.batch,
@@ -255,20 +274,7 @@ fn receive_loop(
     cancel: &CancellationToken,
 ) {
     let mut datagrams = Datagrams::new();
-    let mut pending = Pending {
-        queue,
-        metrics,
-        source: metrics.source(Source::Statsd),
-        batch: Batch::with_capacity(BATCH_RECORDS),
-        rejected: Rejections::default(),
-        datagrams: 0,
-        mapper,
-        skipped: 0,
-        skipped_counter: metrics
-            .skipped
-            .with_label_values(&[Source::Statsd.as_str(), "unmapped"]),
-        since: None,
-    };
+    let mut pending = Pending::new(queue, metrics, mapper);
     let fd = socket.as_raw_fd();
     // Whether the last empty read came right after a nap.
     let mut napped = false;

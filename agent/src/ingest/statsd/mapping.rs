@@ -1,6 +1,6 @@
 //! StatsD mappings applied: a line under a service's own metric name (`db.orders.query_time`,
 //! `cache.get` with tags) becomes an observation through the first matching
-//! [`StatsdMapping`] (see [`crate::config::mapping`] for the rules).
+//! [`StatsdMapping`] (see [`super::config`] for the rules).
 //!
 //! Only lines the native parser does not take reach this module, so `skewwatch.request` lines
 //! keep their fast path. A mapped line is slower than a native one (a pattern match, and the
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use regex::CaptureLocations;
 use skewwatch_detectors::observation::{Batch, CacheResult, ObservationRef, Outcome, RejectReason};
 
-use super::statsd;
-use crate::config::mapping::{Matcher, Piece, StatsdMapping, Template, Types};
+use super::config::{Matcher, Piece, StatsdMapping, Template, Types};
+use super::lex::{METRIC_NAME, parse_f64, parse_u64, scale_by_rate};
 
 /// What became of a line that was not a native one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,7 @@ impl Mapper {
         let Some(parts) = Line::split(line) else {
             return Mapped::Rejected(RejectReason::Malformed);
         };
-        if parts.name == statsd::METRIC_NAME {
+        if parts.name == METRIC_NAME {
             return Mapped::Rejected(RejectReason::UnsupportedMetric);
         }
         let Some(kind) = Types::of(parts.kind) else {
@@ -147,21 +147,18 @@ impl Mapper {
             return Err(RejectReason::MissingShard);
         }
         let (requests, latency_ms) = if kind == Types::C {
-            (
-                statsd::parse_u64(parts.value).ok_or(RejectReason::BadCount)?,
-                None,
-            )
+            (parse_u64(parts.value).ok_or(RejectReason::BadCount)?, None)
         } else {
-            let latency = statsd::parse_f64(parts.value).ok_or(RejectReason::BadLatency)?;
+            let latency = parse_f64(parts.value).ok_or(RejectReason::BadLatency)?;
             (1, Some(latency))
         };
         let count = match parts.rate {
             None => requests,
-            Some(rate) => statsd::scale_by_rate(requests, rate)?,
+            Some(rate) => scale_by_rate(requests, rate)?,
         };
         let ts = match parts.ts {
             None => None,
-            Some(t) => Some(statsd::parse_u64(t).ok_or(RejectReason::BadTimestamp)? as f64),
+            Some(t) => Some(parse_u64(t).ok_or(RejectReason::BadTimestamp)? as f64),
         };
         let outcome = match has_outcome {
             false => Outcome::Ok,
@@ -338,6 +335,7 @@ fn glob(pieces: &[String], name: &str, at: usize, captures: &mut Vec<(usize, usi
 mod tests {
     use super::*;
     use crate::app::Config;
+    use crate::ingest::statsd::parse_datagram_mapped;
     use skewwatch_detectors::observation::Rejections;
 
     fn mapper(yaml: &str) -> Mapper {
@@ -501,13 +499,8 @@ statsd:
         let mut batch = Batch::default();
         let mut rejected = Rejections::default();
         let mut skipped = 0;
-        let accepted = statsd::parse_datagram_mapped(
-            datagram,
-            &mut m,
-            &mut batch,
-            &mut rejected,
-            &mut skipped,
-        );
+        let accepted =
+            parse_datagram_mapped(datagram, &mut m, &mut batch, &mut rejected, &mut skipped);
         assert_eq!((accepted, batch.len(), skipped), (2, 2, 2));
         let groups: Vec<_> = batch.iter().map(|o| (o.group, o.shard)).collect();
         assert_eq!(groups, [("g", "a"), ("orders-db", "s1")]);
@@ -519,7 +512,7 @@ statsd:
         let mut none = Mapper::new(Arc::from([]));
         let mut rejected = Rejections::default();
         let mut skipped = 0;
-        statsd::parse_datagram_mapped(
+        parse_datagram_mapped(
             datagram,
             &mut none,
             &mut Batch::default(),
