@@ -215,23 +215,7 @@ impl SendStats {
 
 /// Runs the load generator.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.senders == 0 || args.rate.is_empty() {
-        bail!("--senders and --rate need at least one");
-    }
-    if !(args.duration_secs > 0.0 && args.duration_secs <= 3600.0) {
-        bail!("--duration-secs must be in (0, 3600]");
-    }
-    if args.datagram_bytes < 128 || args.datagram_bytes > 65_507 {
-        bail!("--datagram-bytes must be in 128..=65507");
-    }
-    let workload = Workload {
-        groups: args.groups.max(1),
-        shards: args.shards.max(1),
-        keys: args.keys,
-        uniform_keys: args.uniform_keys,
-        seed: args.seed,
-        plain: args.plain,
-    };
+    check_args(&args)?;
     let token = match &args.bearer_token_file {
         Some(p) => Some(
             std::fs::read_to_string(p)
@@ -241,19 +225,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    // Enough distinct lines that the stream does not repeat quickly, and carries every key.
-    let pool_records = (args.keys.max(args.groups * args.shards * 8)).clamp(65_536, 1 << 20);
-    let payload = match args.mode {
-        Mode::Statsd => Payload::Datagrams(Arc::new(
-            workload.datagrams(pool_records, args.datagram_bytes),
-        )),
-        Mode::Http => {
-            let bodies = pool_records
-                .div_ceil(args.batch_records.max(1))
-                .clamp(4, 256);
-            Payload::Bodies(Arc::new(workload.bodies(bodies, args.batch_records.max(1))))
-        }
-    };
+    let payload = Payload::generate(&args);
     if !args.json {
         print_header(&args, &payload);
     }
@@ -268,9 +240,50 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Refuses arguments no step could run with.
+fn check_args(args: &Args) -> anyhow::Result<()> {
+    if args.senders == 0 || args.rate.is_empty() {
+        bail!("--senders and --rate need at least one");
+    }
+    if !(args.duration_secs > 0.0 && args.duration_secs <= 3600.0) {
+        bail!("--duration-secs must be in (0, 3600]");
+    }
+    if args.datagram_bytes < 128 || args.datagram_bytes > 65_507 {
+        bail!("--datagram-bytes must be in 128..=65507");
+    }
+    Ok(())
+}
+
 enum Payload {
     Datagrams(Arc<DatagramPool>),
     Bodies(Arc<BodyPool>),
+}
+
+impl Payload {
+    /// The pre-generated datagrams or bodies every step sends from.
+    fn generate(args: &Args) -> Payload {
+        let workload = Workload {
+            groups: args.groups.max(1),
+            shards: args.shards.max(1),
+            keys: args.keys,
+            uniform_keys: args.uniform_keys,
+            seed: args.seed,
+            plain: args.plain,
+        };
+        // Enough distinct lines that the stream does not repeat quickly, and carries every key.
+        let pool_records = (args.keys.max(args.groups * args.shards * 8)).clamp(65_536, 1 << 20);
+        match args.mode {
+            Mode::Statsd => Payload::Datagrams(Arc::new(
+                workload.datagrams(pool_records, args.datagram_bytes),
+            )),
+            Mode::Http => {
+                let bodies = pool_records
+                    .div_ceil(args.batch_records.max(1))
+                    .clamp(4, 256);
+                Payload::Bodies(Arc::new(workload.bodies(bodies, args.batch_records.max(1))))
+            }
+        }
+    }
 }
 
 /// Parses a rate such as `50000`, `500k` or `3M`.
@@ -576,9 +589,9 @@ fn send_batch(
     Ok(results.count())
 }
 
-/// The sender's pacing loop: post when due, count the answer, reconnect when the server closes.
-/// Posts bodies from `pool`, starting at `offset`, at `rate` records a second until
-/// `deadline`, on one keep-alive connection (reopened when the server closes it).
+/// The sender's pacing loop: posts bodies from `pool`, starting at `offset`, at `rate` records a
+/// second until `deadline`, on one keep-alive connection (reopened when the server closes it),
+/// counting each answer.
 fn send_http(
     target: SocketAddr,
     pool: &BodyPool,

@@ -187,7 +187,8 @@ const SHARD_GAUGES: &[(&str, &str, ShardValue)] = &[
     ),
 ];
 
-/// Writes the derived skew series of `snap`.
+/// Writes the derived skew series of `snap`: the group gauges, the top-k shares, the shard
+/// gauges and the key shares, in that order.
 pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: usize) {
     for &(name, help, value) in GROUP_GAUGES {
         let mut f = Family::new(out, name, help);
@@ -197,25 +198,7 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
             }
         }
     }
-    {
-        let mut f = Family::new(
-            out,
-            "skewwatch_topk_share_ratio",
-            "Share of the group's requests on its k busiest shards in the last window (k=1 and k=ceil(10% of shards)).",
-        );
-        for g in &snap.groups {
-            if let Some(s) = &g.skew {
-                let group = group_label(g);
-                f.sample(&[("group", &group), ("k", "1")], s.top1_share);
-                if s.topk != 1 {
-                    f.sample(
-                        &[("group", &group), ("k", &s.topk.to_string())],
-                        s.topk_share,
-                    );
-                }
-            }
-        }
-    }
+    render_topk_shares(out, snap);
     for &(name, help, value) in SHARD_GAUGES {
         let mut f = Family::new(out, name, help);
         for g in &snap.groups {
@@ -227,6 +210,33 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
             }
         }
     }
+    render_key_shares(out, snap, exported_keys);
+}
+
+/// Writes `skewwatch_topk_share_ratio`: k=1, and k=ceil(10% of shards) when that is not 1.
+fn render_topk_shares(out: &mut String, snap: &WindowSnapshot) {
+    let mut f = Family::new(
+        out,
+        "skewwatch_topk_share_ratio",
+        "Share of the group's requests on its k busiest shards in the last window (k=1 and k=ceil(10% of shards)).",
+    );
+    for g in &snap.groups {
+        if let Some(s) = &g.skew {
+            let group = group_label(g);
+            f.sample(&[("group", &group), ("k", "1")], s.top1_share);
+            if s.topk != 1 {
+                f.sample(
+                    &[("group", &group), ("k", &s.topk.to_string())],
+                    s.topk_share,
+                );
+            }
+        }
+    }
+}
+
+/// Writes `skewwatch_key_share_ratio`: the first `exported_keys` top keys of each group with
+/// traffic, and `__other__` for the rest of its keyed requests.
+fn render_key_shares(out: &mut String, snap: &WindowSnapshot, exported_keys: usize) {
     let mut f = Family::new(
         out,
         "skewwatch_key_share_ratio",
