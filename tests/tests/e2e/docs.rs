@@ -505,7 +505,6 @@ fn layer_breaches(src: &str, rules: &BTreeMap<String, Option<BTreeSet<String>>>)
 }
 
 #[test]
-#[ignore = "layer rules land with the structure merge"]
 fn every_room_imports_only_what_the_layer_rules_allow() {
     let doc = read("docs/ARCHITECTURE.md");
     let mut breaches = Vec::new();
