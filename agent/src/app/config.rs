@@ -16,12 +16,13 @@ use crate::alerting::AlertingConfig;
 use crate::config::part::{self, Part};
 use crate::config::validate::{Check, exposure_problems};
 use crate::config::{
-    ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, ExpositionConfig, HttpConfig, Problem, RawConfig,
-    Secret, UiConfig, process_env,
+    ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, Problem, RawConfig, Secret, process_env,
 };
+use crate::http::config::HttpConfig;
 use crate::ingest::otlp;
 use crate::ingest::scrape::{self, ScrapeJob};
 use crate::ingest::statsd::{self, StatsdMapping};
+use crate::outputs::config::{ExpositionConfig, UiConfig};
 
 /// The validated configuration: what is fixed at start-up and what a reload puts in force.
 ///
@@ -296,13 +297,20 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
         raw.window.unwrap_or_default(),
         &raw.limits.clone().unwrap_or_default(),
     );
-    let (latency_buckets_secs, exposition) =
-        c.exposition(raw.exposition.unwrap_or_default(), window.window_secs);
+    let (latency_buckets_secs, exposition) = crate::outputs::config::validate_exposition(
+        &mut c,
+        raw.exposition.unwrap_or_default(),
+        window.window_secs,
+    );
     window.latency_buckets_secs = latency_buckets_secs;
     let limits = c.limits(raw.limits.unwrap_or_default());
     let statsd = statsd::config::validate(&mut c, raw.statsd.unwrap_or_default());
     let scrape = scrape::config::validate(&mut c, raw.scrape.unwrap_or_default());
-    let http = c.http(raw.http.unwrap_or_default(), limits.http_body_limit_bytes);
+    let http = crate::http::config::validate(
+        &mut c,
+        raw.http.unwrap_or_default(),
+        limits.http_body_limit_bytes,
+    );
     let auth = raw.auth.unwrap_or_default();
     let allow_unauthenticated = auth.allow_unauthenticated.unwrap_or(false);
     let token = c.auth(auth);
@@ -317,7 +325,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     }
     let alerting = crate::alerting::config::validate(&mut c, raw.alerting.unwrap_or_default());
     let state = crate::state::StateStore::validate(raw.state.unwrap_or_default(), &mut c);
-    let ui = c.ui(raw.ui.unwrap_or_default());
+    let ui = crate::outputs::config::validate_ui(&mut c, raw.ui.unwrap_or_default());
     let otlp = otlp::config::validate(&mut c, raw.otlp.unwrap_or_default());
 
     let problems = c.into_problems();

@@ -11,7 +11,6 @@ pub mod secret;
 pub mod validate;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 pub use raw::RawConfig;
 pub use secret::{EnvLookup, Secret, SecretSource, process_env};
@@ -61,54 +60,6 @@ fn render_problems(origin: &str, problems: &[Problem]) -> String {
     s
 }
 
-crate::config_part! {
-    /// Validated `http:` settings (plus the body limit, from `limits:`).
-    #[derive(Debug, Clone, PartialEq)]
-    pub struct HttpConfig {
-        /// Time to receive a request's headers. The clock starts when the server waits for a
-        /// request, so on a keep-alive connection it is also the idle timeout.
-        pub header_read_timeout: Duration => "http.header_read_timeout_secs",
-        /// Time for a whole request, body included; past it the answer is 408.
-        pub request_timeout: Duration => "http.request_timeout_secs",
-        /// Connections served at once; a few more are admitted for health checks only.
-        pub max_connections: usize => "http.max_connections",
-        /// Ingest bodies read and parsed at once: with the body limit, it bounds the memory
-        /// ingest can hold in requests.
-        pub max_concurrent_ingest: usize => "http.max_concurrent_ingest",
-        /// Largest request body.
-        pub body_limit_bytes: usize => "limits.http_body_limit_bytes",
-    }
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            header_read_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(30),
-            max_connections: 256,
-            max_concurrent_ingest: 4,
-            body_limit_bytes: 1 << 20,
-        }
-    }
-}
-
-/// Validated `exposition:` settings. The latency bucket bounds live in the window
-/// configuration (`WindowConfig::latency_buckets_secs`), where each closed window counts them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExpositionConfig {
-    /// How long the cumulative counters of a shard, group or key that stopped appearing are
-    /// still exported (flat), so one that returns continues where it left off.
-    pub counter_retention: Duration,
-}
-
-impl Default for ExpositionConfig {
-    fn default() -> Self {
-        ExpositionConfig {
-            counter_retention: Duration::from_secs(3600),
-        }
-    }
-}
-
 /// The dotted path of every field the commented configuration file `yaml` sets (the shape of
 /// `rules/skewwatch.yaml`: one `key: value` a line, nested by indentation, comments ignored),
 /// in file order. A field with a value is a leaf: `limits.max_groups`, `scrape`.
@@ -136,14 +87,4 @@ pub fn file_field_paths(yaml: &str) -> Vec<String> {
         }
     }
     out
-}
-
-/// Most windows `ui.history_windows` may keep: four hours of 10-second windows.
-pub const MAX_HISTORY_WINDOWS: usize = 1440;
-
-/// `ui:`, the live view and its history ring.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UiConfig {
-    /// Windows the history ring keeps for `GET /api/v1/history` and the page.
-    pub history_windows: usize,
 }

@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use skewwatch_detectors::window::WindowConfig;
 
-use super::raw::{RawAuth, RawExposition, RawHttp, RawLimits, RawListen, RawUi, RawWindow};
+use super::Problem;
+use super::raw::{RawAuth, RawLimits, RawListen, RawWindow};
 use super::secret::{EnvLookup, Secret, SecretSource};
-use super::{ExpositionConfig, HttpConfig, MAX_HISTORY_WINDOWS, Problem, UiConfig};
+
+/// Default largest request body (`limits.http_body_limit_bytes`).
+pub const DEFAULT_HTTP_BODY_LIMIT_BYTES: usize = 1 << 20;
 
 /// Most groups `limits.pinned_groups` may list: pinned groups take slots beyond
 /// `limits.max_groups`, so their number must stay bounded too.
@@ -308,7 +311,7 @@ impl Check<'_> {
             http_body_limit_bytes: self.range(
                 "limits.http_body_limit_bytes",
                 limits.http_body_limit_bytes,
-                HttpConfig::default().body_limit_bytes,
+                DEFAULT_HTTP_BODY_LIMIT_BYTES,
                 1024,
                 1 << 30,
             ),
@@ -325,53 +328,6 @@ impl Check<'_> {
                 DEFAULT_QUEUE_BATCHES,
                 1,
                 1 << 20,
-            ),
-        }
-    }
-
-    pub(crate) fn http(&mut self, http: RawHttp, body_limit_bytes: usize) -> HttpConfig {
-        let d = HttpConfig::default();
-        HttpConfig {
-            header_read_timeout: self.secs(
-                "http.header_read_timeout_secs",
-                http.header_read_timeout_secs,
-                d.header_read_timeout,
-                0.1,
-                3600.0,
-            ),
-            request_timeout: self.secs(
-                "http.request_timeout_secs",
-                http.request_timeout_secs,
-                d.request_timeout,
-                0.1,
-                3600.0,
-            ),
-            max_connections: self.range(
-                "http.max_connections",
-                http.max_connections,
-                d.max_connections,
-                1,
-                65_536,
-            ),
-            max_concurrent_ingest: self.range(
-                "http.max_concurrent_ingest",
-                http.max_concurrent_ingest,
-                d.max_concurrent_ingest,
-                1,
-                1024,
-            ),
-            body_limit_bytes,
-        }
-    }
-
-    pub(crate) fn ui(&mut self, raw: RawUi) -> UiConfig {
-        UiConfig {
-            history_windows: self.range(
-                "ui.history_windows",
-                raw.history_windows,
-                60,
-                1,
-                MAX_HISTORY_WINDOWS,
             ),
         }
     }
@@ -419,75 +375,6 @@ pub fn exposure_problems(
         });
     }
     out
-}
-
-/// Most latency buckets accepted: each bound is one more series per shard and sidecar.
-const MAX_LATENCY_BUCKETS: usize = 30;
-
-impl Check<'_> {
-    /// The latency bucket bounds (for the window configuration) and the counters' retention.
-    pub(crate) fn exposition(
-        &mut self,
-        raw: RawExposition,
-        window_secs: f64,
-    ) -> (Vec<f64>, ExpositionConfig) {
-        let d = ExpositionConfig::default();
-        let buckets = raw
-            .latency_buckets_secs
-            .unwrap_or_else(|| WindowConfig::default().latency_buckets_secs);
-        let field = "exposition.latency_buckets_secs";
-        if buckets.len() > MAX_LATENCY_BUCKETS {
-            self.fail(
-                field,
-                format!(
-                    "{} bounds: use at most {MAX_LATENCY_BUCKETS}; every bound is one more series \
-                     per shard on every sidecar",
-                    buckets.len()
-                ),
-            );
-        }
-        if let Some(b) = buckets
-            .iter()
-            .find(|b| !(b.is_finite() && (1e-6..=3600.0).contains(*b)))
-        {
-            self.fail(
-                field,
-                format!("{b} is out of range: every bound must be in 0.000001..=3600 seconds"),
-            );
-        } else if let Some(w) = buckets.windows(2).find(|w| w[0] >= w[1]) {
-            self.fail(
-                field,
-                format!(
-                    "{} is not above {}: list the bounds in ascending order without repeats",
-                    w[1], w[0]
-                ),
-            );
-        }
-        let retention = self.secs(
-            "exposition.counter_retention_secs",
-            raw.counter_retention_secs,
-            d.counter_retention,
-            60.0,
-            30.0 * 86_400.0,
-        );
-        if retention.as_secs_f64() < 2.0 * window_secs {
-            self.fail(
-                "exposition.counter_retention_secs",
-                format!(
-                    "{} is shorter than two windows ({} s): a shard would lose its counters \
-                     between two windows of traffic",
-                    retention.as_secs_f64(),
-                    2.0 * window_secs
-                ),
-            );
-        }
-        (
-            buckets,
-            ExpositionConfig {
-                counter_retention: retention,
-            },
-        )
-    }
 }
 
 impl Check<'_> {

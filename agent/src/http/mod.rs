@@ -45,6 +45,7 @@ use crate::telemetry::SourceMetrics;
 
 pub mod admin;
 pub mod alerts;
+pub mod config;
 pub mod guard;
 pub mod history;
 pub mod ingest;

@@ -27,7 +27,7 @@ use skewwatch_detectors::stats::hot_shard_z_threshold;
 use tokio::sync::watch;
 
 /// Most windows `ui.history_windows` may keep.
-pub const MAX_WINDOWS: usize = crate::config::MAX_HISTORY_WINDOWS;
+pub const MAX_WINDOWS: usize = super::config::MAX_HISTORY_WINDOWS;
 /// Busiest shards kept per group and window; the rest are counted in
 /// [`GroupPoint::shards_total`] only.
 pub const MAX_SHARDS: usize = 64;

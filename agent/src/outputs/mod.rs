@@ -15,6 +15,7 @@
 //!
 //! The HTTP handlers (`crate::http`) read these views; nothing here knows about HTTP.
 
+pub mod config;
 pub mod history;
 pub mod metrics;
 pub mod text_format;

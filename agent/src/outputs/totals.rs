@@ -43,8 +43,8 @@ use skewwatch_detectors::observation::{OTHER_LABEL, Outcome, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
 use tokio::sync::watch;
 
+use super::config::ExpositionConfig;
 use super::text_format::{self, escape_into, header, write_value};
-use crate::config::ExpositionConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 /// Sizes of the counters' tables.
