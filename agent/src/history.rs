@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use skewwatch_detectors::engine::Evaluation;
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
-use skewwatch_detectors::stats::hot_shard_z_threshold;
+use skewwatch_detectors::stats::top1_noise_floor;
 use tokio::sync::watch;
 
 /// Most windows `ui.history_windows` may keep.
@@ -245,18 +245,6 @@ fn shard_point(s: &ShardSnapshot, name: Arc<str>) -> ShardPoint {
     }
 }
 
-/// The largest top-1 share that Poisson noise explains among `shards` shards with `mean`
-/// requests each: (1/N)·(1 + z/√λ), z the Bonferroni threshold of the hot-shard test at
-/// `alpha`, capped at 1. `None` without shards or traffic.
-pub fn top1_noise_floor(shards: usize, mean: f64, alpha: f64) -> Option<f64> {
-    if shards == 0 || mean <= 0.0 || !mean.is_finite() {
-        return None;
-    }
-    let z = hot_shard_z_threshold(shards, alpha);
-    let floor = (1.0 + z / mean.sqrt()) / shards as f64;
-    floor.is_finite().then(|| floor.min(1.0))
-}
-
 /// The worst-case bytes one window can hold: every group and shard slot filled with names of
 /// the longest length, none shared with the window before. `groups` and `shards` are the
 /// caps (groups with `__other__` and pinned ones; shards over all groups with each group's
@@ -393,16 +381,5 @@ mod tests {
             bytes >= 200 * 1024,
             "{bytes}: the documented figure is too high"
         );
-    }
-
-    #[test]
-    fn the_top1_floor_is_above_fair_share_and_shrinks_with_volume() {
-        let low = top1_noise_floor(16, 10.0, 1e-3).unwrap();
-        let high = top1_noise_floor(16, 10_000.0, 1e-3).unwrap();
-        assert!(low > high && high > 1.0 / 16.0, "{low} {high}");
-        // z = 3.84 for 16 shards at 1e-3: (1 + 3.84/100)/16.
-        assert!((high - (1.0 + 0.0384) / 16.0).abs() < 1e-4, "{high}");
-        assert_eq!(top1_noise_floor(16, 0.0, 1e-3), None);
-        assert_eq!(top1_noise_floor(1, 0.01, 1e-3), Some(1.0));
     }
 }
