@@ -56,8 +56,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
 use crate::evidence::StepEvidence;
 use crate::observation::quote;
@@ -305,7 +304,7 @@ struct Reading {
 
 /// What the detector remembers about one shard with a capacity.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     streak: u32,
     /// Utilisation over the streak's windows: how much of it a burst could explain.
     #[serde(default)]
@@ -322,18 +321,36 @@ pub struct CapacityHeadroom {
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
-impl CapacityHeadroom {
-    fn evaluate_group(&mut self, now: f64, g: &GroupSnapshot, out: &mut Vec<Finding>) {
-        let cfg = &self.cfg;
-        let window_secs = self.window_secs;
-        let configured = cfg.capacities.iter().any(|c| c.group == g.group);
-        if !configured && !g.shards.iter().any(|s| s.utilisation.is_some()) {
-            self.state.remove(&g.group);
-            return;
+impl GroupDetector for CapacityHeadroom {
+    type State = BTreeMap<String, ShardState>;
+
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.state
+    }
+
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.state
+    }
+
+    /// A group with neither a configured capacity nor a shard reporting its utilisation has
+    /// nothing to judge, and nothing to remember.
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
+        let configured = self.cfg.capacities.iter().any(|c| c.group == g.group);
+        if configured || g.shards.iter().any(|s| s.utilisation.is_some()) {
+            Visit::Judge
+        } else {
+            Visit::Forget
         }
-        let states = self.state.entry(g.group.clone()).or_default();
-        // A shard that stops reporting and has no entry leaves with its history.
-        states.retain(|name, _| g.shard(name).is_some());
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let (cfg, window_secs, now) = (&self.cfg, self.window_secs, ctx.now());
         for s in g.tracked_shards() {
             let Some(reading) = cfg.utilisation_of(&g.group, s) else {
                 states.remove(&s.shard);
@@ -364,6 +381,14 @@ impl CapacityHeadroom {
                     &Figures::of(cfg, s, reading, eta),
                 ));
             }
+        }
+    }
+
+    /// The projection fits utilisation against window ends; after a clock step those ends are
+    /// no longer evenly spaced, so the history starts over.
+    fn after_clock_step(shards: &mut Self::State) {
+        for s in shards.values_mut() {
+            s.history.clear();
         }
     }
 }
@@ -546,32 +571,6 @@ impl DetectorKind for CapacityHeadroom {
             cfg,
             window_secs,
             state: BTreeMap::new(),
-        }
-    }
-}
-
-impl Detector for CapacityHeadroom {
-    persisted_in!(state);
-
-    /// The projection fits utilisation against window ends; after a clock step those ends are
-    /// no longer evenly spaced, so the history starts over.
-    fn clock_stepped(&mut self) {
-        for shards in self.state.values_mut() {
-            for s in shards.values_mut() {
-                s.history.clear();
-            }
-        }
-    }
-
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
-    }
-
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            self.evaluate_group(ctx.now(), g, out);
         }
     }
 }

@@ -105,8 +105,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in, ratio_2dp,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
+    ratio_2dp,
 };
 use crate::evidence::StepEvidence;
 use crate::observation::{key_label, quote, quote_key};
@@ -228,7 +228,7 @@ impl DetectorSettings for HotShardConfig {
 
 /// What the detector remembers about one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     /// Baseline of the load ratio r = share·N.
     load: Ewma,
     /// NB2 dispersion g.
@@ -273,17 +273,32 @@ impl HotShard {
     fn tracked(&self) -> usize {
         self.state.values().map(BTreeMap::len).sum()
     }
+}
 
-    fn evaluate_group(&mut self, ctx: &Context<'_>, g: &GroupSnapshot, out: &mut Vec<Finding>) {
+impl GroupDetector for HotShard {
+    type State = BTreeMap<String, ShardState>;
+
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.state
+    }
+
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.state
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
         let cfg = &self.cfg;
         // Shards with load in this window, not `__other__` (an aggregate of many shards). A
         // shard with no request at all is left out of N and of the totals: shards being drained
         // or removed show as zero-load shards for a few windows, and counting them would raise
         // every other shard's load ratio (a scale-in is not a hot shard).
         let loaded: Vec<&ShardSnapshot> = g.tracked_shards().filter(|s| s.requests > 0).collect();
-        let states = self.state.entry(g.group.clone()).or_default();
-        // Departed shards (expired by the window stage) lose their state: memory stays bounded.
-        states.retain(|name, _| g.shard(name).is_some());
         if loaded.len() < 2 {
             return;
         }
@@ -550,22 +565,6 @@ impl DetectorKind for HotShard {
             window_secs,
             cfg,
             state: BTreeMap::new(),
-        }
-    }
-}
-
-impl Detector for HotShard {
-    persisted_in!(state);
-
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
-    }
-
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            self.evaluate_group(ctx, g, out);
         }
     }
 }

@@ -49,8 +49,7 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::quote;
@@ -149,7 +148,7 @@ impl DetectorSettings for LatencySkewConfig {
 
 /// What the detector remembers about one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     p99: Ewma,
     streak: u32,
     /// Excess mean latency over the peers' of the streak's windows.
@@ -166,11 +165,25 @@ pub struct LatencySkew {
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
-impl LatencySkew {
-    fn evaluate_group(&mut self, ctx: &Context<'_>, g: &GroupSnapshot, out: &mut Vec<Finding>) {
+impl GroupDetector for LatencySkew {
+    type State = BTreeMap<String, ShardState>;
+
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.state
+    }
+
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.state
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
         let cfg = &self.cfg;
-        let states = self.state.entry(g.group.clone()).or_default();
-        states.retain(|name, _| g.shard(name).is_some());
         let eligible: Vec<(&ShardSnapshot, f64)> = g
             .tracked_shards()
             .filter_map(|s| {
@@ -350,22 +363,6 @@ impl DetectorKind for LatencySkew {
             },
             cfg,
             state: BTreeMap::new(),
-        }
-    }
-}
-
-impl Detector for LatencySkew {
-    persisted_in!(state);
-
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
-    }
-
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            self.evaluate_group(ctx, g, out);
         }
     }
 }
