@@ -417,7 +417,7 @@ impl GroupDetector for CacheHitCollapse {
                 out.push(render(
                     &self.cfg,
                     &g.group,
-                    &self.figures(g, &st, &s, &b, cond),
+                    &self.figures(g, st, &s, &b, cond),
                 ));
             }
             _ if !active => {

@@ -326,7 +326,7 @@ impl GroupDetector for ErrorSurge {
         if let Some((b, true)) = verdict
             && (st.streak >= self.cfg.consecutive_windows || active)
         {
-            out.push(render(&self.cfg, &g.group, &self.figures(g, &st, e, b)));
+            out.push(render(&self.cfg, &g.group, &self.figures(g, st, e, b)));
         }
         // Learn only from windows that are neither suspect nor part of an incident.
         if !holds && !active {

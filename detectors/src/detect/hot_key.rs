@@ -697,39 +697,18 @@ mod tests {
     /// One record: (shard, key, count).
     type Rec<'a> = (&'a str, &'a str, u64);
 
-    struct Rig {
-        det: HotKey,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-    }
+    type Rig = crate::detect::testkit::Rig<HotKey>;
 
+    /// Windows built from records.
     impl Rig {
-        fn new(cfg: HotKeyConfig) -> Rig {
-            let mut rules = BTreeMap::new();
-            rules.insert(HotKey::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: HotKey::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 0.0),
-                t: 0.0,
-            }
-        }
-
         fn window(&mut self, recs: &[Rec<'_>]) -> Vec<Finding> {
             for (shard, key, n) in recs {
                 let mut o = ObservationRef::new("db", shard);
                 o.key = Some(key);
                 o.count = *n;
-                self.windows.record(&o);
+                self.record(&o);
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 

@@ -572,41 +572,14 @@ impl DetectorKind for HotShard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::AlertBook;
     use crate::observation::ObservationRef;
-    use crate::prng::SplitMix64;
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
-    /// Drives a detector and an alert book with windows built from per-shard counts.
-    struct Rig {
-        det: HotShard,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-        rng: SplitMix64,
-    }
+    type Rig = crate::detect::testkit::Rig<HotShard>;
 
+    /// Windows built from per-shard counts.
     impl Rig {
-        fn new(cfg: HotShardConfig) -> Rig {
-            let mut rules = BTreeMap::new();
-            rules.insert(HotShard::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: HotShard::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 0.0),
-                t: 0.0,
-                rng: SplitMix64::new(12345),
-            }
-        }
-
-        /// Roughly Poisson noise (normal approximation: a sum of 12 uniforms has mean 6 and
-        /// variance 1), seeded so every run sees the same windows.
-        fn noisy(&mut self, mean: f64) -> u64 {
-            let u: f64 = (0..12).map(|_| self.rng.next_f64()).sum();
-            (mean + (u - 6.0) * mean.sqrt()).round().max(0.0) as u64
-        }
-
         /// One window with `counts[i]` requests on shard `s{i}` (with noise when `noise`);
         /// `key` puts a key on shard 0's requests. Returns the findings.
         fn window(&mut self, counts: &[f64], noise: bool, key: Option<&str>) -> Vec<Finding> {
@@ -625,15 +598,9 @@ mod tests {
                 if i == 0 {
                     o.key = key;
                 }
-                self.windows.record(&o);
+                self.record(&o);
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 

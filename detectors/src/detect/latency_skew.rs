@@ -370,29 +370,16 @@ impl DetectorKind for LatencySkew {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::AlertBook;
     use crate::observation::ObservationRef;
-    use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
-    struct Rig {
-        det: LatencySkew,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-    }
+    type Rig = crate::detect::testkit::Rig<LatencySkew>;
 
+    /// Windows built from latency scales.
     impl Rig {
-        fn new() -> Rig {
-            let cfg = LatencySkewConfig::default();
-            let mut rules = BTreeMap::new();
-            rules.insert(LatencySkew::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: LatencySkew::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 0.0),
-                t: 0.0,
-            }
+        /// The detector with its default settings.
+        fn with_defaults() -> Rig {
+            Rig::new(LatencySkewConfig::default())
         }
 
         /// One window: shard `s{i}` gets `samples` requests whose latencies spread from
@@ -403,12 +390,10 @@ mod tests {
                 for j in 0..samples {
                     let mut o = ObservationRef::new("db", &name);
                     o.latency_ms = Some(ms * (0.2 + 3.8 * (j as f64 / samples as f64).powi(4)));
-                    self.windows.record(&o);
+                    self.record(&o);
                 }
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
+            self.close()
         }
 
         /// One window of 100 requests per shard at scale 10 ms, except that a part `cover`
@@ -422,23 +407,17 @@ mod tests {
                     for j in 0..n {
                         let mut o = ObservationRef::new("db", &name);
                         o.latency_ms = Some(scale * spread(j, n));
-                        self.windows.record(&o);
+                        self.record(&o);
                     }
                 }
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 
     #[test]
     fn a_shard_ten_times_slower_than_its_peers_fires_on_the_third_window() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         let normal = vec![10.0; 8];
         for _ in 0..40 {
             assert!(rig.window(&normal, 100).is_empty());
@@ -463,7 +442,7 @@ mod tests {
 
     #[test]
     fn a_group_wide_slowdown_does_not_fire() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 100);
         }
@@ -474,7 +453,7 @@ mod tests {
 
     #[test]
     fn shards_with_few_samples_give_no_verdict() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 20);
         }
@@ -487,7 +466,7 @@ mod tests {
 
     #[test]
     fn a_shard_that_is_always_slow_is_its_own_baseline() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         let mut scale = vec![10.0; 6];
         scale[2] = 80.0;
         for _ in 0..200 {
@@ -500,7 +479,7 @@ mod tests {
         // The spell covers a part of the first window, all of the second and the rest of the
         // third: the p99 of all three is slow, but the mean holds two windows' worth.
         for part in [0.2, 0.5, 0.8] {
-            let mut rig = Rig::new();
+            let mut rig = Rig::with_defaults();
             for _ in 0..40 {
                 rig.window(&[10.0; 8], 100);
             }
@@ -512,7 +491,7 @@ mod tests {
             }
         }
         // Four slow windows fire whatever their shape.
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 100);
         }

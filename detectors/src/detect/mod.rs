@@ -525,9 +525,76 @@ pub fn num(x: f64) -> String {
 /// Test support shared by the detectors' unit tests.
 #[cfg(test)]
 pub(crate) mod testkit {
-    use super::{Context, Detector, DetectorsConfig};
+    use std::collections::BTreeMap;
+
+    use super::{Context, Detector, DetectorKind, DetectorSettings, DetectorsConfig};
     use crate::alert::{AlertBook, Finding};
+    use crate::observation::ObservationRef;
+    use crate::prng::SplitMix64;
     use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// Window length the rigs close windows at, seconds.
+    pub(crate) const WINDOW_SECS: f64 = 10.0;
+
+    /// Drives one detector and an alert book of its rule with windows the test records: record
+    /// into `windows` (or with [`Rig::record`]), then [`Rig::close`] ends the window and
+    /// evaluates it. A detector's tests add their own ways of filling a window in an `impl`
+    /// block on `Rig<TheirDetector>`.
+    pub(crate) struct Rig<D> {
+        pub(crate) det: D,
+        pub(crate) book: AlertBook,
+        pub(crate) windows: Windows,
+        /// End of the last window closed, unix seconds.
+        pub(crate) t: f64,
+        /// Noise for tests that want it, seeded so every run sees the same windows.
+        pub(crate) rng: SplitMix64,
+    }
+
+    impl<D: DetectorKind> Rig<D> {
+        /// A detector with `cfg`, its first window starting at 0.
+        pub(crate) fn new(cfg: D::Config) -> Self {
+            Self::starting_at(cfg, 0.0)
+        }
+
+        /// A detector with `cfg`, its first window starting at `t`.
+        pub(crate) fn starting_at(cfg: D::Config, t: f64) -> Self {
+            let mut rules = BTreeMap::new();
+            rules.insert(D::ALERTNAME.to_owned(), cfg.alert().rule());
+            Rig {
+                det: D::new(cfg, WINDOW_SECS),
+                book: AlertBook::new(rules),
+                windows: Windows::new(WindowConfig::default(), t),
+                t,
+                rng: SplitMix64::new(12345),
+            }
+        }
+
+        /// Records `o` in the open window.
+        pub(crate) fn record(&mut self, o: &ObservationRef<'_>) {
+            self.windows.record(o);
+        }
+
+        /// Closes the open window, [`WINDOW_SECS`] after the last, and evaluates it; returns
+        /// the findings.
+        pub(crate) fn close(&mut self) -> Vec<Finding> {
+            self.t += WINDOW_SECS;
+            let snap = self.windows.close(self.t);
+            self.eval(&snap)
+        }
+
+        /// Evaluates `snap` as the engine does and applies the findings to the book.
+        pub(crate) fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
+            evaluate(&mut self.det, &mut self.book, snap, WINDOW_SECS)
+        }
+
+        /// Roughly Poisson noise around `mean` (normal approximation: a sum of 12 uniforms has
+        /// mean 6 and variance 1).
+        pub(crate) fn noisy(&mut self, mean: f64) -> u64 {
+            let u: f64 = (0..12).map(|_| self.rng.next_f64()).sum();
+            (mean + (u - 6.0) * mean.sqrt()).round().max(0.0) as u64
+        }
+    }
 
     /// Runs `det` over `snap` as the engine does, then applies its findings to `book`.
     pub(crate) fn evaluate(
