@@ -22,7 +22,9 @@ use crate::keys::{KeyHash, KeySummary, same_key};
 use crate::observation::{
     Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, ReadingKind, ReadingRef,
 };
-use crate::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, WindowSnapshot};
+use crate::snapshot::{
+    GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot, Traffic, WindowSnapshot, ratio,
+};
 use crate::stats::SkewStats;
 
 /// Highest latency the histograms track: one hour. Larger values are clamped into the top bucket.
@@ -1146,10 +1148,6 @@ fn bucket_counts(merged: &LogHistogram, bounds_secs: &[f64]) -> Vec<u64> {
     merged.counts_by_bound(&bounds_us)
 }
 
-fn ratio(num: u64, den: u64) -> Option<f64> {
-    (den > 0).then(|| num as f64 / den as f64)
-}
-
 fn key_shares(keys: &KeySummary, k: usize, denominator: u64) -> Vec<KeyShare> {
     keys.top(k)
         .into_iter()
@@ -1172,25 +1170,23 @@ fn snapshot_shard(
     scratch: &mut LogHistogram,
 ) -> ShardSnapshot {
     let requests = s.requests();
-    let errors = requests.saturating_sub(s.by_outcome[Outcome::Ok.index()]);
     // The merged histogram stays in `scratch` for the bucket counts.
     let latency = merged_summary(scratch, &[&s.ok_latency, &s.err_latency]);
+    let ok_latency = s.ok_latency.histogram().and_then(latency_summary);
     ShardSnapshot {
         shard: name.to_string(),
         overflow: s.role == Role::Overflow,
         requests,
         share: ratio(requests, total).unwrap_or(0.0),
-        requests_per_second: requests as f64 / duration,
-        by_outcome: s.by_outcome,
-        errors,
-        error_ratio: ratio(errors, requests),
-        cache_hits: s.cache_hits,
-        cache_misses: s.cache_misses,
-        cache_hit_ratio: ratio(s.cache_hits, s.cache_hits.saturating_add(s.cache_misses)),
-        latency,
+        traffic: Traffic::new(
+            requests,
+            duration,
+            s.by_outcome,
+            (s.cache_hits, s.cache_misses),
+            (latency, ok_latency),
+        ),
         latency_buckets: bucket_counts(scratch, &cfg.latency_buckets_secs),
         latency_sum_secs: (s.ok_latency.sum_us.saturating_add(s.err_latency.sum_us)) as f64 / 1e6,
-        ok_latency: s.ok_latency.histogram().and_then(latency_summary),
         error_latency: s.err_latency.histogram().and_then(latency_summary),
         latency_samples: s.ok_latency.count() + s.err_latency.count(),
         top_keys: s
@@ -1249,7 +1245,6 @@ fn snapshot_group(
     let skew = SkewStats::from_counts(&counts, cfg.dispersion_alpha);
 
     let (by_outcome, hits, misses) = g.counts();
-    let errors = total.saturating_sub(by_outcome[Outcome::Ok.index()]);
     let all: Vec<&Latency> = g
         .shards
         .iter()
@@ -1261,15 +1256,13 @@ fn snapshot_group(
         overflow: g.overflow,
         folded_records: g.folded,
         requests: total,
-        requests_per_second: total as f64 / duration,
-        by_outcome,
-        errors,
-        error_ratio: ratio(errors, total),
-        cache_hits: hits,
-        cache_misses: misses,
-        cache_hit_ratio: ratio(hits, hits.saturating_add(misses)),
-        latency: merged_summary(scratch, &all),
-        ok_latency: merged_summary(scratch, &oks),
+        traffic: Traffic::new(
+            total,
+            duration,
+            by_outcome,
+            (hits, misses),
+            (merged_summary(scratch, &all), merged_summary(scratch, &oks)),
+        ),
         miss_latency: merged_summary(scratch, &g.miss_latency),
         timeout_latency: merged_summary(scratch, &g.timeout_latency),
         skew,
@@ -1397,12 +1390,12 @@ mod tests {
         assert_eq!(snap.groups.len(), 1);
         let g = &snap.groups[0];
         assert_eq!(g.requests, 4);
-        assert_eq!(g.errors, 1);
+        assert_eq!(g.traffic.errors, 1);
         assert_eq!(g.shards[0].shard, "a");
         assert!((g.shards[0].share - 0.75).abs() < 1e-12);
-        assert!((g.requests_per_second - 0.4).abs() < 1e-12);
-        assert_eq!(g.shards[1].cache_hit_ratio, Some(0.0));
-        let p99 = g.shards[1].latency.as_ref().unwrap().p99_ms;
+        assert!((g.traffic.requests_per_second - 0.4).abs() < 1e-12);
+        assert_eq!(g.shards[1].traffic.cache_hit_ratio, Some(0.0));
+        let p99 = g.shards[1].traffic.latency.as_ref().unwrap().p99_ms;
         assert!((p99 - 1000.0).abs() / 1000.0 < 0.01, "{p99}");
         // The next window starts empty but keeps the shards as zero-load shards.
         let next = w.close(120.0);
@@ -1581,7 +1574,7 @@ mod tests {
         }
         let snap = w.close(10.0);
         assert_eq!(snap.groups[0].requests, u64::MAX);
-        assert_eq!(snap.groups[0].cache_hits, u64::MAX);
+        assert_eq!(snap.groups[0].traffic.cache_hits, u64::MAX);
     }
 
     #[test]
@@ -1620,12 +1613,12 @@ mod tests {
         }
         let snap = w.close(10.0);
         let g = &snap.groups[0];
-        let p99 = g.latency.as_ref().unwrap().p99_ms;
+        let p99 = g.traffic.latency.as_ref().unwrap().p99_ms;
         // 1% of requests are slow: the merged p99 sits at the boundary, far below the mean of
         // per-shard p99s (about 21 ms) and far below the slow shard's 2 s.
         assert!(p99 <= 2000.0 * 1.01);
         let slow = g.shards.iter().find(|s| s.shard == "s0").unwrap();
-        assert!((slow.latency.as_ref().unwrap().p99_ms - 2000.0).abs() < 20.0);
+        assert!((slow.traffic.latency.as_ref().unwrap().p99_ms - 2000.0).abs() < 20.0);
     }
 
     #[test]
@@ -1719,7 +1712,11 @@ mod tests {
             let snap = w.close(10.0 * window as f64);
             let g = &snap.groups[0];
             let s = &g.shards[0];
-            assert_eq!(s.ok_latency, latency_summary(&ok), "window {window}");
+            assert_eq!(
+                s.traffic.ok_latency,
+                latency_summary(&ok),
+                "window {window}"
+            );
             assert_eq!(s.error_latency, latency_summary(&err), "window {window}");
             assert_eq!(g.miss_latency, latency_summary(&miss), "window {window}");
             assert_eq!(
@@ -1756,7 +1753,14 @@ mod tests {
         let (a, b) = (w.close(10.0), copy.close(10.0));
         assert_eq!(a.groups[0].shards[0].latency_samples, 10);
         assert_eq!(b.groups[0].shards[0].latency_samples, 110);
-        let max = |s: &WindowSnapshot| s.groups[0].shards[0].ok_latency.as_ref().unwrap().max_ms;
+        let max = |s: &WindowSnapshot| {
+            s.groups[0].shards[0]
+                .traffic
+                .ok_latency
+                .as_ref()
+                .unwrap()
+                .max_ms
+        };
         assert!((max(&a) - 10.0).abs() < 0.1 && (max(&b) - 100.0).abs() < 1.0);
     }
 

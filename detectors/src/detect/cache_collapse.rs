@@ -224,15 +224,15 @@ struct Signals {
 
 impl Signals {
     fn of(g: &GroupSnapshot) -> Signals {
-        let results = g.cache_hits + g.cache_misses;
-        let backend = g.requests.saturating_sub(g.cache_hits);
+        let results = g.traffic.cache_hits + g.traffic.cache_misses;
+        let backend = g.requests.saturating_sub(g.traffic.cache_hits);
         Signals {
-            miss: g.cache_misses as f64 / results.max(1) as f64,
-            amp: g.cache_misses as f64 / g.requests.max(1) as f64,
-            err: (g.errors as f64 / backend.max(1) as f64).min(1.0),
-            p99: g.miss_latency.or(g.latency).map(|l| l.p99_ms),
+            miss: g.traffic.cache_misses as f64 / results.max(1) as f64,
+            amp: g.traffic.cache_misses as f64 / g.requests.max(1) as f64,
+            err: (g.traffic.errors as f64 / backend.max(1) as f64).min(1.0),
+            p99: g.miss_latency.or(g.traffic.latency).map(|l| l.p99_ms),
             exact: g.miss_latency.is_some(),
-            load: g.requests_per_second,
+            load: g.traffic.requests_per_second,
             backend: backend as f64 / g.requests.max(1) as f64,
         }
     }
@@ -388,7 +388,7 @@ impl GroupDetector for CacheHitCollapse {
         Visit::when(
             g.is_tracked()
                 && g.requests >= self.cfg.min_requests
-                && g.cache_hits + g.cache_misses >= self.cfg.min_cache_results,
+                && g.traffic.cache_hits + g.traffic.cache_misses >= self.cfg.min_cache_results,
         )
     }
 
@@ -514,7 +514,8 @@ impl CacheHitCollapse {
             windows: st.reported,
             peak_amplification: st.peak,
             hot: hot_spot(g, self.cfg.dominant_key_share),
-            shorten_deadlines: Outcome::dominant_error(&g.by_outcome) == Some(Outcome::Timeout)
+            shorten_deadlines: Outcome::dominant_error(&g.traffic.by_outcome)
+                == Some(Outcome::Timeout)
                 || cond.latency,
             shed_load: st.calm >= self.cfg.metastable_windows || s.err >= 0.5,
         }
@@ -525,8 +526,8 @@ impl CacheHitCollapse {
 /// of the shard reaches `dominant_share`.
 fn hot_spot(g: &GroupSnapshot, dominant_share: f64) -> Option<HotSpot> {
     let h = hottest(g)?;
-    let backend = g.requests.saturating_sub(g.cache_hits).max(1) as f64;
-    let calls = h.requests.saturating_sub(h.cache_hits) as f64;
+    let backend = g.requests.saturating_sub(g.traffic.cache_hits).max(1) as f64;
+    let calls = h.requests.saturating_sub(h.traffic.cache_hits) as f64;
     // The key summary over-counts by at most `error`: judge dominance on the lower bound.
     let key = h.top_keys.first().and_then(|k| {
         let share = k.lower_bound() as f64 / h.requests.max(1) as f64;
@@ -541,8 +542,8 @@ fn hot_spot(g: &GroupSnapshot, dominant_share: f64) -> Option<HotSpot> {
             1.0
         },
         backend_share: calls / backend,
-        error_ratio: h.error_ratio.unwrap_or(0.0),
-        hit_ratio: h.cache_hit_ratio,
+        error_ratio: h.traffic.error_ratio.unwrap_or(0.0),
+        hit_ratio: h.traffic.cache_hit_ratio,
         key,
     })
 }
@@ -738,7 +739,7 @@ fn hottest(g: &GroupSnapshot) -> Option<&ShardSnapshot> {
     g.tracked_shards()
         .filter(|s| s.requests > 0)
         .rev()
-        .max_by_key(|s| s.requests.saturating_sub(s.cache_hits))
+        .max_by_key(|s| s.requests.saturating_sub(s.traffic.cache_hits))
 }
 
 #[cfg(test)]
@@ -1167,7 +1168,11 @@ mod tests {
         w.record(&o);
         let snap = w.close(10.0);
         let g = &snap.groups[0];
-        assert!(g.latency.unwrap().p99_ms < 1.0, "{:?}", g.latency);
+        assert!(
+            g.traffic.latency.unwrap().p99_ms < 1.0,
+            "{:?}",
+            g.traffic.latency
+        );
         let s = Signals::of(g);
         assert!(s.exact);
         assert!((s.p99.unwrap() - 100.0).abs() <= 1.0, "{:?}", s.p99);

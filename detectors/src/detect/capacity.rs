@@ -241,7 +241,7 @@ impl CapacityHeadroomConfig {
         let cap = self.capacity_of(group, &s.shard);
         let by_rate = cap
             .and_then(|c| c.max_requests_per_second)
-            .map(|m| (s.requests_per_second / m, Source::RequestRate));
+            .map(|m| (s.traffic.requests_per_second / m, Source::RequestRate));
         // Judged on the rate's lower noise bound; the other signals are readings, not counts.
         let judged = |(u, source): (f64, Source)| match source {
             Source::RequestRate => u * poisson_lower_fraction(s.requests, self.noise_sigmas),
@@ -473,7 +473,7 @@ impl Figures {
             utilisation: r.u,
             source: r.source,
             capacity: r.capacity,
-            requests_per_second: s.requests_per_second,
+            requests_per_second: s.traffic.requests_per_second,
             inflight: s.inflight,
             saturation_in: eta,
         }

@@ -298,8 +298,8 @@ pub struct DeadlinePileUp {
 impl DeadlinePileUp {
     /// What the window shows of `g`: its timeouts, successful latency and deadline.
     fn read(&self, g: &GroupSnapshot) -> Option<Reading> {
-        let ok = g.ok_latency?;
-        let timeouts = g.outcome(Outcome::Timeout);
+        let ok = g.traffic.ok_latency?;
+        let timeouts = g.traffic.outcome(Outcome::Timeout);
         let deadline = match self.cfg.deadlines_ms.get(&g.group) {
             Some(&d) => Some((d, DeadlineSource::Configured)),
             None => g
@@ -348,16 +348,17 @@ impl DeadlinePileUp {
 /// first name.
 fn top_timeout_shard(g: &GroupSnapshot, timeouts: u64) -> Option<TimeoutShard> {
     g.tracked_shards()
-        .filter(|s| s.outcome(Outcome::Timeout) > 0)
+        .filter(|s| s.traffic.outcome(Outcome::Timeout) > 0)
         .rev()
-        .max_by_key(|s| s.outcome(Outcome::Timeout))
+        .max_by_key(|s| s.traffic.outcome(Outcome::Timeout))
         .map(|s| {
-            let t = s.outcome(Outcome::Timeout) as f64;
+            let t = s.traffic.outcome(Outcome::Timeout) as f64;
             TimeoutShard {
                 shard: s.shard.clone(),
                 timeout_share: t / timeouts.max(1) as f64,
                 timeout_ratio: t / s.requests.max(1) as f64,
                 ok_p99_ms: s
+                    .traffic
                     .ok_latency
                     .filter(|l| l.count >= MIN_SHARD_OK_SAMPLES)
                     .map(|l| l.p99_ms),

@@ -177,7 +177,7 @@ impl ErrorSurge {
             .iter()
             .map(|&class| ClassRatio {
                 class,
-                now: g.outcome(class) as f64 / requests,
+                now: g.traffic.outcome(class) as f64 / requests,
                 baseline: st.by_class[class.index()].value(warm).unwrap_or(0.0),
             })
             .collect();
@@ -193,13 +193,13 @@ impl ErrorSurge {
         // The shard with the most errors; `rev` makes ties go to the first name.
         let top_shard = g
             .tracked_shards()
-            .filter(|s| s.errors > 0)
+            .filter(|s| s.traffic.errors > 0)
             .rev()
-            .max_by_key(|s| s.errors)
+            .max_by_key(|s| s.traffic.errors)
             .map(|s| ErrorShard {
                 shard: s.shard.clone(),
-                error_share: s.errors as f64 / g.errors.max(1) as f64,
-                error_ratio: s.error_ratio.unwrap_or(0.0),
+                error_share: s.traffic.errors as f64 / g.traffic.errors.max(1) as f64,
+                error_ratio: s.traffic.error_ratio.unwrap_or(0.0),
             });
         Figures {
             ratio: e,
@@ -313,7 +313,7 @@ impl GroupDetector for ErrorSurge {
         st: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        let e = g.errors as f64 / g.requests as f64;
+        let e = g.traffic.errors as f64 / g.requests as f64;
         let verdict = st
             .ratio
             .value(self.cfg.warmup_windows)
@@ -332,7 +332,7 @@ impl GroupDetector for ErrorSurge {
         if !holds && !active {
             st.ratio.update(e, self.alpha);
             for c in Outcome::ERRORS {
-                let r = g.outcome(c) as f64 / g.requests as f64;
+                let r = g.traffic.outcome(c) as f64 / g.requests as f64;
                 st.by_class[c.index()].update(r, self.alpha);
             }
         }

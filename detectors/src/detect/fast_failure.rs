@@ -196,7 +196,7 @@ pub struct FastFailureSink {
 }
 
 fn error_ratio(s: &ShardSnapshot) -> f64 {
-    s.error_ratio.unwrap_or(0.0)
+    s.traffic.error_ratio.unwrap_or(0.0)
 }
 
 /// The error-attraction ratio of the `judged` shards with baseline shares `bases`, and the
@@ -267,7 +267,7 @@ impl FastFailureSink {
     /// more traffic than it used to, fails more than its peers and answers faster than them.
     fn sink(&self, judged: &[&ShardSnapshot], j: usize, b: f64, ear: f64) -> Option<Verdict> {
         let s = judged[j];
-        let lat = s.latency?;
+        let lat = s.traffic.latency?;
         let e = error_ratio(s);
         // The cheap per-shard tests first: peer medians cost O(J) per suspect, and there is
         // rarely more than one suspect.
@@ -277,7 +277,7 @@ impl FastFailureSink {
         let peers = judged.iter().enumerate().filter(|(k, _)| *k != j);
         let mut peer_err: Vec<f64> = peers.clone().map(|(_, p)| error_ratio(p)).collect();
         let mut peer_p50: Vec<f64> = peers
-            .filter_map(|(_, p)| p.latency.map(|l| l.p50_ms))
+            .filter_map(|(_, p)| p.traffic.latency.map(|l| l.p50_ms))
             .collect();
         let (pe, pl) = (median(&mut peer_err)?, median(&mut peer_p50)?);
         let holds = e >= self.cfg.error_ratio_peer_factor * pe
@@ -295,13 +295,13 @@ impl FastFailureSink {
 }
 
 fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> Figures {
-    let class = Outcome::dominant_error(&s.by_outcome).unwrap_or(Outcome::Error);
+    let class = Outcome::dominant_error(&s.traffic.by_outcome).unwrap_or(Outcome::Error);
     Figures {
         verdict: *v,
         class,
-        class_ratio: s.outcome(class) as f64 / s.requests.max(1) as f64,
-        ok_p50: s.ok_latency.map(|l| l.p50_ms),
-        group_error_ratio: g.error_ratio.unwrap_or(0.0),
+        class_ratio: s.traffic.outcome(class) as f64 / s.requests.max(1) as f64,
+        ok_p50: s.traffic.ok_latency.map(|l| l.p50_ms),
+        group_error_ratio: g.traffic.error_ratio.unwrap_or(0.0),
         windows,
     }
 }

@@ -487,7 +487,7 @@ fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
         } else {
             Attribution::HotRange
         },
-        requests_per_second: s.requests_per_second,
+        requests_per_second: s.traffic.requests_per_second,
     }
 }
 

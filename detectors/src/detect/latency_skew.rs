@@ -187,7 +187,8 @@ impl GroupDetector for LatencySkew {
         let eligible: Vec<(&ShardSnapshot, f64)> = g
             .tracked_shards()
             .filter_map(|s| {
-                s.latency
+                s.traffic
+                    .latency
                     .filter(|l| l.count >= cfg.min_samples)
                     .map(|l| (s, l.p99_ms))
             })
@@ -286,9 +287,9 @@ impl Figures {
             p99,
             peers,
             baseline,
-            p50: s.latency.map(|l| l.p50_ms),
-            ok_p99: s.ok_latency.map(|l| l.p99_ms),
-            error_ratio: s.error_ratio.unwrap_or(0.0),
+            p50: s.traffic.latency.map(|l| l.p50_ms),
+            ok_p99: s.traffic.ok_latency.map(|l| l.p99_ms),
+            error_ratio: s.traffic.error_ratio.unwrap_or(0.0),
             load_share: s.share,
             samples: s.latency_samples,
         }

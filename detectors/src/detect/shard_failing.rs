@@ -167,9 +167,9 @@ impl ShardFailing {
         s: &ShardSnapshot,
         st: &ShardState,
     ) -> Option<Verdict> {
-        let e = s.errors as f64 / s.requests as f64;
+        let e = s.traffic.errors as f64 / s.requests as f64;
         // The cheap tests first: the peers' median costs O(N) and failing shards are rare.
-        if s.errors < self.cfg.min_errors || e < self.cfg.min_error_ratio {
+        if s.traffic.errors < self.cfg.min_errors || e < self.cfg.min_error_ratio {
             return None;
         }
         let baseline = st.ratio.value(self.cfg.warmup_windows)?;
@@ -180,7 +180,7 @@ impl ShardFailing {
             .tracked_shards()
             .enumerate()
             .filter(|(k, p)| *k != j && p.requests > 0)
-            .map(|(_, p)| p.errors as f64 / p.requests as f64)
+            .map(|(_, p)| p.traffic.errors as f64 / p.requests as f64)
             .collect();
         let pe = median(&mut peers)?;
         (e >= pe + self.cfg.points_over_peers).then_some(Verdict {
@@ -195,19 +195,19 @@ fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: Verdict, windows: u32) -> Fi
     let requests = s.requests as f64;
     let mut classes: Vec<(Outcome, f64)> = Outcome::ERRORS
         .iter()
-        .filter(|c| s.outcome(**c) > 0)
-        .map(|&c| (c, s.outcome(c) as f64 / requests))
+        .filter(|c| s.traffic.outcome(**c) > 0)
+        .map(|&c| (c, s.traffic.outcome(c) as f64 / requests))
         .collect();
     // Most frequent first; the sort is stable, so ties keep the order of `Outcome::ERRORS`.
     classes.sort_by(|a, b| b.1.total_cmp(&a.1));
     Figures {
         verdict: v,
         requests: s.requests,
-        errors: s.errors,
-        requests_per_second: s.requests_per_second,
+        errors: s.traffic.errors,
+        requests_per_second: s.traffic.requests_per_second,
         share: s.share,
         fair_share: g.fair_share,
-        group_error_ratio: g.error_ratio.unwrap_or(0.0),
+        group_error_ratio: g.traffic.error_ratio.unwrap_or(0.0),
         classes,
         windows,
     }
@@ -332,7 +332,7 @@ impl GroupDetector for ShardFailing {
                 Some(_) => {}
                 None if !active => st
                     .ratio
-                    .update(s.errors as f64 / s.requests as f64, self.alpha),
+                    .update(s.traffic.errors as f64 / s.requests as f64, self.alpha),
                 None => {}
             }
         }
