@@ -213,13 +213,13 @@ fn status_line(snapshot: &WindowSnapshot) -> Option<String> {
     let top = g.shards.iter().max_by(|a, b| a.share.total_cmp(&b.share))?;
     Some(format!(
         "{:>6.0} req/s  gini {:.2}  busiest {} {}  cache hit {}  errors {}  p99 {:.0} ms",
-        g.requests_per_second,
+        g.traffic.requests_per_second,
         g.skew.as_ref().map_or(0.0, |s| s.gini),
         top.shard,
         pct(Some(top.share)),
-        pct(g.cache_hit_ratio),
-        pct(g.error_ratio),
-        g.latency.map_or(0.0, |l| l.p99_ms),
+        pct(g.traffic.cache_hit_ratio),
+        pct(g.traffic.error_ratio),
+        g.traffic.latency.map_or(0.0, |l| l.p99_ms),
     ))
 }
 

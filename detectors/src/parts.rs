@@ -726,7 +726,11 @@ mod tests {
         s.groups
             .iter()
             .fold((0, 0, 0), |(r, e, h), g: &GroupSnapshot| {
-                (r + g.requests, e + g.errors, h + g.cache_hits)
+                (
+                    r + g.requests,
+                    e + g.traffic.errors,
+                    h + g.traffic.cache_hits,
+                )
             })
     }
 

@@ -40,18 +40,14 @@ impl KeyShare {
     }
 }
 
-/// One shard in one window.
+/// What a shard or a group served in one window, besides its request count: rates, outcomes,
+/// cache results and latencies.
+///
+/// Both [`ShardSnapshot`] and [`GroupSnapshot`] hold one, flattened into their serialized
+/// form. `requests` stays beside it in each: the shard's `share` follows `requests` in the
+/// serialized form (`/api/v1/status`), which must not change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ShardSnapshot {
-    /// Shard id, or `__other__` for shards over the cap.
-    pub shard: String,
-    /// True for the slot that collects what overflowed the shard cap (`__other__`), as opposed
-    /// to a shard that is really named so.
-    pub overflow: bool,
-    /// Requests in the window.
-    pub requests: u64,
-    /// Share of the group's requests (0 when the group had none).
-    pub share: f64,
+pub struct Traffic {
     /// Requests per second over the window.
     pub requests_per_second: f64,
     /// Requests by outcome class, indexed by [`Outcome::index`].
@@ -68,6 +64,61 @@ pub struct ShardSnapshot {
     pub cache_hit_ratio: Option<f64>,
     /// Latency of all responses (merged success and error histograms).
     pub latency: Option<LatencySummary>,
+    /// Latency of successful responses.
+    pub ok_latency: Option<LatencySummary>,
+}
+
+impl Traffic {
+    /// The traffic of `requests` requests over `duration` seconds, counted `by_outcome`, with
+    /// `cache` (hits, misses) and the `latency` and `ok_latency` summaries; the rate and the
+    /// ratios are derived from them.
+    pub fn new(
+        requests: u64,
+        duration: f64,
+        by_outcome: [u64; Outcome::COUNT],
+        (cache_hits, cache_misses): (u64, u64),
+        (latency, ok_latency): (Option<LatencySummary>, Option<LatencySummary>),
+    ) -> Self {
+        let errors = requests.saturating_sub(by_outcome[Outcome::Ok.index()]);
+        Traffic {
+            requests_per_second: requests as f64 / duration,
+            by_outcome,
+            errors,
+            error_ratio: ratio(errors, requests),
+            cache_hits,
+            cache_misses,
+            cache_hit_ratio: ratio(cache_hits, cache_hits.saturating_add(cache_misses)),
+            latency,
+            ok_latency,
+        }
+    }
+
+    /// Requests with outcome `o`.
+    pub fn outcome(&self, o: Outcome) -> u64 {
+        self.by_outcome[o.index()]
+    }
+}
+
+/// `num / den`, or `None` when `den` is 0.
+pub(crate) fn ratio(num: u64, den: u64) -> Option<f64> {
+    (den > 0).then(|| num as f64 / den as f64)
+}
+
+/// One shard in one window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShardSnapshot {
+    /// Shard id, or `__other__` for shards over the cap.
+    pub shard: String,
+    /// True for the slot that collects what overflowed the shard cap (`__other__`), as opposed
+    /// to a shard that is really named so.
+    pub overflow: bool,
+    /// Requests in the window.
+    pub requests: u64,
+    /// Share of the group's requests (0 when the group had none).
+    pub share: f64,
+    /// Rates, outcomes, cache results and the latency of all and of successful responses.
+    #[serde(flatten)]
+    pub traffic: Traffic,
     /// Requests per latency bucket of `WindowConfig::latency_buckets_secs` (all responses):
     /// entry `i` counts latencies in `(bound[i-1], bound[i]]`, the last entry those above the
     /// last bound; they add up to `latency_samples`. A request within one HDR resolution step
@@ -80,8 +131,6 @@ pub struct ShardSnapshot {
     /// at one hour like the histograms).
     #[serde(skip)]
     pub latency_sum_secs: f64,
-    /// Latency of successful responses.
-    pub ok_latency: Option<LatencySummary>,
     /// Latency of failed responses.
     pub error_latency: Option<LatencySummary>,
     /// Requests that carried a latency.
@@ -97,11 +146,6 @@ pub struct ShardSnapshot {
 }
 
 impl ShardSnapshot {
-    /// Requests with outcome `o`.
-    pub fn outcome(&self, o: Outcome) -> u64 {
-        self.by_outcome[o.index()]
-    }
-
     /// False for `__other__`, the aggregate of the shards over the cap: it is no shard to
     /// judge, compare or name.
     pub fn is_tracked(&self) -> bool {
@@ -123,24 +167,10 @@ pub struct GroupSnapshot {
     pub folded_records: u64,
     /// Requests in the window.
     pub requests: u64,
-    /// Requests per second over the window.
-    pub requests_per_second: f64,
-    /// Requests by outcome class.
-    pub by_outcome: [u64; Outcome::COUNT],
-    /// Requests whose outcome was not `ok`.
-    pub errors: u64,
-    /// `errors / requests`.
-    pub error_ratio: Option<f64>,
-    /// Cache hits.
-    pub cache_hits: u64,
-    /// Cache misses.
-    pub cache_misses: u64,
-    /// `hits / (hits + misses)`.
-    pub cache_hit_ratio: Option<f64>,
-    /// Latency of all responses, from the merged histograms of every shard.
-    pub latency: Option<LatencySummary>,
-    /// Latency of successful responses, merged.
-    pub ok_latency: Option<LatencySummary>,
+    /// Rates, outcomes and cache results summed over every shard, and latencies from their
+    /// merged histograms.
+    #[serde(flatten)]
+    pub traffic: Traffic,
     /// Latency of cache misses (backend calls, successful or not): the backend's own latency.
     /// `None` when no miss carried a latency.
     pub miss_latency: Option<LatencySummary>,
@@ -164,11 +194,6 @@ pub struct GroupSnapshot {
 }
 
 impl GroupSnapshot {
-    /// Requests with outcome `o`.
-    pub fn outcome(&self, o: Outcome) -> u64 {
-        self.by_outcome[o.index()]
-    }
-
     /// False for `__other__`, the aggregate of the groups over the cap: it mixes unrelated
     /// systems, so its ratios and shares are nobody's.
     pub fn is_tracked(&self) -> bool {

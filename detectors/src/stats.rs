@@ -487,6 +487,25 @@ pub fn hot_shard_z_threshold(n: usize, alpha: f64) -> f64 {
     -normal_quantile(alpha / n.max(1) as f64)
 }
 
+/// The largest top-1 share that Poisson noise explains among `shards` shards with `mean`
+/// requests each: the top-1 counterpart of [`gini_noise_floor`] and [`cv_noise_floor`].
+///
+/// - Definition: (1/N)·(1 + z/√λ), with z = [`hot_shard_z_threshold`]`(N, alpha)`, the
+///   Bonferroni threshold of the hot-shard test, and λ = `mean`.
+/// - Range: (1/N, 1]; capped at 1 where the formula exceeds a share's range.
+/// - Error: inherits the normal approximation of the Poisson tail, good for λ ≥ 100 (see
+///   [`peak_to_mean`], whose noise bound this is divided by N).
+/// - Degenerate: `None` without shards, without traffic (λ ≤ 0) or for non-finite λ, and when
+///   `alpha` gives no threshold (outside (0, 1]).
+pub fn top1_noise_floor(shards: usize, mean: f64, alpha: f64) -> Option<f64> {
+    if shards == 0 || mean <= 0.0 || !mean.is_finite() {
+        return None;
+    }
+    let z = hot_shard_z_threshold(shards, alpha);
+    let floor = (1.0 + z / mean.sqrt()) / shards as f64;
+    floor.is_finite().then(|| floor.min(1.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -945,6 +964,17 @@ mod tests {
         // G_c 0.075).
         assert!(background.peak_to_mean < 3.0, "{background:?}");
         assert!(background.gini < 0.12, "{background:?}");
+    }
+
+    #[test]
+    fn the_top1_floor_is_above_fair_share_and_shrinks_with_volume() {
+        let low = top1_noise_floor(16, 10.0, 1e-3).unwrap();
+        let high = top1_noise_floor(16, 10_000.0, 1e-3).unwrap();
+        assert!(low > high && high > 1.0 / 16.0, "{low} {high}");
+        // z = 3.84 for 16 shards at 1e-3: (1 + 3.84/100)/16.
+        assert!((high - (1.0 + 0.0384) / 16.0).abs() < 1e-4, "{high}");
+        assert_eq!(top1_noise_floor(16, 0.0, 1e-3), None);
+        assert_eq!(top1_noise_floor(1, 0.01, 1e-3), Some(1.0));
     }
 
     #[test]

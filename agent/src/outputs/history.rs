@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use skewwatch_detectors::engine::Evaluation;
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
-use skewwatch_detectors::stats::hot_shard_z_threshold;
+use skewwatch_detectors::stats::top1_noise_floor;
 use tokio::sync::watch;
 
 /// Most windows `ui.history_windows` may keep.
@@ -210,23 +210,23 @@ fn group_point(g: &GroupSnapshot, names: &Names<'_>, alpha: f64) -> GroupPoint {
     // Busiest first; names break ties so the order is stable from window to window.
     busiest.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.shard.cmp(&b.shard)));
     busiest.truncate(MAX_SHARDS);
-    let lookups = g.cache_hits.saturating_add(g.cache_misses);
+    let lookups = g.traffic.cache_hits.saturating_add(g.traffic.cache_misses);
     let skew = g.skew.as_ref();
     GroupPoint {
         group: names.group(&g.group),
         requests: g.requests,
-        requests_per_second: g.requests_per_second,
+        requests_per_second: g.traffic.requests_per_second,
         fair_share: g.fair_share,
         shards_total: g.shards.len(),
         gini: skew.map(|s| s.gini),
         gini_noise_floor: skew.map(|s| s.gini_noise_floor),
         top1_share: skew.map(|s| s.top1_share),
         top1_noise_floor: skew.and_then(|s| top1_noise_floor(s.shards, s.mean, alpha)),
-        error_ratio: g.error_ratio,
-        cache_hit_ratio: g.cache_hit_ratio,
+        error_ratio: g.traffic.error_ratio,
+        cache_hit_ratio: g.traffic.cache_hit_ratio,
         backend_calls_per_request: (lookups > 0 && g.requests > 0)
-            .then(|| g.cache_misses as f64 / g.requests as f64),
-        p99_ms: g.latency.map(|l| l.p99_ms),
+            .then(|| g.traffic.cache_misses as f64 / g.requests as f64),
+        p99_ms: g.traffic.latency.map(|l| l.p99_ms),
         shards: busiest
             .into_iter()
             .map(|s| shard_point(s, names.shard(&g.group, &s.shard)))
@@ -238,23 +238,11 @@ fn shard_point(s: &ShardSnapshot, name: Arc<str>) -> ShardPoint {
     ShardPoint {
         shard: name,
         share: s.share as f32,
-        requests_per_second: s.requests_per_second as f32,
-        error_ratio: s.error_ratio.map_or(f32::NAN, |x| x as f32),
-        cache_hit_ratio: s.cache_hit_ratio.map_or(f32::NAN, |x| x as f32),
-        p99_ms: s.latency.map_or(f32::NAN, |l| l.p99_ms as f32),
+        requests_per_second: s.traffic.requests_per_second as f32,
+        error_ratio: s.traffic.error_ratio.map_or(f32::NAN, |x| x as f32),
+        cache_hit_ratio: s.traffic.cache_hit_ratio.map_or(f32::NAN, |x| x as f32),
+        p99_ms: s.traffic.latency.map_or(f32::NAN, |l| l.p99_ms as f32),
     }
-}
-
-/// The largest top-1 share that Poisson noise explains among `shards` shards with `mean`
-/// requests each: (1/N)·(1 + z/√λ), z the Bonferroni threshold of the hot-shard test at
-/// `alpha`, capped at 1. `None` without shards or traffic.
-pub fn top1_noise_floor(shards: usize, mean: f64, alpha: f64) -> Option<f64> {
-    if shards == 0 || mean <= 0.0 || !mean.is_finite() {
-        return None;
-    }
-    let z = hot_shard_z_threshold(shards, alpha);
-    let floor = (1.0 + z / mean.sqrt()) / shards as f64;
-    floor.is_finite().then(|| floor.min(1.0))
 }
 
 /// The worst-case bytes one window can hold: every group and shard slot filled with names of
@@ -276,6 +264,7 @@ pub fn worst_case_window_bytes(groups: usize, shards: usize) -> usize {
 mod tests {
     use super::*;
     use skewwatch_detectors::observation::Outcome;
+    use skewwatch_detectors::snapshot::Traffic;
     use skewwatch_detectors::stats::SkewStats;
 
     fn shard(name: &str, requests: u64, total: u64) -> ShardSnapshot {
@@ -284,17 +273,19 @@ mod tests {
             overflow: false,
             requests,
             share: requests as f64 / total as f64,
-            requests_per_second: requests as f64 / 10.0,
-            by_outcome: [0; Outcome::COUNT],
-            errors: 0,
-            error_ratio: Some(0.0),
-            cache_hits: 0,
-            cache_misses: 0,
-            cache_hit_ratio: None,
-            latency: None,
+            traffic: Traffic {
+                requests_per_second: requests as f64 / 10.0,
+                by_outcome: [0; Outcome::COUNT],
+                errors: 0,
+                error_ratio: Some(0.0),
+                cache_hits: 0,
+                cache_misses: 0,
+                cache_hit_ratio: None,
+                latency: None,
+                ok_latency: None,
+            },
             latency_buckets: Vec::new(),
             latency_sum_secs: 0.0,
-            ok_latency: None,
             error_latency: None,
             latency_samples: 0,
             top_keys: Vec::new(),
@@ -316,15 +307,17 @@ mod tests {
             overflow: false,
             folded_records: 0,
             requests: total,
-            requests_per_second: total as f64 / 10.0,
-            by_outcome: [0; Outcome::COUNT],
-            errors: 0,
-            error_ratio: Some(0.0),
-            cache_hits: 90,
-            cache_misses: 10,
-            cache_hit_ratio: Some(0.9),
-            latency: None,
-            ok_latency: None,
+            traffic: Traffic {
+                requests_per_second: total as f64 / 10.0,
+                by_outcome: [0; Outcome::COUNT],
+                errors: 0,
+                error_ratio: Some(0.0),
+                cache_hits: 90,
+                cache_misses: 10,
+                cache_hit_ratio: Some(0.9),
+                latency: None,
+                ok_latency: None,
+            },
             miss_latency: None,
             timeout_latency: None,
             skew: SkewStats::from_counts(&loads, 1e-3),
@@ -393,16 +386,5 @@ mod tests {
             bytes >= 200 * 1024,
             "{bytes}: the documented figure is too high"
         );
-    }
-
-    #[test]
-    fn the_top1_floor_is_above_fair_share_and_shrinks_with_volume() {
-        let low = top1_noise_floor(16, 10.0, 1e-3).unwrap();
-        let high = top1_noise_floor(16, 10_000.0, 1e-3).unwrap();
-        assert!(low > high && high > 1.0 / 16.0, "{low} {high}");
-        // z = 3.84 for 16 shards at 1e-3: (1 + 3.84/100)/16.
-        assert!((high - (1.0 + 0.0384) / 16.0).abs() < 1e-4, "{high}");
-        assert_eq!(top1_noise_floor(16, 0.0, 1e-3), None);
-        assert_eq!(top1_noise_floor(1, 0.01, 1e-3), Some(1.0));
     }
 }

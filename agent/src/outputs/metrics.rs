@@ -128,22 +128,22 @@ const GROUP_GAUGES: &[(&str, &str, GroupValue)] = &[
     (
         "skewwatch_requests_per_second",
         "Requests per second over the last window, whole group.",
-        |g| Some(g.requests_per_second),
+        |g| Some(g.traffic.requests_per_second),
     ),
     (
         "skewwatch_error_ratio",
         "Share of the group's requests in the last window whose outcome was not ok.",
-        |g| g.error_ratio,
+        |g| g.traffic.error_ratio,
     ),
     (
         "skewwatch_cache_hit_ratio",
         "Look-aside cache hits over hits plus misses in the last window, whole group.",
-        |g| g.cache_hit_ratio,
+        |g| g.traffic.cache_hit_ratio,
     ),
     (
         "skewwatch_latency_p99_seconds",
         "99th percentile latency of the group's requests in the last window, from merged histograms.",
-        |g| g.latency.map(|l| l.p99_ms / 1000.0),
+        |g| g.traffic.latency.map(|l| l.p99_ms / 1000.0),
     ),
 ];
 
@@ -158,22 +158,22 @@ const SHARD_GAUGES: &[(&str, &str, ShardValue)] = &[
     (
         "skewwatch_shard_requests_per_second",
         "Requests per second to each shard over the last window.",
-        |s| Some(s.requests_per_second),
+        |s| Some(s.traffic.requests_per_second),
     ),
     (
         "skewwatch_shard_latency_p99_seconds",
         "99th percentile latency of each shard's requests in the last window.",
-        |s| s.latency.map(|l| l.p99_ms / 1000.0),
+        |s| s.traffic.latency.map(|l| l.p99_ms / 1000.0),
     ),
     (
         "skewwatch_shard_error_ratio",
         "Share of each shard's requests in the last window whose outcome was not ok.",
-        |s| s.error_ratio,
+        |s| s.traffic.error_ratio,
     ),
     (
         "skewwatch_shard_cache_hit_ratio",
         "Look-aside cache hits over hits plus misses for each shard in the last window.",
-        |s| s.cache_hit_ratio,
+        |s| s.traffic.cache_hit_ratio,
     ),
     (
         "skewwatch_shard_inflight",

@@ -110,11 +110,11 @@ impl ShardTotals {
     }
 
     fn add(&mut self, s: &ShardSnapshot, buckets: usize) {
-        for (a, b) in self.by_outcome.iter_mut().zip(s.by_outcome) {
+        for (a, b) in self.by_outcome.iter_mut().zip(s.traffic.by_outcome) {
             *a = a.saturating_add(b);
         }
-        self.cache_hits = self.cache_hits.saturating_add(s.cache_hits);
-        self.cache_misses = self.cache_misses.saturating_add(s.cache_misses);
+        self.cache_hits = self.cache_hits.saturating_add(s.traffic.cache_hits);
+        self.cache_misses = self.cache_misses.saturating_add(s.traffic.cache_misses);
         // A snapshot counted with other bounds (a configuration change) cannot be added to
         // these buckets; it is left out rather than misfiled.
         if s.latency_samples > 0 && s.latency_buckets.len() == buckets + 1 {

@@ -75,8 +75,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, ms, num,
-    pct, persisted_in, times,
+    Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
+    Visit, factor, ms, num, pct, times,
 };
 use crate::observation::{Outcome, key_label, label_value, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
@@ -224,15 +224,15 @@ struct Signals {
 
 impl Signals {
     fn of(g: &GroupSnapshot) -> Signals {
-        let results = g.cache_hits + g.cache_misses;
-        let backend = g.requests.saturating_sub(g.cache_hits);
+        let results = g.traffic.cache_hits + g.traffic.cache_misses;
+        let backend = g.requests.saturating_sub(g.traffic.cache_hits);
         Signals {
-            miss: g.cache_misses as f64 / results.max(1) as f64,
-            amp: g.cache_misses as f64 / g.requests.max(1) as f64,
-            err: (g.errors as f64 / backend.max(1) as f64).min(1.0),
-            p99: g.miss_latency.or(g.latency).map(|l| l.p99_ms),
+            miss: g.traffic.cache_misses as f64 / results.max(1) as f64,
+            amp: g.traffic.cache_misses as f64 / g.requests.max(1) as f64,
+            err: (g.traffic.errors as f64 / backend.max(1) as f64).min(1.0),
+            p99: g.miss_latency.or(g.traffic.latency).map(|l| l.p99_ms),
             exact: g.miss_latency.is_some(),
-            load: g.requests_per_second,
+            load: g.traffic.requests_per_second,
             backend: backend as f64 / g.requests.max(1) as f64,
         }
     }
@@ -272,7 +272,7 @@ impl Conditions {
 
 /// Baselines and counters of one group.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct GroupState {
+pub struct GroupState {
     miss: Ewma,
     amp: Ewma,
     err: Ewma,
@@ -295,6 +295,8 @@ struct GroupState {
     /// Largest miss-ratio amplification `(1-h1)/(1-h0)` since the alert became active.
     peak: f64,
 }
+
+impl GroupMemory for GroupState {}
 
 impl GroupState {
     fn base(&self, warmup: u32) -> Option<Base> {
@@ -371,63 +373,70 @@ impl DetectorKind for CacheHitCollapse {
     }
 }
 
-impl Detector for CacheHitCollapse {
-    persisted_in!(groups);
+impl GroupDetector for CacheHitCollapse {
+    type State = GroupState;
 
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.groups
     }
 
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in snap.tracked_groups() {
-            if g.requests < self.cfg.min_requests
-                || g.cache_hits + g.cache_misses < self.cfg.min_cache_results
-            {
-                continue;
-            }
-            let mut st = self.groups.remove(&g.group).unwrap_or_default();
-            let s = Signals::of(g);
-            let base = st.base(self.cfg.warmup_windows);
-            let cond = base.map(|b| self.conditions(&s, &b)).unwrap_or_default();
-            let active = ctx
-                .alerts
-                .is_active(CacheHitCollapse::ALERTNAME, &[("group", &g.group)]);
-            st.streak = if cond.all() { st.streak + 1 } else { 0 };
-            match base {
-                Some(b) if cond.all() && (st.streak >= self.cfg.consecutive_windows || active) => {
-                    st.reported += 1;
-                    let calm = s.load <= self.cfg.metastable_load_factor * b.load;
-                    st.calm = if calm { st.calm + 1 } else { 0 };
-                    if b.miss > 0.0 {
-                        st.peak = st.peak.max(s.miss / b.miss);
-                    }
-                    out.push(render(
-                        &self.cfg,
-                        &g.group,
-                        &self.figures(g, &st, &s, &b, cond),
-                    ));
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.groups
+    }
+
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
+        Visit::when(
+            g.is_tracked()
+                && g.requests >= self.cfg.min_requests
+                && g.traffic.cache_hits + g.traffic.cache_misses >= self.cfg.min_cache_results,
+        )
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        st: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let s = Signals::of(g);
+        let base = st.base(self.cfg.warmup_windows);
+        let cond = base.map(|b| self.conditions(&s, &b)).unwrap_or_default();
+        let active = ctx
+            .alerts
+            .is_active(CacheHitCollapse::ALERTNAME, &[("group", &g.group)]);
+        st.streak = if cond.all() { st.streak + 1 } else { 0 };
+        match base {
+            Some(b) if cond.all() && (st.streak >= self.cfg.consecutive_windows || active) => {
+                st.reported += 1;
+                let calm = s.load <= self.cfg.metastable_load_factor * b.load;
+                st.calm = if calm { st.calm + 1 } else { 0 };
+                if b.miss > 0.0 {
+                    st.peak = st.peak.max(s.miss / b.miss);
                 }
-                _ if !active => {
-                    st.reported = 0;
-                    st.calm = 0;
-                    st.peak = 0.0;
-                }
-                _ => {}
+                out.push(render(
+                    &self.cfg,
+                    &g.group,
+                    &self.figures(g, st, &s, &b, cond),
+                ));
             }
-            // Baselines learn from windows where nothing is suspect; a lone condition that
-            // lasts past the freeze limit is learned as the new normal.
-            st.frozen_run = if cond.any() && !active {
-                st.frozen_run + 1
-            } else {
-                0
-            };
-            let frozen = active || (cond.any() && st.frozen_run <= self.cfg.freeze_limit_windows);
-            if !frozen {
-                st.learn(&s, self.alpha);
+            _ if !active => {
+                st.reported = 0;
+                st.calm = 0;
+                st.peak = 0.0;
             }
-            self.groups.insert(g.group.clone(), st);
+            _ => {}
+        }
+        // Baselines learn from windows where nothing is suspect; a lone condition that
+        // lasts past the freeze limit is learned as the new normal.
+        st.frozen_run = if cond.any() && !active {
+            st.frozen_run + 1
+        } else {
+            0
+        };
+        let frozen = active || (cond.any() && st.frozen_run <= self.cfg.freeze_limit_windows);
+        if !frozen {
+            st.learn(&s, self.alpha);
         }
     }
 }
@@ -505,7 +514,8 @@ impl CacheHitCollapse {
             windows: st.reported,
             peak_amplification: st.peak,
             hot: hot_spot(g, self.cfg.dominant_key_share),
-            shorten_deadlines: Outcome::dominant_error(&g.by_outcome) == Some(Outcome::Timeout)
+            shorten_deadlines: Outcome::dominant_error(&g.traffic.by_outcome)
+                == Some(Outcome::Timeout)
                 || cond.latency,
             shed_load: st.calm >= self.cfg.metastable_windows || s.err >= 0.5,
         }
@@ -516,8 +526,8 @@ impl CacheHitCollapse {
 /// of the shard reaches `dominant_share`.
 fn hot_spot(g: &GroupSnapshot, dominant_share: f64) -> Option<HotSpot> {
     let h = hottest(g)?;
-    let backend = g.requests.saturating_sub(g.cache_hits).max(1) as f64;
-    let calls = h.requests.saturating_sub(h.cache_hits) as f64;
+    let backend = g.requests.saturating_sub(g.traffic.cache_hits).max(1) as f64;
+    let calls = h.requests.saturating_sub(h.traffic.cache_hits) as f64;
     // The key summary over-counts by at most `error`: judge dominance on the lower bound.
     let key = h.top_keys.first().and_then(|k| {
         let share = k.lower_bound() as f64 / h.requests.max(1) as f64;
@@ -532,8 +542,8 @@ fn hot_spot(g: &GroupSnapshot, dominant_share: f64) -> Option<HotSpot> {
             1.0
         },
         backend_share: calls / backend,
-        error_ratio: h.error_ratio.unwrap_or(0.0),
-        hit_ratio: h.cache_hit_ratio,
+        error_ratio: h.traffic.error_ratio.unwrap_or(0.0),
+        hit_ratio: h.traffic.cache_hit_ratio,
         key,
     })
 }
@@ -729,13 +739,14 @@ fn hottest(g: &GroupSnapshot) -> Option<&ShardSnapshot> {
     g.tracked_shards()
         .filter(|s| s.requests > 0)
         .rev()
-        .max_by_key(|s| s.requests.saturating_sub(s.cache_hits))
+        .max_by_key(|s| s.requests.saturating_sub(s.traffic.cache_hits))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
+    use crate::detect::Detector;
     use crate::detect::DetectorsConfig;
     use crate::observation::{CacheResult, ObservationRef};
     use crate::snapshot::WindowSnapshot;
@@ -1157,7 +1168,11 @@ mod tests {
         w.record(&o);
         let snap = w.close(10.0);
         let g = &snap.groups[0];
-        assert!(g.latency.unwrap().p99_ms < 1.0, "{:?}", g.latency);
+        assert!(
+            g.traffic.latency.unwrap().p99_ms < 1.0,
+            "{:?}",
+            g.traffic.latency
+        );
         let s = Signals::of(g);
         assert!(s.exact);
         assert!((s.p99.unwrap() - 100.0).abs() <= 1.0, "{:?}", s.p99);

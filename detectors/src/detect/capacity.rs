@@ -56,8 +56,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
 use crate::evidence::StepEvidence;
 use crate::observation::quote;
@@ -242,7 +241,7 @@ impl CapacityHeadroomConfig {
         let cap = self.capacity_of(group, &s.shard);
         let by_rate = cap
             .and_then(|c| c.max_requests_per_second)
-            .map(|m| (s.requests_per_second / m, Source::RequestRate));
+            .map(|m| (s.traffic.requests_per_second / m, Source::RequestRate));
         // Judged on the rate's lower noise bound; the other signals are readings, not counts.
         let judged = |(u, source): (f64, Source)| match source {
             Source::RequestRate => u * poisson_lower_fraction(s.requests, self.noise_sigmas),
@@ -305,7 +304,7 @@ struct Reading {
 
 /// What the detector remembers about one shard with a capacity.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     streak: u32,
     /// Utilisation over the streak's windows: how much of it a burst could explain.
     #[serde(default)]
@@ -322,18 +321,36 @@ pub struct CapacityHeadroom {
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
-impl CapacityHeadroom {
-    fn evaluate_group(&mut self, now: f64, g: &GroupSnapshot, out: &mut Vec<Finding>) {
-        let cfg = &self.cfg;
-        let window_secs = self.window_secs;
-        let configured = cfg.capacities.iter().any(|c| c.group == g.group);
-        if !configured && !g.shards.iter().any(|s| s.utilisation.is_some()) {
-            self.state.remove(&g.group);
-            return;
+impl GroupDetector for CapacityHeadroom {
+    type State = BTreeMap<String, ShardState>;
+
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.state
+    }
+
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.state
+    }
+
+    /// A group with neither a configured capacity nor a shard reporting its utilisation has
+    /// nothing to judge, and nothing to remember.
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
+        let configured = self.cfg.capacities.iter().any(|c| c.group == g.group);
+        if configured || g.shards.iter().any(|s| s.utilisation.is_some()) {
+            Visit::Judge
+        } else {
+            Visit::Forget
         }
-        let states = self.state.entry(g.group.clone()).or_default();
-        // A shard that stops reporting and has no entry leaves with its history.
-        states.retain(|name, _| g.shard(name).is_some());
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let (cfg, window_secs, now) = (&self.cfg, self.window_secs, ctx.now());
         for s in g.tracked_shards() {
             let Some(reading) = cfg.utilisation_of(&g.group, s) else {
                 states.remove(&s.shard);
@@ -364,6 +381,14 @@ impl CapacityHeadroom {
                     &Figures::of(cfg, s, reading, eta),
                 ));
             }
+        }
+    }
+
+    /// The projection fits utilisation against window ends; after a clock step those ends are
+    /// no longer evenly spaced, so the history starts over.
+    fn after_clock_step(shards: &mut Self::State) {
+        for s in shards.values_mut() {
+            s.history.clear();
         }
     }
 }
@@ -448,7 +473,7 @@ impl Figures {
             utilisation: r.u,
             source: r.source,
             capacity: r.capacity,
-            requests_per_second: s.requests_per_second,
+            requests_per_second: s.traffic.requests_per_second,
             inflight: s.inflight,
             saturation_in: eta,
         }
@@ -550,38 +575,10 @@ impl DetectorKind for CapacityHeadroom {
     }
 }
 
-impl Detector for CapacityHeadroom {
-    persisted_in!(state);
-
-    /// The projection fits utilisation against window ends; after a clock step those ends are
-    /// no longer evenly spaced, so the history starts over.
-    fn clock_stepped(&mut self) {
-        for shards in self.state.values_mut() {
-            for s in shards.values_mut() {
-                s.history.clear();
-            }
-        }
-    }
-
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
-    }
-
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            self.evaluate_group(ctx.now(), g, out);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::AlertBook;
     use crate::observation::{ObservationRef, ReadingKind, ReadingRef};
-    use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
     /// The readings a shard reports in a window.
@@ -591,12 +588,7 @@ mod tests {
         utilisation: Option<f64>,
     }
 
-    struct Rig {
-        det: CapacityHeadroom,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-    }
+    type Rig = crate::detect::testkit::Rig<CapacityHeadroom>;
 
     fn cap(group: &str, shard: &str, rps: f64) -> Capacity {
         Capacity {
@@ -607,20 +599,14 @@ mod tests {
         }
     }
 
+    /// Windows built from request rates and readings, at unix-epoch times.
     impl Rig {
-        fn new(capacities: Vec<Capacity>) -> Rig {
+        fn with(capacities: Vec<Capacity>) -> Rig {
             let cfg = CapacityHeadroomConfig {
                 capacities,
                 ..CapacityHeadroomConfig::default()
             };
-            let mut rules = BTreeMap::new();
-            rules.insert(CapacityHeadroom::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: CapacityHeadroom::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 1.7e9),
-                t: 1.7e9,
-            }
+            Rig::starting_at(cfg, 1.7e9)
         }
 
         /// One 10 s window with `rps[i]` requests per second on shard `s{i}` of `db`.
@@ -630,12 +616,10 @@ mod tests {
                 let mut o = ObservationRef::new("db", &name);
                 o.count = (r * 10.0).round() as u64;
                 if o.count > 0 {
-                    self.windows.record(&o);
+                    self.record(&o);
                 }
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
+            self.close()
         }
 
         /// One window with 20 req/s on `s0`, and the readings `sat` reported for it (twice,
@@ -643,7 +627,7 @@ mod tests {
         fn window_reporting(&mut self, sat: Saturation) -> Vec<Finding> {
             let mut o = ObservationRef::new("db", "s0");
             o.count = 200;
-            self.windows.record(&o);
+            self.record(&o);
             for scale in [1.0, 0.5] {
                 let readings = [
                     (ReadingKind::Inflight, sat.inflight),
@@ -660,20 +644,14 @@ mod tests {
                     });
                 }
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 
     #[test]
     fn eighty_five_percent_for_three_windows_warns_and_ninety_five_is_critical() {
         // 8,500 requests a window: judged at 85% less 2 sigma of Poisson noise, 83%.
-        let mut rig = Rig::new(vec![cap("db", "*", 1000.0)]);
+        let mut rig = Rig::with(vec![cap("db", "*", 1000.0)]);
         assert!(rig.window(&[850.0, 400.0]).is_empty());
         assert!(rig.window(&[850.0, 400.0]).is_empty());
         let f = rig.window(&[850.0, 400.0]);
@@ -692,7 +670,7 @@ mod tests {
     #[test]
     fn poisson_noise_at_a_small_capacity_does_not_fire() {
         let firings = |noise_sigmas: f64| {
-            let mut rig = Rig::new(vec![cap("db", "*", 2.0)]);
+            let mut rig = Rig::with(vec![cap("db", "*", 2.0)]);
             rig.det.cfg.noise_sigmas = noise_sigmas;
             rig.det.cfg.projection_horizon_secs = 0.0;
             let mut rng = crate::prng::SplitMix64::new(17);
@@ -726,7 +704,7 @@ mod tests {
     #[test]
     fn a_20_s_burst_at_any_alignment_does_not_fire_and_a_step_fires_at_its_third_window() {
         let run = |tolerated: f64, windows: &[f64]| {
-            let mut rig = Rig::new(vec![cap("db", "*", 1000.0)]);
+            let mut rig = Rig::with(vec![cap("db", "*", 1000.0)]);
             rig.det.cfg.tolerated_burst_secs = tolerated;
             for _ in 0..20 {
                 assert!(rig.window(&[300.0]).is_empty());
@@ -779,7 +757,7 @@ mod tests {
 
     #[test]
     fn reported_utilisation_fires_without_any_capacity_and_wins_over_the_request_rate() {
-        let mut rig = Rig::new(Vec::new());
+        let mut rig = Rig::with(Vec::new());
         let busy = Saturation {
             inflight: None,
             utilisation: Some(0.92),
@@ -797,7 +775,7 @@ mod tests {
                 .contains_key("capacity_requests_per_second")
         );
         // 20 req/s of a 100 req/s capacity is 20%, but the shard says it is 92% busy.
-        let mut rig = Rig::new(vec![cap("db", "*", 100.0)]);
+        let mut rig = Rig::with(vec![cap("db", "*", 100.0)]);
         let f: Vec<_> = (0..3).flat_map(|_| rig.window_reporting(busy)).collect();
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].annotations["utilisation"], "0.920");
@@ -818,7 +796,7 @@ mod tests {
             max_inflight: Some(50.0),
             ..cap("db", "*", 1.0)
         };
-        let mut rig = Rig::new(vec![only_inflight]);
+        let mut rig = Rig::with(vec![only_inflight]);
         let queued = Saturation {
             inflight: Some(45.0),
             utilisation: None,
@@ -837,7 +815,7 @@ mod tests {
 
     #[test]
     fn steady_load_under_the_threshold_never_fires() {
-        let mut rig = Rig::new(vec![cap("db", "*", 100.0)]);
+        let mut rig = Rig::with(vec![cap("db", "*", 100.0)]);
         for _ in 0..500 {
             assert!(rig.window(&[75.0, 79.0, 10.0]).is_empty());
         }
@@ -845,7 +823,7 @@ mod tests {
 
     #[test]
     fn a_steep_ramp_is_projected_before_it_reaches_the_threshold() {
-        let mut rig = Rig::new(vec![cap("db", "*", 100.0)]);
+        let mut rig = Rig::with(vec![cap("db", "*", 100.0)]);
         let mut fired = None;
         for w in 0..40 {
             // +2 points of utilisation per 10 s window from 40%.
@@ -864,12 +842,12 @@ mod tests {
 
     #[test]
     fn an_exact_entry_overrides_the_wildcard_and_other_groups_are_ignored() {
-        let mut rig = Rig::new(vec![cap("db", "*", 100.0), cap("db", "s1", 1000.0)]);
+        let mut rig = Rig::with(vec![cap("db", "*", 100.0), cap("db", "s1", 1000.0)]);
         for _ in 0..5 {
             // s1 at 90 req/s is 9% of its own capacity.
             assert!(rig.window(&[10.0, 90.0]).is_empty());
         }
-        let mut other = Rig::new(vec![cap("elsewhere", "*", 1.0)]);
+        let mut other = Rig::with(vec![cap("elsewhere", "*", 1.0)]);
         for _ in 0..5 {
             assert!(other.window(&[500.0]).is_empty());
         }
@@ -878,7 +856,7 @@ mod tests {
 
     #[test]
     fn a_short_burst_does_not_fire() {
-        let mut rig = Rig::new(vec![cap("db", "*", 100.0)]);
+        let mut rig = Rig::with(vec![cap("db", "*", 100.0)]);
         for _ in 0..20 {
             rig.window(&[30.0]);
         }

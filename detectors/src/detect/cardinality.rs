@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, pct, persisted_in,
+    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, pct,
+    restore_state_into, save_state_of,
 };
 use crate::observation::{OTHER_LABEL, quote};
 use crate::snapshot::GroupSnapshot;
@@ -161,8 +162,18 @@ impl DetectorKind for CardinalityOverflow {
     }
 }
 
+// Not a `GroupDetector`: it judges the `__other__` aggregate as a group of its own, whose streak
+// must outlast windows with no group by that name (the shared implementation forgets what is
+// not a group by name), and a window without folding ends a group's streak, so its whole state
+// is rebuilt from each window rather than kept and pruned.
 impl Detector for CardinalityOverflow {
-    persisted_in!(streaks);
+    fn save_state(&self) -> serde_json::Value {
+        save_state_of(&self.streaks)
+    }
+
+    fn restore_state(&mut self, state: serde_json::Value) -> Result<(), String> {
+        restore_state_into(&mut self.streaks, state)
+    }
 
     fn alertname(&self) -> &'static str {
         Self::ALERTNAME

@@ -50,8 +50,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, ms, num,
-    pct, persisted_in, times,
+    Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
+    Visit, factor, ms, num, pct, times,
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::{Outcome, label_value, quote};
@@ -190,7 +190,7 @@ impl DetectorSettings for DeadlinePileUpConfig {
 
 /// Baselines, streak and evidence of one group.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct GroupState {
+pub struct GroupState {
     /// Timeout ratio.
     ratio: Ewma,
     /// p99 of successful responses, ms.
@@ -204,6 +204,8 @@ struct GroupState {
     #[serde(default)]
     inflight: Ewma,
 }
+
+impl GroupMemory for GroupState {}
 
 /// Where a deadline came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,8 +298,8 @@ pub struct DeadlinePileUp {
 impl DeadlinePileUp {
     /// What the window shows of `g`: its timeouts, successful latency and deadline.
     fn read(&self, g: &GroupSnapshot) -> Option<Reading> {
-        let ok = g.ok_latency?;
-        let timeouts = g.outcome(Outcome::Timeout);
+        let ok = g.traffic.ok_latency?;
+        let timeouts = g.traffic.outcome(Outcome::Timeout);
         let deadline = match self.cfg.deadlines_ms.get(&g.group) {
             Some(&d) => Some((d, DeadlineSource::Configured)),
             None => g
@@ -340,89 +342,23 @@ impl DeadlinePileUp {
             && r.crowd_p99 >= c.crowd_fraction * deadline
             && r.crowd_p99 >= c.latency_over_baseline * p99
     }
-
-    /// Judges `g` with its state `st` and pushes a finding when the condition has persisted.
-    fn evaluate_group(
-        &self,
-        ctx: &Context<'_>,
-        g: &GroupSnapshot,
-        st: &mut GroupState,
-        out: &mut Vec<Finding>,
-    ) {
-        let active = ctx.alerts.group_has_active(Self::ALERTNAME, &g.group);
-        if !active {
-            st.shard = None;
-        }
-        let reading = (g.requests >= self.cfg.min_requests)
-            .then(|| self.read(g))
-            .flatten();
-        let Some(r) = reading else {
-            // Too little to judge: the streak ends, nothing is learned.
-            st.streak = 0;
-            st.evidence = StepEvidence::default();
-            return;
-        };
-        let warm = self.cfg.warmup_windows;
-        let base = st.ratio.value(warm).zip(st.ok_p99.value(warm));
-        let over = base.is_some_and(|b| self.piles_up(&r, b));
-        st.streak = if over { st.streak + 1 } else { 0 };
-        let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
-        st.evidence.push(over, r.timeouts as f64 - expected);
-        if !(over || active) {
-            st.ratio.update(r.ratio, self.alpha);
-            st.ok_p99.update(r.ok_p99, self.alpha);
-            if let Some(n) = r.inflight {
-                st.inflight.update(n, self.alpha);
-            }
-        }
-        let (Some(b), Some((deadline_ms, source))) = (base, r.deadline) else {
-            return;
-        };
-        if over && self.persistence.holds(st.streak, &st.evidence) {
-            let fig = Figures {
-                requests: g.requests,
-                timeouts: r.timeouts,
-                timeout_ratio: r.ratio,
-                baseline_ratio: b.0,
-                deadline_ms,
-                source,
-                ok_p50_ms: r.ok_p50,
-                ok_p99_ms: r.ok_p99,
-                baseline_ok_p99_ms: b.1,
-                crowd_p99_ms: r.crowd_p99,
-                top_shard: r.top,
-                inflight: r.inflight.map(|now| InFlight {
-                    now,
-                    baseline: st.inflight.value(warm),
-                }),
-                windows: st.streak,
-            };
-            if !active {
-                st.shard = fig
-                    .top_shard
-                    .as_ref()
-                    .filter(|s| s.timeout_share >= self.cfg.shard_timeout_share)
-                    .map(|s| s.shard.clone());
-            }
-            out.push(render(&self.cfg, &g.group, st.shard.as_deref(), &fig));
-        }
-    }
 }
 
 /// The shard that returned the most timeouts of `g` (`timeouts` in all); ties go to the
 /// first name.
 fn top_timeout_shard(g: &GroupSnapshot, timeouts: u64) -> Option<TimeoutShard> {
     g.tracked_shards()
-        .filter(|s| s.outcome(Outcome::Timeout) > 0)
+        .filter(|s| s.traffic.outcome(Outcome::Timeout) > 0)
         .rev()
-        .max_by_key(|s| s.outcome(Outcome::Timeout))
+        .max_by_key(|s| s.traffic.outcome(Outcome::Timeout))
         .map(|s| {
-            let t = s.outcome(Outcome::Timeout) as f64;
+            let t = s.traffic.outcome(Outcome::Timeout) as f64;
             TimeoutShard {
                 shard: s.shard.clone(),
                 timeout_share: t / timeouts.max(1) as f64,
                 timeout_ratio: t / s.requests.max(1) as f64,
                 ok_p99_ms: s
+                    .traffic
                     .ok_latency
                     .filter(|l| l.count >= MIN_SHARD_OK_SAMPLES)
                     .map(|l| l.p99_ms),
@@ -575,22 +511,84 @@ impl DetectorKind for DeadlinePileUp {
     }
 }
 
-impl Detector for DeadlinePileUp {
-    persisted_in!(groups);
+impl GroupDetector for DeadlinePileUp {
+    type State = GroupState;
 
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.groups
     }
 
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        // Groups that left the snapshot take their state with them: memory stays bounded by
-        // the groups the windows track.
-        let snap = ctx.snapshot;
-        self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in snap.tracked_groups() {
-            let mut st = self.groups.remove(&g.group).unwrap_or_default();
-            self.evaluate_group(ctx, g, &mut st, out);
-            self.groups.insert(g.group.clone(), st);
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.groups
+    }
+
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
+        Visit::when(g.is_tracked())
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        st: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let active = ctx.alerts.group_has_active(Self::ALERTNAME, &g.group);
+        if !active {
+            st.shard = None;
+        }
+        let reading = (g.requests >= self.cfg.min_requests)
+            .then(|| self.read(g))
+            .flatten();
+        let Some(r) = reading else {
+            // Too little to judge: the streak ends, nothing is learned.
+            st.streak = 0;
+            st.evidence = StepEvidence::default();
+            return;
+        };
+        let warm = self.cfg.warmup_windows;
+        let base = st.ratio.value(warm).zip(st.ok_p99.value(warm));
+        let over = base.is_some_and(|b| self.piles_up(&r, b));
+        st.streak = if over { st.streak + 1 } else { 0 };
+        let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
+        st.evidence.push(over, r.timeouts as f64 - expected);
+        if !(over || active) {
+            st.ratio.update(r.ratio, self.alpha);
+            st.ok_p99.update(r.ok_p99, self.alpha);
+            if let Some(n) = r.inflight {
+                st.inflight.update(n, self.alpha);
+            }
+        }
+        let (Some(b), Some((deadline_ms, source))) = (base, r.deadline) else {
+            return;
+        };
+        if over && self.persistence.holds(st.streak, &st.evidence) {
+            let fig = Figures {
+                requests: g.requests,
+                timeouts: r.timeouts,
+                timeout_ratio: r.ratio,
+                baseline_ratio: b.0,
+                deadline_ms,
+                source,
+                ok_p50_ms: r.ok_p50,
+                ok_p99_ms: r.ok_p99,
+                baseline_ok_p99_ms: b.1,
+                crowd_p99_ms: r.crowd_p99,
+                top_shard: r.top,
+                inflight: r.inflight.map(|now| InFlight {
+                    now,
+                    baseline: st.inflight.value(warm),
+                }),
+                windows: st.streak,
+            };
+            if !active {
+                st.shard = fig
+                    .top_shard
+                    .as_ref()
+                    .filter(|s| s.timeout_share >= self.cfg.shard_timeout_share)
+                    .map(|s| s.shard.clone());
+            }
+            out.push(render(&self.cfg, &g.group, st.shard.as_deref(), &fig));
         }
     }
 }
@@ -599,6 +597,7 @@ impl Detector for DeadlinePileUp {
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
+    use crate::detect::Detector;
     use crate::detect::DetectorsConfig;
     use crate::observation::{ObservationRef, ReadingKind, ReadingRef};
     use crate::snapshot::WindowSnapshot;

@@ -33,8 +33,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, factor, pct,
-    persisted_in, times,
+    Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
+    Visit, factor, pct, times,
 };
 use crate::observation::{Outcome, label_value, quote};
 use crate::snapshot::GroupSnapshot;
@@ -115,11 +115,13 @@ impl ErrorSurgeConfig {
 
 /// Baselines and streak of one group.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct GroupState {
+pub struct GroupState {
     ratio: Ewma,
     by_class: [Ewma; Outcome::COUNT],
     streak: u32,
 }
+
+impl GroupMemory for GroupState {}
 
 /// The `ErrorSurge` detector.
 #[derive(Debug, Clone)]
@@ -175,7 +177,7 @@ impl ErrorSurge {
             .iter()
             .map(|&class| ClassRatio {
                 class,
-                now: g.outcome(class) as f64 / requests,
+                now: g.traffic.outcome(class) as f64 / requests,
                 baseline: st.by_class[class.index()].value(warm).unwrap_or(0.0),
             })
             .collect();
@@ -191,13 +193,13 @@ impl ErrorSurge {
         // The shard with the most errors; `rev` makes ties go to the first name.
         let top_shard = g
             .tracked_shards()
-            .filter(|s| s.errors > 0)
+            .filter(|s| s.traffic.errors > 0)
             .rev()
-            .max_by_key(|s| s.errors)
+            .max_by_key(|s| s.traffic.errors)
             .map(|s| ErrorShard {
                 shard: s.shard.clone(),
-                error_share: s.errors as f64 / g.errors.max(1) as f64,
-                error_ratio: s.error_ratio.unwrap_or(0.0),
+                error_share: s.traffic.errors as f64 / g.traffic.errors.max(1) as f64,
+                error_ratio: s.traffic.error_ratio.unwrap_or(0.0),
             });
         Figures {
             ratio: e,
@@ -288,48 +290,51 @@ impl DetectorKind for ErrorSurge {
     }
 }
 
-impl Detector for ErrorSurge {
-    persisted_in!(groups);
+impl GroupDetector for ErrorSurge {
+    type State = GroupState;
 
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.groups
     }
 
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        // Groups that left the snapshot take their state with them: memory stays bounded by
-        // the groups the windows track.
-        let snap = ctx.snapshot;
-        self.groups.retain(|name, _| snap.group(name).is_some());
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.groups
+    }
+
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
         // `__other__` mixes unrelated systems; its ratio is nobody's.
-        for g in snap.tracked_groups() {
-            if g.requests < self.cfg.min_requests {
-                continue;
+        Visit::when(g.is_tracked() && g.requests >= self.cfg.min_requests)
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        st: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let e = g.traffic.errors as f64 / g.requests as f64;
+        let verdict = st
+            .ratio
+            .value(self.cfg.warmup_windows)
+            .map(|b| (b, self.cfg.surges(e, b)));
+        let holds = verdict.is_some_and(|(_, h)| h);
+        st.streak = if holds { st.streak + 1 } else { 0 };
+        let active = ctx
+            .alerts
+            .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
+        if let Some((b, true)) = verdict
+            && (st.streak >= self.cfg.consecutive_windows || active)
+        {
+            out.push(render(&self.cfg, &g.group, &self.figures(g, st, e, b)));
+        }
+        // Learn only from windows that are neither suspect nor part of an incident.
+        if !holds && !active {
+            st.ratio.update(e, self.alpha);
+            for c in Outcome::ERRORS {
+                let r = g.traffic.outcome(c) as f64 / g.requests as f64;
+                st.by_class[c.index()].update(r, self.alpha);
             }
-            let mut st = self.groups.remove(&g.group).unwrap_or_default();
-            let e = g.errors as f64 / g.requests as f64;
-            let verdict = st
-                .ratio
-                .value(self.cfg.warmup_windows)
-                .map(|b| (b, self.cfg.surges(e, b)));
-            let holds = verdict.is_some_and(|(_, h)| h);
-            st.streak = if holds { st.streak + 1 } else { 0 };
-            let active = ctx
-                .alerts
-                .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
-            if let Some((b, true)) = verdict
-                && (st.streak >= self.cfg.consecutive_windows || active)
-            {
-                out.push(render(&self.cfg, &g.group, &self.figures(g, &st, e, b)));
-            }
-            // Learn only from windows that are neither suspect nor part of an incident.
-            if !holds && !active {
-                st.ratio.update(e, self.alpha);
-                for c in Outcome::ERRORS {
-                    let r = g.outcome(c) as f64 / g.requests as f64;
-                    st.by_class[c.index()].update(r, self.alpha);
-                }
-            }
-            self.groups.insert(g.group.clone(), st);
         }
     }
 }
@@ -338,6 +343,7 @@ impl Detector for ErrorSurge {
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
+    use crate::detect::Detector;
     use crate::detect::DetectorsConfig;
     use crate::observation::ObservationRef;
     use crate::snapshot::WindowSnapshot;

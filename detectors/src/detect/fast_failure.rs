@@ -42,8 +42,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, ms, num, pct,
-    persisted_in,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, ms, num,
+    pct,
 };
 use crate::observation::{Outcome, quote};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
@@ -146,7 +146,7 @@ impl DetectorSettings for FastFailureSinkConfig {
 
 /// Baseline and streak of one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     share: Ewma,
     streak: u32,
 }
@@ -196,7 +196,7 @@ pub struct FastFailureSink {
 }
 
 fn error_ratio(s: &ShardSnapshot) -> f64 {
-    s.error_ratio.unwrap_or(0.0)
+    s.traffic.error_ratio.unwrap_or(0.0)
 }
 
 /// The error-attraction ratio of the `judged` shards with baseline shares `bases`, and the
@@ -227,7 +227,7 @@ fn error_attraction(judged: &[&ShardSnapshot], bases: &[f64]) -> Option<(f64, f6
 impl FastFailureSink {
     /// Judges every eligible shard of `g`; returns, per shard name, the verdict when all four
     /// conditions hold now.
-    fn judge(
+    fn verdicts(
         &self,
         g: &GroupSnapshot,
         states: &BTreeMap<String, ShardState>,
@@ -267,7 +267,7 @@ impl FastFailureSink {
     /// more traffic than it used to, fails more than its peers and answers faster than them.
     fn sink(&self, judged: &[&ShardSnapshot], j: usize, b: f64, ear: f64) -> Option<Verdict> {
         let s = judged[j];
-        let lat = s.latency?;
+        let lat = s.traffic.latency?;
         let e = error_ratio(s);
         // The cheap per-shard tests first: peer medians cost O(J) per suspect, and there is
         // rarely more than one suspect.
@@ -277,7 +277,7 @@ impl FastFailureSink {
         let peers = judged.iter().enumerate().filter(|(k, _)| *k != j);
         let mut peer_err: Vec<f64> = peers.clone().map(|(_, p)| error_ratio(p)).collect();
         let mut peer_p50: Vec<f64> = peers
-            .filter_map(|(_, p)| p.latency.map(|l| l.p50_ms))
+            .filter_map(|(_, p)| p.traffic.latency.map(|l| l.p50_ms))
             .collect();
         let (pe, pl) = (median(&mut peer_err)?, median(&mut peer_p50)?);
         let holds = e >= self.cfg.error_ratio_peer_factor * pe
@@ -295,13 +295,13 @@ impl FastFailureSink {
 }
 
 fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: &Verdict, windows: u32) -> Figures {
-    let class = Outcome::dominant_error(&s.by_outcome).unwrap_or(Outcome::Error);
+    let class = Outcome::dominant_error(&s.traffic.by_outcome).unwrap_or(Outcome::Error);
     Figures {
         verdict: *v,
         class,
-        class_ratio: s.outcome(class) as f64 / s.requests.max(1) as f64,
-        ok_p50: s.ok_latency.map(|l| l.p50_ms),
-        group_error_ratio: g.error_ratio.unwrap_or(0.0),
+        class_ratio: s.traffic.outcome(class) as f64 / s.requests.max(1) as f64,
+        ok_p50: s.traffic.ok_latency.map(|l| l.p50_ms),
+        group_error_ratio: g.traffic.error_ratio.unwrap_or(0.0),
         windows,
     }
 }
@@ -395,54 +395,60 @@ impl DetectorKind for FastFailureSink {
     }
 }
 
-impl Detector for FastFailureSink {
-    persisted_in!(groups);
+impl GroupDetector for FastFailureSink {
+    type State = BTreeMap<String, ShardState>;
 
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.groups
     }
 
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in snap.tracked_groups() {
-            let mut states = self.groups.remove(&g.group).unwrap_or_default();
-            // Shards the windows forgot take their state with them.
-            states.retain(|name, _| g.shard(name).is_some());
-            let verdicts = self.judge(g, &states);
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.groups
+    }
+
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
+        Visit::when(g.is_tracked())
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let verdicts = self.verdicts(g, states);
+        for s in g.tracked_shards() {
+            let st = states.entry(s.shard.clone()).or_default();
+            let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
+            let Some(v) = verdicts.get(&s.shard) else {
+                st.streak = 0;
+                continue;
+            };
+            st.streak += 1;
+            if st.streak >= self.cfg.consecutive_windows
+                || ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels)
+            {
+                out.push(render(
+                    &self.cfg,
+                    &g.group,
+                    &s.shard,
+                    &figures(g, s, v, st.streak),
+                ));
+            }
+        }
+        // Shares learn only while no shard is suspect and no alert is active, so the
+        // incident's redistribution does not become the new normal.
+        let frozen = !verdicts.is_empty()
+            || ctx
+                .alerts
+                .group_has_active(FastFailureSink::ALERTNAME, &g.group);
+        if !frozen && g.requests > 0 {
             for s in g.tracked_shards() {
-                let st = states.entry(s.shard.clone()).or_default();
-                let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
-                let Some(v) = verdicts.get(&s.shard) else {
-                    st.streak = 0;
-                    continue;
-                };
-                st.streak += 1;
-                if st.streak >= self.cfg.consecutive_windows
-                    || ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels)
-                {
-                    out.push(render(
-                        &self.cfg,
-                        &g.group,
-                        &s.shard,
-                        &figures(g, s, v, st.streak),
-                    ));
+                if let Some(st) = states.get_mut(&s.shard) {
+                    st.share.update(s.share, self.alpha);
                 }
             }
-            // Shares learn only while no shard is suspect and no alert is active, so the
-            // incident's redistribution does not become the new normal.
-            let frozen = !verdicts.is_empty()
-                || ctx
-                    .alerts
-                    .group_has_active(FastFailureSink::ALERTNAME, &g.group);
-            if !frozen && g.requests > 0 {
-                for s in g.tracked_shards() {
-                    if let Some(st) = states.get_mut(&s.shard) {
-                        st.share.update(s.share, self.alpha);
-                    }
-                }
-            }
-            self.groups.insert(g.group.clone(), states);
         }
     }
 }
@@ -451,6 +457,7 @@ impl Detector for FastFailureSink {
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
+    use crate::detect::Detector;
     use crate::detect::DetectorsConfig;
     use crate::observation::ObservationRef;
     use crate::snapshot::WindowSnapshot;
@@ -578,7 +585,7 @@ mod tests {
                 continue;
             }
             let g = &snap.groups[0];
-            let verdicts = d.judge(g, &d.groups["ms"]);
+            let verdicts = d.verdicts(g, &d.groups["ms"]);
             assert_eq!(verdicts.keys().collect::<Vec<_>>(), ["c2"]);
             let v = verdicts["c2"];
             // 1340 requests: five clusters of 200 with 1 error each, the sink 340 with 306.

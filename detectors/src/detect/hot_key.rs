@@ -66,8 +66,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::alpha_for;
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in, ratio_2dp,
+    Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
+    num, pct, ratio_2dp,
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::{quote, quote_key};
@@ -239,9 +239,15 @@ struct Scope {
 
 /// The group scope and each shard's scope.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct GroupState {
+pub struct GroupState {
     group: Scope,
     shards: BTreeMap<String, Scope>,
+}
+
+impl GroupMemory for GroupState {
+    fn forget_departed(&mut self, g: &GroupSnapshot) {
+        self.shards.retain(|name, _| g.shard(name).is_some());
+    }
 }
 
 /// One key's figures in one window.
@@ -351,15 +357,15 @@ impl KeyState {
 
 impl HotKey {
     fn group_rule(
-        &mut self,
+        &self,
         ctx: &Context<'_>,
         g: &GroupSnapshot,
+        scope: &mut Scope,
         hot_keys: &mut BTreeSet<String>,
         out: &mut Vec<Finding>,
     ) {
         let cfg = &self.cfg;
         let alpha = self.alpha;
-        let scope = &mut self.state.entry(g.group.clone()).or_default().group;
         if g.requests == 0 || g.keyed_requests == 0 {
             return;
         }
@@ -407,22 +413,21 @@ impl HotKey {
     }
 
     fn shard_rule(
-        &mut self,
+        &self,
         ctx: &Context<'_>,
         g: &GroupSnapshot,
+        shards: &mut BTreeMap<String, Scope>,
         hot_keys: &BTreeSet<String>,
         out: &mut Vec<Finding>,
     ) {
         let cfg = &self.cfg;
         let alpha = self.alpha;
-        let gs = self.state.entry(g.group.clone()).or_default();
-        gs.shards.retain(|name, _| g.shard(name).is_some());
         let group_total = g.requests.max(1) as f64;
         for s in g.tracked_shards() {
             if s.requests == 0 || s.top_keys.is_empty() {
                 continue;
             }
-            let scope = gs.shards.entry(s.shard.clone()).or_default();
+            let scope = shards.entry(s.shard.clone()).or_default();
             let warm = scope.windows >= cfg.warmup_windows;
             let mut reported = BTreeSet::new();
             for k in &s.top_keys {
@@ -657,21 +662,27 @@ impl DetectorKind for HotKey {
     }
 }
 
-impl Detector for HotKey {
-    persisted_in!(state);
+impl GroupDetector for HotKey {
+    type State = GroupState;
 
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
+    fn states(&self) -> &BTreeMap<String, GroupState> {
+        &self.state
     }
 
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            let mut hot = BTreeSet::new();
-            self.group_rule(ctx, g, &mut hot, out);
-            self.shard_rule(ctx, g, &hot, out);
-        }
+    fn states_mut(&mut self) -> &mut BTreeMap<String, GroupState> {
+        &mut self.state
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        st: &mut GroupState,
+        out: &mut Vec<Finding>,
+    ) {
+        let mut hot = BTreeSet::new();
+        self.group_rule(ctx, g, &mut st.group, &mut hot, out);
+        self.shard_rule(ctx, g, &mut st.shards, &hot, out);
     }
 }
 
@@ -686,39 +697,18 @@ mod tests {
     /// One record: (shard, key, count).
     type Rec<'a> = (&'a str, &'a str, u64);
 
-    struct Rig {
-        det: HotKey,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-    }
+    type Rig = crate::detect::testkit::Rig<HotKey>;
 
+    /// Windows built from records.
     impl Rig {
-        fn new(cfg: HotKeyConfig) -> Rig {
-            let mut rules = BTreeMap::new();
-            rules.insert(HotKey::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: HotKey::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 0.0),
-                t: 0.0,
-            }
-        }
-
         fn window(&mut self, recs: &[Rec<'_>]) -> Vec<Finding> {
             for (shard, key, n) in recs {
                 let mut o = ObservationRef::new("db", shard);
                 o.key = Some(key);
                 o.count = *n;
-                self.windows.record(&o);
+                self.record(&o);
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 

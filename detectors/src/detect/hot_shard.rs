@@ -105,8 +105,8 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in, ratio_2dp,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
+    ratio_2dp,
 };
 use crate::evidence::StepEvidence;
 use crate::observation::{key_label, quote, quote_key};
@@ -228,7 +228,7 @@ impl DetectorSettings for HotShardConfig {
 
 /// What the detector remembers about one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     /// Baseline of the load ratio r = share·N.
     load: Ewma,
     /// NB2 dispersion g.
@@ -273,17 +273,32 @@ impl HotShard {
     fn tracked(&self) -> usize {
         self.state.values().map(BTreeMap::len).sum()
     }
+}
 
-    fn evaluate_group(&mut self, ctx: &Context<'_>, g: &GroupSnapshot, out: &mut Vec<Finding>) {
+impl GroupDetector for HotShard {
+    type State = BTreeMap<String, ShardState>;
+
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.state
+    }
+
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.state
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
         let cfg = &self.cfg;
         // Shards with load in this window, not `__other__` (an aggregate of many shards). A
         // shard with no request at all is left out of N and of the totals: shards being drained
         // or removed show as zero-load shards for a few windows, and counting them would raise
         // every other shard's load ratio (a scale-in is not a hot shard).
         let loaded: Vec<&ShardSnapshot> = g.tracked_shards().filter(|s| s.requests > 0).collect();
-        let states = self.state.entry(g.group.clone()).or_default();
-        // Departed shards (expired by the window stage) lose their state: memory stays bounded.
-        states.retain(|name, _| g.shard(name).is_some());
         if loaded.len() < 2 {
             return;
         }
@@ -472,7 +487,7 @@ fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
         } else {
             Attribution::HotRange
         },
-        requests_per_second: s.requests_per_second,
+        requests_per_second: s.traffic.requests_per_second,
     }
 }
 
@@ -554,60 +569,17 @@ impl DetectorKind for HotShard {
     }
 }
 
-impl Detector for HotShard {
-    persisted_in!(state);
-
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
-    }
-
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            self.evaluate_group(ctx, g, out);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::AlertBook;
     use crate::observation::ObservationRef;
-    use crate::prng::SplitMix64;
     use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
-    /// Drives a detector and an alert book with windows built from per-shard counts.
-    struct Rig {
-        det: HotShard,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-        rng: SplitMix64,
-    }
+    type Rig = crate::detect::testkit::Rig<HotShard>;
 
+    /// Windows built from per-shard counts.
     impl Rig {
-        fn new(cfg: HotShardConfig) -> Rig {
-            let mut rules = BTreeMap::new();
-            rules.insert(HotShard::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: HotShard::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 0.0),
-                t: 0.0,
-                rng: SplitMix64::new(12345),
-            }
-        }
-
-        /// Roughly Poisson noise (normal approximation: a sum of 12 uniforms has mean 6 and
-        /// variance 1), seeded so every run sees the same windows.
-        fn noisy(&mut self, mean: f64) -> u64 {
-            let u: f64 = (0..12).map(|_| self.rng.next_f64()).sum();
-            (mean + (u - 6.0) * mean.sqrt()).round().max(0.0) as u64
-        }
-
         /// One window with `counts[i]` requests on shard `s{i}` (with noise when `noise`);
         /// `key` puts a key on shard 0's requests. Returns the findings.
         fn window(&mut self, counts: &[f64], noise: bool, key: Option<&str>) -> Vec<Finding> {
@@ -626,15 +598,9 @@ mod tests {
                 if i == 0 {
                     o.key = key;
                 }
-                self.windows.record(&o);
+                self.record(&o);
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 

@@ -49,8 +49,7 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::quote;
@@ -149,7 +148,7 @@ impl DetectorSettings for LatencySkewConfig {
 
 /// What the detector remembers about one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     p99: Ewma,
     streak: u32,
     /// Excess mean latency over the peers' of the streak's windows.
@@ -166,15 +165,30 @@ pub struct LatencySkew {
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
-impl LatencySkew {
-    fn evaluate_group(&mut self, ctx: &Context<'_>, g: &GroupSnapshot, out: &mut Vec<Finding>) {
+impl GroupDetector for LatencySkew {
+    type State = BTreeMap<String, ShardState>;
+
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.state
+    }
+
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.state
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
         let cfg = &self.cfg;
-        let states = self.state.entry(g.group.clone()).or_default();
-        states.retain(|name, _| g.shard(name).is_some());
         let eligible: Vec<(&ShardSnapshot, f64)> = g
             .tracked_shards()
             .filter_map(|s| {
-                s.latency
+                s.traffic
+                    .latency
                     .filter(|l| l.count >= cfg.min_samples)
                     .map(|l| (s, l.p99_ms))
             })
@@ -273,9 +287,9 @@ impl Figures {
             p99,
             peers,
             baseline,
-            p50: s.latency.map(|l| l.p50_ms),
-            ok_p99: s.ok_latency.map(|l| l.p99_ms),
-            error_ratio: s.error_ratio.unwrap_or(0.0),
+            p50: s.traffic.latency.map(|l| l.p50_ms),
+            ok_p99: s.traffic.ok_latency.map(|l| l.p99_ms),
+            error_ratio: s.traffic.error_ratio.unwrap_or(0.0),
             load_share: s.share,
             samples: s.latency_samples,
         }
@@ -354,48 +368,19 @@ impl DetectorKind for LatencySkew {
     }
 }
 
-impl Detector for LatencySkew {
-    persisted_in!(state);
-
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
-    }
-
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        let snap = ctx.snapshot;
-        self.state.retain(|name, _| snap.group(name).is_some());
-        for g in &snap.groups {
-            self.evaluate_group(ctx, g, out);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::AlertBook;
     use crate::observation::ObservationRef;
-    use crate::snapshot::WindowSnapshot;
     use crate::window::{WindowConfig, Windows};
 
-    struct Rig {
-        det: LatencySkew,
-        book: AlertBook,
-        windows: Windows,
-        t: f64,
-    }
+    type Rig = crate::detect::testkit::Rig<LatencySkew>;
 
+    /// Windows built from latency scales.
     impl Rig {
-        fn new() -> Rig {
-            let cfg = LatencySkewConfig::default();
-            let mut rules = BTreeMap::new();
-            rules.insert(LatencySkew::ALERTNAME.to_owned(), cfg.rule.rule());
-            Rig {
-                det: LatencySkew::new(cfg, 10.0),
-                book: AlertBook::new(rules),
-                windows: Windows::new(WindowConfig::default(), 0.0),
-                t: 0.0,
-            }
+        /// The detector with its default settings.
+        fn with_defaults() -> Rig {
+            Rig::new(LatencySkewConfig::default())
         }
 
         /// One window: shard `s{i}` gets `samples` requests whose latencies spread from
@@ -406,12 +391,10 @@ mod tests {
                 for j in 0..samples {
                     let mut o = ObservationRef::new("db", &name);
                     o.latency_ms = Some(ms * (0.2 + 3.8 * (j as f64 / samples as f64).powi(4)));
-                    self.windows.record(&o);
+                    self.record(&o);
                 }
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
+            self.close()
         }
 
         /// One window of 100 requests per shard at scale 10 ms, except that a part `cover`
@@ -425,23 +408,17 @@ mod tests {
                     for j in 0..n {
                         let mut o = ObservationRef::new("db", &name);
                         o.latency_ms = Some(scale * spread(j, n));
-                        self.windows.record(&o);
+                        self.record(&o);
                     }
                 }
             }
-            self.t += 10.0;
-            let snap = self.windows.close(self.t);
-            self.eval(&snap)
-        }
-
-        fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
-            crate::detect::testkit::evaluate(&mut self.det, &mut self.book, snap, 10.0)
+            self.close()
         }
     }
 
     #[test]
     fn a_shard_ten_times_slower_than_its_peers_fires_on_the_third_window() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         let normal = vec![10.0; 8];
         for _ in 0..40 {
             assert!(rig.window(&normal, 100).is_empty());
@@ -466,7 +443,7 @@ mod tests {
 
     #[test]
     fn a_group_wide_slowdown_does_not_fire() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 100);
         }
@@ -477,7 +454,7 @@ mod tests {
 
     #[test]
     fn shards_with_few_samples_give_no_verdict() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 20);
         }
@@ -490,7 +467,7 @@ mod tests {
 
     #[test]
     fn a_shard_that_is_always_slow_is_its_own_baseline() {
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         let mut scale = vec![10.0; 6];
         scale[2] = 80.0;
         for _ in 0..200 {
@@ -503,7 +480,7 @@ mod tests {
         // The spell covers a part of the first window, all of the second and the rest of the
         // third: the p99 of all three is slow, but the mean holds two windows' worth.
         for part in [0.2, 0.5, 0.8] {
-            let mut rig = Rig::new();
+            let mut rig = Rig::with_defaults();
             for _ in 0..40 {
                 rig.window(&[10.0; 8], 100);
             }
@@ -515,7 +492,7 @@ mod tests {
             }
         }
         // Four slow windows fire whatever their shape.
-        let mut rig = Rig::new();
+        let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 100);
         }

@@ -13,6 +13,11 @@
 //! from its [`DetectorSettings`]. The `detectors!` list below names every kind once and
 //! derives [`DetectorsConfig`] from it; adding a detector is a new module and one line in that
 //! list.
+//!
+//! Most detectors judge each group on its own: they are [`GroupDetector`]s, and the one
+//! [`Detector`] implementation they share visits the groups, forgets the groups and shards
+//! that left the snapshot, and saves and restores what they learned. A detector's file then
+//! holds only its judgement of one group.
 
 pub mod baseline;
 
@@ -36,7 +41,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{AlertBook, AlertRule, Finding, Severity};
-use crate::snapshot::WindowSnapshot;
+use crate::snapshot::{GroupSnapshot, WindowSnapshot};
 
 /// What a detector sees at one evaluation.
 #[derive(Debug, Clone, Copy)]
@@ -64,7 +69,7 @@ pub trait Detector: Send + fmt::Debug {
     fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>);
     /// What it has learned (baselines, streaks, sums), as plain data, so it survives a restart
     /// (the state file) or a reload (a detector rebuilt with new settings). Implemented with
-    /// [`persisted_in!`].
+    /// [`save_state_of`].
     fn save_state(&self) -> serde_json::Value;
     /// Takes back what [`Detector::save_state`] of the same kind returned. An error leaves the
     /// detector as it was.
@@ -75,24 +80,142 @@ pub trait Detector: Send + fmt::Debug {
     fn clock_stepped(&mut self) {}
 }
 
-/// The [`Detector`] methods that save and restore what a detector has learned, kept in the
-/// field `$field` (a map of plain data that derives `Serialize` and `Deserialize`). Write it
-/// inside the detector's `impl Detector` block.
-macro_rules! persisted_in {
-    ($field:ident) => {
-        fn save_state(&self) -> serde_json::Value {
-            // Plain maps of numbers and strings always serialize; a non-finite number becomes
-            // null and fails the restore, which then starts that detector afresh.
-            serde_json::to_value(&self.$field).unwrap_or(serde_json::Value::Null)
-        }
-
-        fn restore_state(&mut self, state: serde_json::Value) -> Result<(), String> {
-            self.$field = serde_json::from_value(state).map_err(|e| e.to_string())?;
-            Ok(())
-        }
-    };
+/// What a detector has learned, kept in `state` (plain data that derives `Serialize`), as
+/// [`Detector::save_state`] returns it.
+pub fn save_state_of<S: Serialize>(state: &S) -> serde_json::Value {
+    // Plain maps of numbers and strings always serialize; a non-finite number becomes null and
+    // fails the restore, which then starts that detector afresh.
+    serde_json::to_value(state).unwrap_or(serde_json::Value::Null)
 }
-pub(crate) use persisted_in;
+
+/// Takes back into `state` what [`save_state_of`] returned, as [`Detector::restore_state`]
+/// does: an error leaves `state` as it was.
+pub fn restore_state_into<S: DeserializeOwned>(
+    state: &mut S,
+    saved: serde_json::Value,
+) -> Result<(), String> {
+    *state = serde_json::from_value(saved).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A detector that judges each group of a window on its own and remembers a
+/// [`GroupDetector::State`] per group.
+///
+/// Its [`Detector`] implementation is the one below, shared by every such detector: it forgets
+/// the groups that left the snapshot (and, through [`GroupMemory::forget_departed`], the
+/// shards that left a group), so memory stays bounded by what the windows track; it visits the
+/// groups in snapshot order, which is the order of the findings; and it saves and restores
+/// the states. The detector itself says which groups it judges ([`GroupDetector::visit`]) and
+/// judges one group ([`GroupDetector::judge`]).
+pub trait GroupDetector: DetectorKind {
+    /// What it remembers about one group.
+    type State: GroupMemory;
+
+    /// What it remembers, by group name.
+    fn states(&self) -> &BTreeMap<String, Self::State>;
+
+    /// What it remembers, by group name, to write.
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State>;
+
+    /// What it does with `g` in this window; by default it judges every group, the
+    /// `__other__` aggregate included.
+    fn visit(&self, _g: &GroupSnapshot) -> Visit {
+        Visit::Judge
+    }
+
+    /// Judges `g` with what it remembers of it, `st` (made afresh for a new group; the shards
+    /// that left `g` already forgotten), and pushes a finding for every entity whose condition
+    /// holds.
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        st: &mut Self::State,
+        out: &mut Vec<Finding>,
+    );
+
+    /// The wall clock stepped between two windows (see [`Detector::clock_stepped`]): forget,
+    /// in one group's `st`, what depends on the spacing of windows in time. By default nothing
+    /// does.
+    fn after_clock_step(_st: &mut Self::State) {}
+}
+
+/// What a [`GroupDetector`] remembers about one group: plain data, so it can be saved.
+pub trait GroupMemory: Default + Serialize + DeserializeOwned + fmt::Debug + Send {
+    /// Forgets what it holds about shards that left `g` (the window stage expired them), so
+    /// memory stays bounded by the shards the windows track. Called before each judgement of
+    /// the group; by default there is nothing per shard to forget.
+    fn forget_departed(&mut self, _g: &GroupSnapshot) {}
+}
+
+/// State per shard, by shard name: a shard that left the group takes its state with it.
+impl<S> GroupMemory for BTreeMap<String, S>
+where
+    S: Serialize + DeserializeOwned + fmt::Debug + Send,
+{
+    fn forget_departed(&mut self, g: &GroupSnapshot) {
+        self.retain(|name, _| g.shard(name).is_some());
+    }
+}
+
+/// What a [`GroupDetector`] does with one group in one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// Judges it; a group seen for the first time gets a fresh state.
+    Judge,
+    /// Passes it by: its state, if it has one, stays as it was, and none is made.
+    Pass,
+    /// Passes it by and forgets its state.
+    Forget,
+}
+
+impl Visit {
+    /// [`Visit::Judge`] when `judged`, else [`Visit::Pass`].
+    pub fn when(judged: bool) -> Visit {
+        if judged { Visit::Judge } else { Visit::Pass }
+    }
+}
+
+impl<T: GroupDetector> Detector for T {
+    fn alertname(&self) -> &'static str {
+        T::ALERTNAME
+    }
+
+    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
+        let snap = ctx.snapshot;
+        // Taken out for the loop, so `judge` reads the detector while it writes a group's state.
+        let mut states = std::mem::take(self.states_mut());
+        // Groups that left the snapshot take their state with them. The `__other__` aggregate
+        // is no group by name, so what a detector that judges it learns lasts one window.
+        states.retain(|name, _| snap.group(name).is_some());
+        for g in &snap.groups {
+            match self.visit(g) {
+                Visit::Judge => {
+                    let st = states.entry(g.group.clone()).or_default();
+                    st.forget_departed(g);
+                    self.judge(ctx, g, st, out);
+                }
+                Visit::Pass => {}
+                Visit::Forget => {
+                    states.remove(&g.group);
+                }
+            }
+        }
+        *self.states_mut() = states;
+    }
+
+    fn save_state(&self) -> serde_json::Value {
+        save_state_of(self.states())
+    }
+
+    fn restore_state(&mut self, state: serde_json::Value) -> Result<(), String> {
+        restore_state_into(self.states_mut(), state)
+    }
+
+    fn clock_stepped(&mut self) {
+        self.states_mut().values_mut().for_each(T::after_clock_step);
+    }
+}
 
 /// A kind of detector: it names itself and its YAML section, owns a settings type, and builds
 /// the running [`Detector`] from those settings.
@@ -402,9 +525,76 @@ pub fn num(x: f64) -> String {
 /// Test support shared by the detectors' unit tests.
 #[cfg(test)]
 pub(crate) mod testkit {
-    use super::{Context, Detector, DetectorsConfig};
+    use std::collections::BTreeMap;
+
+    use super::{Context, Detector, DetectorKind, DetectorSettings, DetectorsConfig};
     use crate::alert::{AlertBook, Finding};
+    use crate::observation::ObservationRef;
+    use crate::prng::SplitMix64;
     use crate::snapshot::WindowSnapshot;
+    use crate::window::{WindowConfig, Windows};
+
+    /// Window length the rigs close windows at, seconds.
+    pub(crate) const WINDOW_SECS: f64 = 10.0;
+
+    /// Drives one detector and an alert book of its rule with windows the test records: record
+    /// into `windows` (or with [`Rig::record`]), then [`Rig::close`] ends the window and
+    /// evaluates it. A detector's tests add their own ways of filling a window in an `impl`
+    /// block on `Rig<TheirDetector>`.
+    pub(crate) struct Rig<D> {
+        pub(crate) det: D,
+        pub(crate) book: AlertBook,
+        pub(crate) windows: Windows,
+        /// End of the last window closed, unix seconds.
+        pub(crate) t: f64,
+        /// Noise for tests that want it, seeded so every run sees the same windows.
+        pub(crate) rng: SplitMix64,
+    }
+
+    impl<D: DetectorKind> Rig<D> {
+        /// A detector with `cfg`, its first window starting at 0.
+        pub(crate) fn new(cfg: D::Config) -> Self {
+            Self::starting_at(cfg, 0.0)
+        }
+
+        /// A detector with `cfg`, its first window starting at `t`.
+        pub(crate) fn starting_at(cfg: D::Config, t: f64) -> Self {
+            let mut rules = BTreeMap::new();
+            rules.insert(D::ALERTNAME.to_owned(), cfg.alert().rule());
+            Rig {
+                det: D::new(cfg, WINDOW_SECS),
+                book: AlertBook::new(rules),
+                windows: Windows::new(WindowConfig::default(), t),
+                t,
+                rng: SplitMix64::new(12345),
+            }
+        }
+
+        /// Records `o` in the open window.
+        pub(crate) fn record(&mut self, o: &ObservationRef<'_>) {
+            self.windows.record(o);
+        }
+
+        /// Closes the open window, [`WINDOW_SECS`] after the last, and evaluates it; returns
+        /// the findings.
+        pub(crate) fn close(&mut self) -> Vec<Finding> {
+            self.t += WINDOW_SECS;
+            let snap = self.windows.close(self.t);
+            self.eval(&snap)
+        }
+
+        /// Evaluates `snap` as the engine does and applies the findings to the book.
+        pub(crate) fn eval(&mut self, snap: &WindowSnapshot) -> Vec<Finding> {
+            evaluate(&mut self.det, &mut self.book, snap, WINDOW_SECS)
+        }
+
+        /// Roughly Poisson noise around `mean` (normal approximation: a sum of 12 uniforms has
+        /// mean 6 and variance 1).
+        pub(crate) fn noisy(&mut self, mean: f64) -> u64 {
+            let u: f64 = (0..12).map(|_| self.rng.next_f64()).sum();
+            (mean + (u - 6.0) * mean.sqrt()).round().max(0.0) as u64
+        }
+    }
 
     /// Runs `det` over `snap` as the engine does, then applies its findings to `book`.
     pub(crate) fn evaluate(

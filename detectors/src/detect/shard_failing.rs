@@ -33,8 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::alert::{Finding, Severity};
 use crate::detect::baseline::{Ewma, alpha_for, median};
 use crate::detect::{
-    Context, Detector, DetectorKind, DetectorSettings, Problems, RuleSettings, num, pct,
-    persisted_in,
+    Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
 use crate::observation::{Outcome, quote};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
@@ -117,7 +116,7 @@ impl DetectorSettings for ShardFailingConfig {
 
 /// Baseline and streak of one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ShardState {
+pub struct ShardState {
     ratio: Ewma,
     streak: u32,
 }
@@ -161,16 +160,16 @@ pub struct ShardFailing {
 
 impl ShardFailing {
     /// The verdict on shard `s` (index `j` among the tracked shards of `g`) when it fails.
-    fn judge(
+    fn verdict(
         &self,
         g: &GroupSnapshot,
         j: usize,
         s: &ShardSnapshot,
         st: &ShardState,
     ) -> Option<Verdict> {
-        let e = s.errors as f64 / s.requests as f64;
+        let e = s.traffic.errors as f64 / s.requests as f64;
         // The cheap tests first: the peers' median costs O(N) and failing shards are rare.
-        if s.errors < self.cfg.min_errors || e < self.cfg.min_error_ratio {
+        if s.traffic.errors < self.cfg.min_errors || e < self.cfg.min_error_ratio {
             return None;
         }
         let baseline = st.ratio.value(self.cfg.warmup_windows)?;
@@ -181,7 +180,7 @@ impl ShardFailing {
             .tracked_shards()
             .enumerate()
             .filter(|(k, p)| *k != j && p.requests > 0)
-            .map(|(_, p)| p.errors as f64 / p.requests as f64)
+            .map(|(_, p)| p.traffic.errors as f64 / p.requests as f64)
             .collect();
         let pe = median(&mut peers)?;
         (e >= pe + self.cfg.points_over_peers).then_some(Verdict {
@@ -190,60 +189,25 @@ impl ShardFailing {
             baseline,
         })
     }
-
-    /// Judges every shard of `g`, updates `states`, and pushes the findings.
-    fn evaluate_group(
-        &self,
-        ctx: &Context<'_>,
-        g: &GroupSnapshot,
-        states: &mut BTreeMap<String, ShardState>,
-        out: &mut Vec<Finding>,
-    ) {
-        for (j, s) in g.tracked_shards().enumerate() {
-            let st = states.entry(s.shard.clone()).or_default();
-            if s.requests < self.cfg.min_requests {
-                // Too few requests to say anything: the streak ends, nothing is learned.
-                st.streak = 0;
-                continue;
-            }
-            let verdict = self.judge(g, j, s, st);
-            st.streak = if verdict.is_some() { st.streak + 1 } else { 0 };
-            let active = ctx.alerts.is_active(
-                ShardFailing::ALERTNAME,
-                &[("group", &g.group), ("shard", &s.shard)],
-            );
-            match verdict {
-                Some(v) if st.streak >= self.cfg.consecutive_windows || active => {
-                    let fig = figures(g, s, v, st.streak);
-                    out.push(render(&self.cfg, &g.group, &s.shard, &fig));
-                }
-                Some(_) => {}
-                None if !active => st
-                    .ratio
-                    .update(s.errors as f64 / s.requests as f64, self.alpha),
-                None => {}
-            }
-        }
-    }
 }
 
 fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: Verdict, windows: u32) -> Figures {
     let requests = s.requests as f64;
     let mut classes: Vec<(Outcome, f64)> = Outcome::ERRORS
         .iter()
-        .filter(|c| s.outcome(**c) > 0)
-        .map(|&c| (c, s.outcome(c) as f64 / requests))
+        .filter(|c| s.traffic.outcome(**c) > 0)
+        .map(|&c| (c, s.traffic.outcome(c) as f64 / requests))
         .collect();
     // Most frequent first; the sort is stable, so ties keep the order of `Outcome::ERRORS`.
     classes.sort_by(|a, b| b.1.total_cmp(&a.1));
     Figures {
         verdict: v,
         requests: s.requests,
-        errors: s.errors,
-        requests_per_second: s.requests_per_second,
+        errors: s.traffic.errors,
+        requests_per_second: s.traffic.requests_per_second,
         share: s.share,
         fair_share: g.fair_share,
-        group_error_ratio: g.error_ratio.unwrap_or(0.0),
+        group_error_ratio: g.traffic.error_ratio.unwrap_or(0.0),
         classes,
         windows,
     }
@@ -325,23 +289,52 @@ impl DetectorKind for ShardFailing {
     }
 }
 
-impl Detector for ShardFailing {
-    persisted_in!(groups);
+impl GroupDetector for ShardFailing {
+    type State = BTreeMap<String, ShardState>;
 
-    fn alertname(&self) -> &'static str {
-        Self::ALERTNAME
+    fn states(&self) -> &BTreeMap<String, Self::State> {
+        &self.groups
     }
 
-    fn evaluate(&mut self, ctx: &Context<'_>, out: &mut Vec<Finding>) {
-        // Groups and shards that left the snapshot take their state with them: memory stays
-        // bounded by the shards the windows track.
-        let snap = ctx.snapshot;
-        self.groups.retain(|name, _| snap.group(name).is_some());
-        for g in snap.tracked_groups() {
-            let mut states = self.groups.remove(&g.group).unwrap_or_default();
-            states.retain(|name, _| g.shard(name).is_some());
-            self.evaluate_group(ctx, g, &mut states, out);
-            self.groups.insert(g.group.clone(), states);
+    fn states_mut(&mut self) -> &mut BTreeMap<String, Self::State> {
+        &mut self.groups
+    }
+
+    fn visit(&self, g: &GroupSnapshot) -> Visit {
+        Visit::when(g.is_tracked())
+    }
+
+    fn judge(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        for (j, s) in g.tracked_shards().enumerate() {
+            let st = states.entry(s.shard.clone()).or_default();
+            if s.requests < self.cfg.min_requests {
+                // Too few requests to say anything: the streak ends, nothing is learned.
+                st.streak = 0;
+                continue;
+            }
+            let verdict = self.verdict(g, j, s, st);
+            st.streak = if verdict.is_some() { st.streak + 1 } else { 0 };
+            let active = ctx.alerts.is_active(
+                ShardFailing::ALERTNAME,
+                &[("group", &g.group), ("shard", &s.shard)],
+            );
+            match verdict {
+                Some(v) if st.streak >= self.cfg.consecutive_windows || active => {
+                    let fig = figures(g, s, v, st.streak);
+                    out.push(render(&self.cfg, &g.group, &s.shard, &fig));
+                }
+                Some(_) => {}
+                None if !active => st
+                    .ratio
+                    .update(s.traffic.errors as f64 / s.requests as f64, self.alpha),
+                None => {}
+            }
         }
     }
 }
@@ -350,6 +343,7 @@ impl Detector for ShardFailing {
 mod tests {
     use super::*;
     use crate::alert::AlertBook;
+    use crate::detect::Detector;
     use crate::detect::DetectorsConfig;
     use crate::observation::ObservationRef;
     use crate::snapshot::WindowSnapshot;
