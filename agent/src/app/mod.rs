@@ -34,10 +34,11 @@ use crate::alerting::{ReceiverTask, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, Secret};
 use crate::http::admin::ReloadOutcome;
+use crate::http::config::HttpConfig;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
-use crate::ingest::scrape;
 use crate::ingest::statsd::receiver;
+use crate::ingest::{IngestQueue, scrape};
 use crate::outputs::history::{History, Recorder};
 use crate::outputs::totals::{Accumulator, Totals, TotalsConfig};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
@@ -219,69 +220,25 @@ impl Bound {
         } = build_pipeline(&config, &metrics);
 
         let mut delivery = Stage::new("delivery");
-        let window_secs = config.startup.window.window_secs;
         start_delivery(
             &config.live.alerting,
-            window_secs,
+            config.startup.window.window_secs,
             receivers,
             &addrs,
             &metrics,
             &mut delivery,
             |h| pipeline.set_delivery(h),
         );
-
         let mut pipeline_stage = Stage::new("pipeline");
         let stop = pipeline_stage.stop_token();
         pipeline_stage.spawn("pipeline", pipeline.run(stop));
-
-        let mut ingest = Stage::new("ingest");
-        if let Some(socket) = statsd {
-            let thread = receiver::spawn(
-                socket,
-                channels.queue.clone(),
-                metrics.clone(),
-                Arc::from(config.startup.statsd_mappings.clone()),
-                ingest.stop_token(),
-            )
-            .context("starting the StatsD receiver thread")?;
-            ingest.watch_thread("statsd receiver", thread);
-        }
-        for job in &config.startup.scrape {
-            let task = format!("scrape:{}", job.name);
-            let restarts = metrics.task_restarts.with_label_values(&[&task]);
-            let (job, queue, metrics, stop) = (
-                job.clone(),
-                channels.queue.clone(),
-                metrics.clone(),
-                ingest.stop_token(),
-            );
-            let attempt_stop = stop.clone();
-            ingest.spawn(
-                task.clone(),
-                stage::supervise(task, stop, restarts, move || {
-                    scrape::spawn(job.clone(), queue.clone(), &metrics, attempt_stop.clone())
-                }),
-            );
-        }
+        let ingest = spawn_ingest(&config.startup, statsd, &channels.queue, &metrics)?;
 
         let ready = Arc::new(AtomicBool::new(false));
         let (token_tx, token) = watch::channel(config.live.token.clone());
         let (reload_tx, reload_rx) = mpsc::channel(4);
-        let server_metrics = server::ServerMetrics {
-            open: metrics.http_connections_open.clone(),
-            refused: metrics.http_connections_refused.clone(),
-        };
         let state = AppState {
-            ingest: http::IngestState {
-                queue: channels.queue,
-                permits: Arc::new(Semaphore::new(config.startup.http.max_concurrent_ingest)),
-                body_limit: config.startup.http.body_limit_bytes,
-                metrics: metrics.source(Source::Http).clone(),
-                otlp: http::otlp::OtlpState::new(
-                    &config.startup.otlp,
-                    metrics.source(Source::Otlp),
-                ),
-            },
+            ingest: ingest_state(&config.startup, channels.queue, &metrics),
             views: http::ViewState {
                 registry,
                 snapshots: channels.snapshots.clone(),
@@ -289,7 +246,7 @@ impl Bound {
                 totals,
                 history,
                 exported_keys: config.startup.window.top_keys,
-                window_secs,
+                window_secs: config.startup.window.window_secs,
             },
             control: http::ControlState {
                 token,
@@ -298,7 +255,7 @@ impl Bound {
                 reload: reload_tx,
             },
         };
-        let server = spawn_http(&config, http, state, server_metrics)?;
+        let server = spawn_http(&config.startup.http, http, state, &metrics)?;
         ready.store(true, Ordering::Release);
         Ok(Running {
             addrs,
@@ -320,6 +277,57 @@ impl Bound {
             },
         })
     }
+}
+
+/// What the HTTP ingest handlers share: the queue, their limits and counters, the OTLP mapping.
+fn ingest_state(startup: &Startup, queue: IngestQueue, metrics: &SelfMetrics) -> http::IngestState {
+    http::IngestState {
+        queue,
+        permits: Arc::new(Semaphore::new(startup.http.max_concurrent_ingest)),
+        body_limit: startup.http.body_limit_bytes,
+        metrics: metrics.source(Source::Http).clone(),
+        otlp: http::otlp::OtlpState::new(&startup.otlp, metrics.source(Source::Otlp)),
+    }
+}
+
+/// The ingest stage: the StatsD receiver thread on the bound socket (when StatsD is on) and
+/// one supervised task per `scrape:` job.
+fn spawn_ingest(
+    startup: &Startup,
+    statsd: Option<std::net::UdpSocket>,
+    queue: &IngestQueue,
+    metrics: &SelfMetrics,
+) -> anyhow::Result<Stage> {
+    let mut ingest = Stage::new("ingest");
+    if let Some(socket) = statsd {
+        let thread = receiver::spawn(
+            socket,
+            queue.clone(),
+            metrics.clone(),
+            Arc::from(startup.statsd_mappings.clone()),
+            ingest.stop_token(),
+        )
+        .context("starting the StatsD receiver thread")?;
+        ingest.watch_thread("statsd receiver", thread);
+    }
+    for job in &startup.scrape {
+        let task = format!("scrape:{}", job.name);
+        let restarts = metrics.task_restarts.with_label_values(&[&task]);
+        let (job, queue, metrics, stop) = (
+            job.clone(),
+            queue.clone(),
+            metrics.clone(),
+            ingest.stop_token(),
+        );
+        let attempt_stop = stop.clone();
+        ingest.spawn(
+            task.clone(),
+            stage::supervise(task, stop, restarts, move || {
+                scrape::spawn(job.clone(), queue.clone(), &metrics, attempt_stop.clone())
+            }),
+        );
+    }
+    Ok(ingest)
 }
 
 /// What [`build_pipeline`] makes.
@@ -369,18 +377,22 @@ fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
 /// Serves the routes on the bound HTTP listener, with the connection limit the open-file limit
 /// allows.
 fn spawn_http(
-    config: &Config,
+    config: &HttpConfig,
     listener: tokio::net::TcpListener,
     state: AppState,
-    metrics: server::ServerMetrics,
+    metrics: &SelfMetrics,
 ) -> std::io::Result<Server> {
     let limits = server::Limits {
-        max_connections: server::connection_budget(config.startup.http.max_connections),
-        header_read_timeout: config.startup.http.header_read_timeout,
+        max_connections: server::connection_budget(config.max_connections),
+        header_read_timeout: config.header_read_timeout,
+    };
+    let metrics = server::ServerMetrics {
+        open: metrics.http_connections_open.clone(),
+        refused: metrics.http_connections_refused.clone(),
     };
     Server::spawn(
         listener,
-        http::router(state.clone(), config.startup.http.request_timeout),
+        http::router(state.clone(), config.request_timeout),
         http::health_router(state),
         limits,
         metrics,
