@@ -161,7 +161,7 @@ else
   echo "  skipped: the alert check (no Alertmanager; apt-get install prometheus-alertmanager)"
 fi
 # One-second windows and ErrorSurge alone, tuned to fire one window into a surge of errors
-# (as tests/tests/alertmanager.rs does); every listener on loopback, ports chosen by the
+# (as tests/tests/e2e/alertmanager.rs does); every listener on loopback, ports chosen by the
 # kernel and written to a file the agent may write.
 mkdir -p "$rootfs/run/skewwatch"
 chown 65532:65532 "$rootfs/run/skewwatch"
