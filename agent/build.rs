@@ -10,6 +10,11 @@
 //! (a tarball without `.git`, or no git installed). A repository that merely encloses the
 //! source tree (a tarball unpacked inside another checkout) is not asked.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a build script's input is the environment cargo and the packager set"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
