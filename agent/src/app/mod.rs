@@ -747,6 +747,61 @@ mod tests {
         assert!(started.elapsed() < GRACE, "{:?}", started.elapsed());
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reload_cannot_remove_the_token_of_a_listener_open_to_the_network() {
+        // Started on every interface with a token; the new file binds loopback and has no
+        // token. The listener does not move on reload, so dropping the token would open it.
+        let env = |n: &str| (n == "T").then(|| "t0ken".to_owned());
+        let config = Config::from_yaml_with_env(
+            "listen:\n  http: 0.0.0.0:0\n  statsd: 127.0.0.1:0\nauth:\n  bearer_token_env: T\n",
+            "t",
+            &env,
+        )
+        .unwrap();
+        let mut running = start(config).await.unwrap();
+        let dir = std::env::temp_dir().join(format!("skewwatch-exposure-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("open.yaml");
+        std::fs::write(&file, "listen:\n  http: 127.0.0.1:9477\n").unwrap();
+        let source = ConfigSource {
+            path: Some(file),
+            ..ConfigSource::default()
+        };
+        let Err(ConfigError::Invalid { problems, .. }) = running.reload(&source).await else {
+            panic!("a reload that drops the token of an open listener was applied")
+        };
+        assert_eq!(problems[0].field, "listen.http", "{problems:?}");
+        assert!(problems[0].why.contains("as bound"), "{problems:?}");
+        assert!(
+            running.control.token.borrow().is_some(),
+            "the token was dropped"
+        );
+        assert_eq!(
+            running.control.metrics.config_last_reload_successful.get(),
+            0
+        );
+        // Unauthenticated ingest is still refused.
+        let port = running.addrs().http.port();
+        let code = tokio::task::spawn_blocking(move || {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            crate::client::request(
+                addr,
+                "POST",
+                "/api/v1/observations",
+                &[("Content-Type", "application/x-ndjson")],
+                b"{\"group\":\"g\",\"shard\":\"s\"}\n",
+                Duration::from_secs(5),
+            )
+            .map(|r| r.status)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(code, 401);
+        std::fs::remove_dir_all(&dir).unwrap();
+        running.shutdown(GRACE).await;
+    }
+
     #[test]
     fn addresses_are_written_as_json() {
         let dir = std::env::temp_dir().join(format!("skewwatch-addrs-{}", std::process::id()));

@@ -20,6 +20,8 @@ use super::{ConfigSource, Running};
 use crate::app::Config;
 use crate::clock::wall_now;
 use crate::config::part::{Part, ReloadReport};
+use crate::config::validate::exposure_problems;
+use crate::config::{ConfigError, Problem};
 use crate::http::admin::ReloadOutcome;
 
 /// The paths that differ between the configuration in force and `new`: applied (live) and
@@ -44,6 +46,15 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
             return Err(error);
         }
     };
+    if let Err(error) = exposure_after(running, &new) {
+        running.control.metrics.config_last_reload_successful.set(0);
+        tracing::error!(
+            error = %error,
+            "Reload refused: it would leave a listener open to the network without a token; \
+             the previous configuration keeps running."
+        );
+        return Err(error);
+    }
     let report = compare(&running.control.config, &new);
     let old = running.control.config.live.clone();
     let live = new.live;
@@ -77,6 +88,37 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         );
     }
     Ok(report)
+}
+
+/// The exposure check of start-up, judged against the listeners actually bound (a reload
+/// never moves them) with the token and `auth.allow_unauthenticated` the agent would run with
+/// after the reload: the new token (live), the running `allow_unauthenticated` (start-up
+/// only). The new file's own listeners do not count, since they are not applied.
+fn exposure_after(running: &Running, new: &Config) -> Result<(), ConfigError> {
+    let bound = running.addrs;
+    let problems = exposure_problems(
+        bound.http,
+        bound.statsd,
+        new.live.token.is_some(),
+        running.control.config.startup.allow_unauthenticated,
+    );
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigError::Invalid {
+        origin: "reload".into(),
+        problems: problems
+            .into_iter()
+            .map(|p| Problem {
+                why: format!(
+                    "{} (judged against the listener as bound: a reload does not move it, so \
+                     it cannot drop the token it needs; restart the agent to change both)",
+                    p.why
+                ),
+                ..p
+            })
+            .collect(),
+    })
 }
 
 #[cfg(test)]

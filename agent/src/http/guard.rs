@@ -80,6 +80,25 @@ pub async fn require_json_body(request: Request, next: Next) -> Response {
     }
 }
 
+/// Lets a POST without a body type through (an admin request that reads no body), and one
+/// declared JSON or protobuf; refuses anything else with 415, so a form that a web page posts
+/// across sites, which always carries a form or text type, cannot reach the endpoint.
+pub async fn refuse_form_body(request: Request, next: Next) -> Response {
+    match media_type(request.headers()) {
+        None => next.run(request).await,
+        Some(t) if t.is_empty() || BODY_TYPES.contains(&t.as_str()) => next.run(request).await,
+        Some(t) => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "`{t}` is not accepted here: send no Content-Type (the endpoint reads no body) \
+                 or one of {}\n",
+                BODY_TYPES.join(", ")
+            ),
+        )
+            .into_response(),
+    }
+}
+
 /// The media type `Content-Type` declares, lower-cased and without its parameters
 /// (`Application/JSON; charset=utf-8` is `application/json`); `None` without a readable header.
 pub(super) fn media_type(headers: &HeaderMap) -> Option<String> {

@@ -137,12 +137,21 @@ pub fn router(state: AppState, request_timeout: std::time::Duration) -> Router {
         .route("/api/v1/observations", post(ingest::observations))
         .route("/v1/traces", post(otlp::traces))
         .route("/v1/metrics", post(otlp::metrics))
-        .route("/-/reload", post(admin::reload))
         .route_layer(middleware::from_fn_with_state(
             state.control.clone(),
             guard::require_token,
         ))
         .route_layer(middleware::from_fn(guard::require_json_body));
+    // `POST /-/reload` reads no body: like Prometheus' and Alertmanager's, it needs no content
+    // type (`curl -X POST` sends none), but a form post, which a browser sends across sites
+    // without asking, is still refused.
+    let admin = Router::new()
+        .route("/-/reload", post(admin::reload))
+        .route_layer(middleware::from_fn_with_state(
+            state.control.clone(),
+            guard::require_token,
+        ))
+        .route_layer(middleware::from_fn(guard::refuse_form_body));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/status", get(status::status))
@@ -150,6 +159,7 @@ pub fn router(state: AppState, request_timeout: std::time::Duration) -> Router {
         .route("/api/v1/history", get(history::history))
         .merge(ui::routes())
         .merge(guarded)
+        .merge(admin)
         .merge(health_routes())
         .layer(middleware::from_fn_with_state(
             request_timeout,

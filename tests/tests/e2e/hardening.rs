@@ -490,6 +490,16 @@ fn sighup_and_post_reload_apply_a_good_config_and_keep_the_last_good_one_on_a_ba
         "{body}"
     );
     assert_eq!(reloaded(&agent), 1.0);
+    // No content type, as `curl -X POST` sends it: accepted (the endpoint reads no body); a
+    // form post, which a web page can send across sites: refused.
+    let bearer = [("Authorization", "bearer t0ken")];
+    let (code, body) = agent.request("POST", "/-/reload", &bearer, b"");
+    assert_eq!(code, 200, "{body}");
+    let form = [
+        ("Authorization", "bearer t0ken"),
+        ("Content-Type", "application/x-www-form-urlencoded"),
+    ];
+    assert_eq!(agent.request("POST", "/-/reload", &form, b"").0, 415);
     assert!(agent.stop().success());
 }
 
