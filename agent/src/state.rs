@@ -8,9 +8,10 @@
 //! restored as they were).
 //!
 //! Writes are atomic: a temporary file next to the target, written and `fsync`ed, then renamed
-//! over it, and the directory `fsync`ed. A missing, unreadable, corrupt, foreign-version or
-//! stale (older than `state.max_age_secs`) file is reported with a warning and ignored: the
-//! agent starts fresh, never crashes on it.
+//! over it, and the directory `fsync`ed. A missing, unreadable, corrupt, foreign-version,
+//! stale (older than `state.max_age_secs`) or future-dated (beyond
+//! [`CLOCK_SKEW_ALLOWANCE_SECS`]) file is reported with a warning and ignored: the agent starts
+//! fresh, never crashes on it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,10 @@ impl StateStore {
     }
 }
 
+/// How far in the future a state file may be dated and still be read: clocks of a restarted
+/// pod and of the node that wrote the file may disagree by a little.
+pub const CLOCK_SKEW_ALLOWANCE_SECS: f64 = 60.0;
+
 /// Why a state file was not restored.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -97,6 +102,19 @@ pub enum LoadError {
         path: PathBuf,
         /// The version found.
         found: u32,
+    },
+    /// It says it was saved in the future, past [`CLOCK_SKEW_ALLOWANCE_SECS`]: the clock moved
+    /// back, or the file came from another machine; its age cannot be judged, so it is not
+    /// trusted as fresh.
+    #[error(
+        "the state file {path} is dated {ahead_secs:.0} s in the future (more than the \
+         {CLOCK_SKEW_ALLOWANCE_SECS} s clock-skew allowance); starting fresh"
+    )]
+    Future {
+        /// The file.
+        path: PathBuf,
+        /// How far ahead of now it is dated.
+        ahead_secs: f64,
     },
     /// It is older than `state.max_age_secs`: what it knows no longer describes the system.
     #[error(
@@ -159,6 +177,12 @@ impl StateStore {
                 why: e.to_string(),
             })?;
         let age_secs = now - state.saved_at;
+        if -age_secs > CLOCK_SKEW_ALLOWANCE_SECS {
+            return Err(LoadError::Future {
+                path,
+                ahead_secs: -age_secs,
+            });
+        }
         // A NaN age (a corrupt timestamp) is stale too.
         if age_secs.is_nan() || age_secs > self.max_age.as_secs_f64() {
             return Err(LoadError::Stale { path, age_secs });
@@ -247,6 +271,23 @@ mod tests {
         s.write(&s.encode(&state(1000.0)));
         let err = s.load(1000.0 + 601.0).unwrap_err();
         assert!(matches!(err, LoadError::Stale { .. }), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_state_file_dated_in_the_future_is_refused_beyond_the_skew_allowance() {
+        let d = tmpdir("future");
+        let s = store(&d);
+        s.write(&s.encode(&state(10_000.0)));
+        // Within the allowance (a clock a little behind the writer's): read.
+        assert!(s.load(10_000.0 - CLOCK_SKEW_ALLOWANCE_SECS).is_ok());
+        // An hour ahead: not fresh, whatever max_age says.
+        let err = s.load(10_000.0 - 3600.0).unwrap_err();
+        assert!(
+            matches!(err, LoadError::Future { ahead_secs, .. } if ahead_secs == 3600.0),
+            "{err}"
+        );
+        assert!(err.to_string().contains("in the future"), "{err}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -104,7 +104,7 @@ struct Counters {
 }
 
 async fn run(job: ScrapeJob, queue: IngestQueue, counters: Counters, cancel: CancellationToken) {
-    let client = match reqwest::Client::builder().timeout(job.timeout).build() {
+    let client = match client(&job) {
         Ok(c) => c,
         Err(error) => {
             tracing::error!(%error, "The scrape client could not be built; the job does not run.");
@@ -170,6 +170,21 @@ pub fn parse_page(text: &str) -> Scrape {
             samples: Vec::new(),
         }
     })
+}
+
+/// The job's HTTP client. As alert delivery's, it reads the configured URL only: a target that
+/// redirects is misconfigured, and following it would send the job's bearer token wherever it
+/// points (the 3xx counts as a failed scrape, `reason="status"`); a proxy from the environment
+/// would route the scrape somewhere the configuration does not say. Connecting, like the whole
+/// scrape, takes at most the job's timeout.
+fn client(job: &ScrapeJob) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(concat!("skewwatch/", env!("CARGO_PKG_VERSION")))
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(job.timeout)
+        .timeout(job.timeout)
+        .build()
 }
 
 /// One GET of the job's page, bounded in time and size.
@@ -390,6 +405,51 @@ fn observation<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Where the redirect points: it must never be asked.
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let elsewhere_addr = elsewhere.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((_conn, _)) = elsewhere.accept().await {
+                h.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target_addr = target.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = target.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 302 Found\r\nLocation: http://{elsewhere_addr}/metrics\r\n\
+                     Content-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        let yaml = format!(
+            "scrape:\n  - name: t\n    url: http://{target_addr}/metrics\n    metrics: [x_total]\n"
+        );
+        let job = crate::app::Config::from_yaml(&yaml, "t")
+            .unwrap()
+            .startup
+            .scrape
+            .remove(0);
+        let result = fetch(&client(&job).unwrap(), &job).await;
+        assert!(
+            matches!(result, Err(ScrapeError::Status(302))),
+            "{result:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(hits.load(Ordering::SeqCst), 0, "the redirect was followed");
+    }
     use crate::app::Config;
 
     fn job(extra: &str) -> ScrapeJob {
