@@ -56,22 +56,20 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         return Err(error);
     }
     let report = compare(&running.control.config, &new);
-    let old = running.control.config.live.clone();
-    let live = new.live;
+    // The new live part is in force from here; what changed is applied where it acts.
+    let old = std::mem::replace(&mut running.control.config.live, new.live);
+    let live = running.control.config.live.clone();
     if live.token != old.token {
         running.control.token.send_replace(live.token.clone());
     }
     if live.detectors != old.detectors {
-        let engine = skewwatch_detectors::engine::EngineConfig {
-            window: running.control.config.startup.window.clone(),
-            detectors: live.detectors.clone(),
-        };
-        running.reconfigure_engine(engine).await;
+        running
+            .reconfigure_engine(running.control.config.engine())
+            .await;
     }
     if live.alerting != old.alerting {
         running.replace_delivery(&live.alerting).await;
     }
-    running.control.config.live = live;
     running.control.metrics.config_last_reload_successful.set(1);
     running
         .control

@@ -82,11 +82,6 @@ impl Stage {
         }
     }
 
-    /// The stage's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
     /// The token that tells this stage's tasks to stop; tasks take a clone.
     pub fn stop_token(&self) -> CancellationToken {
         self.stop.clone()
@@ -119,16 +114,6 @@ impl Stage {
             task,
             retiring: false,
         });
-    }
-
-    /// Number of watched tasks.
-    pub fn len(&self) -> usize {
-        self.tasks.len()
-    }
-
-    /// True when the stage runs no task.
-    pub fn is_empty(&self) -> bool {
-        self.tasks.is_empty()
     }
 
     /// The first task that ended although the stage was not told to stop: it failed.
