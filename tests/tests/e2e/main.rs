@@ -23,6 +23,7 @@ mod docs;
 mod fleet;
 mod foundation;
 mod hardening;
+mod otel_instrumentation;
 mod otlp_http;
 mod otlp_python;
 mod replay_benign;
