@@ -489,7 +489,7 @@ fn draw_shards(frame: &mut Frame<'_>, f: &Figures, area: Rect, paint: &Paint) {
         .min(f.capacity.max(1));
     let heat_w = if heat_w >= 5 { heat_w } else { 0 };
     let title = format!(
-        " Shards {} of {}{} · heat: last {heat_w} windows, share against fair share and noise{} ",
+        " Shards {} of {}{} · heat: last {heat_w} windows vs fair share and noise{} ",
         f.shards.len(),
         f.shards_total,
         if f.filter.is_empty() {
@@ -497,11 +497,7 @@ fn draw_shards(frame: &mut Frame<'_>, f: &Figures, area: Rect, paint: &Paint) {
         } else {
             format!(" matching \"{}\"", inert(&f.filter))
         },
-        if spark_w > 0 {
-            " · sparkline: req/s"
-        } else {
-            ""
-        },
+        if spark_w > 0 { " · req/s " } else { "" },
     );
     let block = Block::bordered().title(Span::styled(title, paint.heading()));
     let visible = usize::from(area.height.saturating_sub(2));
