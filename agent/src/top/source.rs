@@ -34,14 +34,14 @@ pub enum SourceError {
         why: &'static str,
     },
     /// The host name did not resolve.
-    #[error("--url {url}: cannot resolve {host}: {source}")]
+    #[error("--url {url}: cannot resolve {host}: {cause}")]
     Resolve {
         /// The URL as given.
         url: String,
         /// The host and port looked up.
         host: String,
-        /// The resolver's error.
-        source: std::io::Error,
+        /// The resolver's error (in the message, so the banner shows it too).
+        cause: std::io::Error,
     },
     /// The token file could not be read, or holds no token.
     #[error("--token-file {}: {why}", path.display())]
@@ -52,14 +52,14 @@ pub enum SourceError {
         why: String,
     },
     /// The agent did not answer (refused, timed out, closed early).
-    #[error("GET {path} from {addr}: {source} (is the agent running, and is --url right?)")]
+    #[error("GET {path} from {addr}: {cause} (is the agent running, and is --url right?)")]
     Unreachable {
         /// The agent's address.
         addr: SocketAddr,
         /// The path asked for.
         path: String,
         /// The transport error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The agent answered with an error status.
     #[error("GET {path} from {addr} answered {status}{hint}")]
@@ -75,7 +75,7 @@ pub enum SourceError {
     },
     /// The answer is not the JSON this version reads.
     #[error(
-        "GET {path} from {addr}: unexpected answer ({source}); is --url a skewwatch agent of a compatible version?"
+        "GET {path} from {addr}: unexpected answer ({cause}); is --url a skewwatch agent of a compatible version?"
     )]
     Json {
         /// The agent's address.
@@ -83,7 +83,7 @@ pub enum SourceError {
         /// The path asked for.
         path: String,
         /// The decoder's error.
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -262,10 +262,10 @@ impl Source {
         };
         let addr = host
             .to_socket_addrs()
-            .map_err(|source| SourceError::Resolve {
+            .map_err(|cause| SourceError::Resolve {
                 url: url.to_owned(),
                 host: host.clone(),
-                source,
+                cause,
             })?
             .next()
             .ok_or_else(|| bad("the host resolves to no address"))?;
@@ -303,10 +303,10 @@ impl Source {
             .chain([("Accept", "application/json")])
             .collect();
         let resp = client::request(self.addr, "GET", &full, &headers, b"", REQUEST_TIMEOUT)
-            .map_err(|source| SourceError::Unreachable {
+            .map_err(|cause| SourceError::Unreachable {
                 addr: self.addr,
                 path: full.clone(),
-                source,
+                cause,
             })?;
         if resp.status != 200 {
             return Err(SourceError::Status {
@@ -320,10 +320,10 @@ impl Source {
                 },
             });
         }
-        serde_json::from_slice(&resp.body).map_err(|source| SourceError::Json {
+        serde_json::from_slice(&resp.body).map_err(|cause| SourceError::Json {
             addr: self.addr,
             path: full,
-            source,
+            cause,
         })
     }
 }
