@@ -26,6 +26,7 @@
 //! - [`state`]: the state file that carries alerts and baselines across restarts.
 //! - [`demo`]: the agent fed a simulated incident.
 //! - [`loadgen`]: `skewwatch bench`, the load generator.
+//! - [`top`]: `skewwatch top`, the live view in a terminal, read from an agent's HTTP API.
 //!
 //! Statistics and detectors live in the pure `skewwatch-detectors` crate.
 
@@ -43,3 +44,4 @@ pub mod pipeline;
 pub mod replay;
 pub mod state;
 pub mod telemetry;
+pub mod top;

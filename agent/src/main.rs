@@ -1,4 +1,4 @@
-//! The `skewwatch` command line: `run`, `check-config`, `replay`, `demo`.
+//! The `skewwatch` command line: `run`, `check-config`, `replay`, `demo`, `top`, `bench`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,6 +64,8 @@ enum Command {
     Replay(skewwatch::replay::Args),
     /// Run the agent and feed it a built-in simulated incident over UDP.
     Demo(skewwatch::demo::Args),
+    /// Show a running agent's live view in the terminal (or print it once with --once).
+    Top(skewwatch::top::Args),
     /// Send StatsD or HTTP load at a target rate and report sent, accepted and dropped.
     Bench(skewwatch::loadgen::Args),
 }
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => exit(skewwatch::replay::run(args)),
         Command::Demo(args) => exit(skewwatch::demo::run(args)),
         Command::Bench(args) => exit(skewwatch::loadgen::run(args)),
+        Command::Top(args) => exit(skewwatch::top::run(args, &skewwatch::config::process_env)),
         Command::Run {
             config,
             http_listen,

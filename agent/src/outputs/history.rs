@@ -18,6 +18,7 @@
 //! Keys are not kept per window: the page shows the current top keys, which the latest
 //! snapshot already holds.
 
+use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -207,8 +208,14 @@ impl<'a> Names<'a> {
 
 fn group_point(g: &GroupSnapshot, names: &Names<'_>, alpha: f64) -> GroupPoint {
     let mut busiest: Vec<&ShardSnapshot> = g.shards.iter().collect();
-    // Busiest first; names break ties so the order is stable from window to window.
-    busiest.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.shard.cmp(&b.shard)));
+    // Busiest first; names break ties, in natural order (`shard-2` before `shard-10`, as people
+    // count), so the order is stable from window to window. The live page and `skewwatch top`
+    // show the rows in this order.
+    busiest.sort_by(|a, b| {
+        b.requests
+            .cmp(&a.requests)
+            .then_with(|| natural_cmp(&a.shard, &b.shard))
+    });
     busiest.truncate(MAX_SHARDS);
     let lookups = g.traffic.cache_hits.saturating_add(g.traffic.cache_misses);
     let skew = g.skew.as_ref();
@@ -242,6 +249,33 @@ fn shard_point(s: &ShardSnapshot, name: Arc<str>) -> ShardPoint {
         error_ratio: s.traffic.error_ratio.map_or(f32::NAN, |x| x as f32),
         cache_hit_ratio: s.traffic.cache_hit_ratio.map_or(f32::NAN, |x| x as f32),
         p99_ms: s.traffic.latency.map_or(f32::NAN, |l| l.p99_ms as f32),
+    }
+}
+
+/// Natural order of names: runs of ASCII digits compare as numbers (`shard-2` < `shard-10`),
+/// everything else byte by byte. Names that differ only in leading zeros (`s02`, `s2`) fall
+/// back to byte order, so the order is total and consistent, as `sort_by` requires.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut x, mut y) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (x.first(), y.first()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(p), Some(q)) if p.is_ascii_digit() && q.is_ascii_digit() => {
+                let (dx, rx) = x.split_at(x.iter().take_while(|c| c.is_ascii_digit()).count());
+                let (dy, ry) = y.split_at(y.iter().take_while(|c| c.is_ascii_digit()).count());
+                let strip = |d: &'_ [u8]| -> usize { d.iter().take_while(|&&c| c == b'0').count() };
+                let (nx, ny) = (&dx[strip(dx)..], &dy[strip(dy)..]);
+                // Without leading zeros, a longer run is a larger number.
+                match nx.len().cmp(&ny.len()).then_with(|| nx.cmp(ny)) {
+                    Ordering::Equal => (x, y) = (rx, ry),
+                    o => return o,
+                }
+            }
+            (Some(p), Some(q)) if p != q => return p.cmp(q),
+            _ => (x, y) = (&x[1..], &y[1..]),
+        }
     }
 }
 
@@ -373,6 +407,72 @@ mod tests {
         assert!(Arc::ptr_eq(&a.group, &b.group));
         let s0 = |g: &GroupPoint| g.shards.iter().find(|s| &*s.shard == "s0").unwrap().clone();
         assert!(Arc::ptr_eq(&s0(a).shard, &s0(b).shard));
+    }
+
+    #[test]
+    fn shards_that_tie_sort_the_way_people_count() {
+        let mut snap = snapshot(0.0, &[50, 50, 50, 50, 80]);
+        for s in &mut snap.groups[0].shards {
+            s.shard = match s.shard.as_str() {
+                "s0" => "shard-10",
+                "s1" => "shard-2",
+                "s2" => "shard-1",
+                "s3" => "shard-02",
+                _ => "hot",
+            }
+            .to_owned();
+        }
+        let (mut rec, rx) = Recorder::new(2, 1e-3);
+        rec.push(&snap);
+        let h = rx.borrow().clone();
+        let names: Vec<&str> = h.windows[0].groups[0]
+            .shards
+            .iter()
+            .map(|s| &*s.shard)
+            .collect();
+        assert_eq!(names, ["hot", "shard-1", "shard-02", "shard-2", "shard-10"]);
+    }
+
+    #[test]
+    fn natural_order_is_a_total_order() {
+        let names = [
+            "",
+            "a",
+            "a0",
+            "a00",
+            "a1",
+            "a01",
+            "a2",
+            "a10",
+            "a10b",
+            "a9z",
+            "b",
+            "s-2",
+            "s-10",
+            "s/1",
+            "s:1",
+            "10",
+            "9",
+            "x99999999999999999999999",
+            "x100000000000000000000000",
+        ];
+        for a in names {
+            assert_eq!(natural_cmp(a, a), Ordering::Equal);
+            for b in names {
+                assert_eq!(natural_cmp(a, b), natural_cmp(b, a).reverse(), "{a} {b}");
+                if a != b {
+                    assert_ne!(natural_cmp(a, b), Ordering::Equal, "{a} {b}");
+                }
+                for c in names {
+                    if natural_cmp(a, b).is_le() && natural_cmp(b, c).is_le() {
+                        assert!(natural_cmp(a, c).is_le(), "{a} {b} {c}");
+                    }
+                }
+            }
+        }
+        assert!(natural_cmp("shard-2", "shard-10").is_lt());
+        assert!(natural_cmp("x99999999999999999999999", "x100000000000000000000000").is_lt());
+        assert!(natural_cmp("9", "10").is_lt());
     }
 
     /// docs/live-view.md and rules/skewwatch.yaml state this figure: the default caps (64

@@ -35,5 +35,6 @@ mod rules;
 mod saturation;
 mod shutdown;
 mod soak;
+mod top;
 mod ui;
 mod webhook;
