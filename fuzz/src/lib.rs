@@ -167,10 +167,11 @@ pub fn ndjson_body(data: &[u8]) {
     let one_by_one: Vec<(usize, String)> = data
         .split(|&b| b == b'\n')
         .enumerate()
-        .filter(|(i, line)| {
-            // A last empty piece after a final newline is no line.
-            !(line.is_empty() && *i > 0 && data.last() == Some(&b'\n'))
-                && !line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        // A blank line (and the empty piece after a final newline) is no record.
+        .filter(|(_, line)| {
+            !line
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
         })
         .map(|(i, line)| (i, format!("{:?}", ndjson::parse_record(line))))
         .collect();

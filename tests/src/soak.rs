@@ -275,12 +275,7 @@ struct UdpSent {
 
 /// Sends StatsD at the plan's rate until `stop`: datagrams of valid lines and, so that about
 /// `hostile_share` of the lines are hostile, datagrams of hostile lines only.
-fn udp_load(
-    statsd: SocketAddr,
-    plan: &SoakPlan,
-    surge: &AtomicBool,
-    stop: &AtomicBool,
-) -> UdpSent {
+fn udp_load(statsd: SocketAddr, plan: &SoakPlan, surge: &AtomicBool, stop: &AtomicBool) -> UdpSent {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let hostile_per_datagram = HOSTILE.len() as u64;
     let hostile_datagram = HOSTILE.join(&b'\n');
@@ -290,8 +285,8 @@ fn udp_load(
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let lines = sent.valid_lines + sent.hostile_lines;
-        let hostile_due = (lines as f64 * plan.hostile_share) as u64
-            >= sent.hostile_lines + hostile_per_datagram;
+        let hostile_due =
+            (lines as f64 * plan.hostile_share) as u64 >= sent.hostile_lines + hostile_per_datagram;
         if hostile_due {
             let _ = sock.send_to(&hostile_datagram, statsd);
             sent.hostile_lines += hostile_per_datagram;
@@ -301,7 +296,7 @@ fn udp_load(
             for _ in 0..VALID_PER_DATAGRAM {
                 n += 1;
                 let shard = n % 16;
-                let outcome = if surge.load(Ordering::Relaxed) && n % 3 == 0 {
+                let outcome = if surge.load(Ordering::Relaxed) && n.is_multiple_of(3) {
                     "error"
                 } else {
                     "ok"

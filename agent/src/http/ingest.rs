@@ -119,7 +119,9 @@ mod tests {
         let source = m.source(Source::Http).clone();
         let (queue, mut rx) = IngestQueue::new(1, 1 << 20);
         let mut filler = Batch::default();
-        filler.push(&skewwatch_detectors::observation::ObservationRef::new("g", "s"));
+        filler.push(&skewwatch_detectors::observation::ObservationRef::new(
+            "g", "s",
+        ));
         queue.submit(&source, filler).unwrap();
         let filled = source.records.get();
         let state = IngestState {
@@ -130,7 +132,11 @@ mod tests {
             otlp: OtlpState::new(&Mapping::default(), &source),
         };
         let post = || observations(State(state.clone()), Body::from(BODY));
-        let rejected = || m.rejected.with_label_values(&["http", "missing_shard"]).get();
+        let rejected = || {
+            m.rejected
+                .with_label_values(&["http", "missing_shard"])
+                .get()
+        };
         let dropped = || m.dropped.with_label_values(&["http", "queue_full"]).get();
 
         for _ in 0..3 {

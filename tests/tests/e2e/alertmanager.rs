@@ -190,8 +190,7 @@ fn active_in(am: &Alertmanager, group: &str) -> Vec<String> {
 }
 
 #[test]
-fn with_one_of_two_alertmanagers_stopped_mid_incident_every_alert_and_resolve_reaches_the_other()
-{
+fn with_one_of_two_alertmanagers_stopped_mid_incident_every_alert_and_resolve_reaches_the_other() {
     // An HA pair as Alertmanager documents it: the client sends every alert to every
     // instance (the instances gossip silences and notifications, not alerts).
     let (Some(survivor), Some(mut lost)) = (Alertmanager::start(), Alertmanager::start()) else {
@@ -216,7 +215,11 @@ fn with_one_of_two_alertmanagers_stopped_mid_incident_every_alert_and_resolve_re
                 .contains(&"ErrorSurge".to_owned())
                 .then_some(())
         });
-        assert!(held.is_some(), "ErrorSurge of {first} never reached {}", am.addr);
+        assert!(
+            held.is_some(),
+            "ErrorSurge of {first} never reached {}",
+            am.addr
+        );
     }
 
     // One instance dies mid-incident; a second alert fires after it is gone.

@@ -16,6 +16,7 @@
 mod alertmanager;
 mod cli;
 mod clients;
+mod crash;
 mod dashboards;
 mod deploy;
 mod detection_bench;
@@ -23,6 +24,7 @@ mod docs;
 mod fleet;
 mod foundation;
 mod hardening;
+mod inputs_agree;
 mod otlp_http;
 mod otlp_python;
 mod replay_benign;

@@ -18,7 +18,11 @@ fn a_minute_of_mixed_load_and_faults_loses_nothing_and_converges() {
     // Every line is accounted for: each valid StatsD line a record, a queue-full drop or in a
     // whole datagram the kernel counted as dropped, each hostile one rejected (or in such a
     // datagram), each acknowledged HTTP record counted and each hostile one rejected once.
-    assert!(r.unaccounted.is_empty(), "unaccounted lines: {:?}\n{r:?}", r.unaccounted);
+    assert!(
+        r.unaccounted.is_empty(),
+        "unaccounted lines: {:?}\n{r:?}",
+        r.unaccounted
+    );
     assert!(r.http_valid_acked > 0 && r.agent_rejected_http > 0, "{r:?}");
     // Memory is flat: within 10%, or within 2 MiB while the whole agent is a few MiB and
     // allocator noise alone is that large a share.
