@@ -98,6 +98,15 @@ impl Alertmanager {
     }
 }
 
+impl Alertmanager {
+    /// Kills it now (an instance of a pair lost mid-incident); dropping it afterwards is a
+    /// no-op.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Alertmanager {
     fn drop(&mut self) {
         let _ = self.child.kill();

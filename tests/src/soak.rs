@@ -2,16 +2,23 @@
 //!
 //! For the whole run:
 //! - StatsD over UDP at a fixed rate, a share of it hostile (garbage, bad values, names over
-//!   the length limit, non-UTF-8 bytes);
+//!   the length limit, non-UTF-8 bytes), valid and hostile lines in separate datagrams of
+//!   different sizes ([`VALID_PER_DATAGRAM`], `HOSTILE.len()`), so every datagram's valid
+//!   lines are known exactly, and so is what a datagram the kernel dropped held;
 //! - many HTTP clients that connect, post a small NDJSON body (with a hostile record in it)
 //!   and disconnect, each on its own schedule;
 //! - an error surge that starts and stops, so alerts fire and resolve;
 //! - a webhook receiver that fails (500) and recovers on a fixed period;
 //! - a configuration rewritten and reloaded with SIGHUP on a fixed period.
 //!
-//! At the end it reports what was sent and what the agent accounted for (valid records lost,
-//! hostile records rejected), the agent's RSS near the start and at the end, and, for every
-//! period the webhook was up, whether the receiver ended it in the state the agent holds.
+//! At the end it reports what was sent and what the agent accounted for, line by line: every
+//! valid StatsD line is a record, a queue-full drop or in a datagram the kernel dropped, every
+//! hostile one is rejected or in a dropped datagram, and the dropped datagrams add up to the
+//! kernel's count; every valid HTTP record acknowledged is a record and every hostile one is
+//! rejected exactly once, retries included. Any line outside that is listed in
+//! [`SoakReport::unaccounted`]. It also reports the agent's RSS near the start and at the end,
+//! and, for every period the webhook was up, whether the receiver ended it in the state the
+//! agent holds.
 //! `scripts/soak.sh` runs it for ten minutes; `tests/tests/e2e/soak.rs` for one.
 
 use std::collections::BTreeMap;
@@ -70,6 +77,10 @@ pub struct SoakReport {
     pub udp_valid_sent: u64,
     /// Hostile StatsD lines sent.
     pub udp_hostile_sent: u64,
+    /// Datagrams of valid lines sent, each [`VALID_PER_DATAGRAM`] lines.
+    pub udp_valid_datagrams: u64,
+    /// Datagrams of hostile lines sent, each holding every hostile line once.
+    pub udp_hostile_datagrams: u64,
     /// Valid records the HTTP clients had acknowledged (200, `accepted`).
     pub http_valid_acked: u64,
     /// Hostile records the HTTP clients sent and saw rejected.
@@ -90,10 +101,18 @@ pub struct SoakReport {
     pub agent_dropped_statsd: u64,
     /// Datagrams the kernel dropped.
     pub kernel_drop_datagrams: u64,
-    /// Valid StatsD lines neither counted nor explained by kernel drops.
-    pub udp_valid_lost: i64,
+    /// Valid StatsD lines neither counted nor in a queue-full drop: whole datagrams the kernel
+    /// dropped, or a loss.
+    pub udp_valid_missing: i64,
+    /// Hostile StatsD lines not counted as rejected.
+    pub udp_hostile_missing: i64,
     /// Valid HTTP records acknowledged but not counted.
     pub http_valid_lost: i64,
+    /// Hostile HTTP records rejected by reply but not counted once (a retried body counted
+    /// twice shows as negative).
+    pub http_hostile_unaccounted: i64,
+    /// Every line the accounting cannot explain, described; empty on a clean run.
+    pub unaccounted: Vec<String>,
     /// RSS once the load has run a tenth of the time (at least 15 s), bytes: the agent's
     /// steady state, after its buffers and tables first filled.
     pub rss_start: u64,
@@ -240,51 +259,67 @@ const HOSTILE: [&[u8]; 6] = [
     b"\xff\xfe skewwatch.request:5|ms",
 ];
 
-/// Sends StatsD at the plan's rate until `stop`; returns (valid lines, hostile lines).
-fn udp_load(
-    statsd: SocketAddr,
-    plan: &SoakPlan,
-    surge: &AtomicBool,
-    stop: &AtomicBool,
-) -> (u64, u64) {
+/// Valid lines in each datagram of valid lines. A hostile datagram holds every hostile line
+/// once: the two sizes differ, so the lines missing from each kind say how many datagrams of
+/// each kind the kernel dropped.
+pub const VALID_PER_DATAGRAM: u64 = 20;
+
+/// What the StatsD sender sent.
+#[derive(Debug, Clone, Copy, Default)]
+struct UdpSent {
+    valid_lines: u64,
+    hostile_lines: u64,
+    valid_datagrams: u64,
+    hostile_datagrams: u64,
+}
+
+/// Sends StatsD at the plan's rate until `stop`: datagrams of valid lines and, so that about
+/// `hostile_share` of the lines are hostile, datagrams of hostile lines only.
+fn udp_load(statsd: SocketAddr, plan: &SoakPlan, surge: &AtomicBool, stop: &AtomicBool) -> UdpSent {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let lines_per_datagram = 20u64;
-    let hostile_every = (1.0 / plan.hostile_share).round() as u64;
-    let (mut valid, mut hostile, mut n) = (0u64, 0u64, 0u64);
+    let hostile_per_datagram = HOSTILE.len() as u64;
+    let hostile_datagram = HOSTILE.join(&b'\n');
+    let mut sent = UdpSent::default();
     let started = Instant::now();
     let mut datagram = Vec::with_capacity(2048);
+    let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        datagram.clear();
-        for _ in 0..lines_per_datagram {
-            n += 1;
-            if n.is_multiple_of(hostile_every) {
-                datagram.extend_from_slice(HOSTILE[(n / hostile_every) as usize % HOSTILE.len()]);
-                hostile += 1;
-            } else {
+        let lines = sent.valid_lines + sent.hostile_lines;
+        let hostile_due =
+            (lines as f64 * plan.hostile_share) as u64 >= sent.hostile_lines + hostile_per_datagram;
+        if hostile_due {
+            let _ = sock.send_to(&hostile_datagram, statsd);
+            sent.hostile_lines += hostile_per_datagram;
+            sent.hostile_datagrams += 1;
+        } else {
+            datagram.clear();
+            for _ in 0..VALID_PER_DATAGRAM {
+                n += 1;
                 let shard = n % 16;
-                let outcome = if surge.load(Ordering::Relaxed) && n % 3 == 0 {
+                let outcome = if surge.load(Ordering::Relaxed) && n.is_multiple_of(3) {
                     "error"
                 } else {
                     "ok"
                 };
-                let _ = write!(
+                let _ = writeln!(
                     datagram,
                     "skewwatch.request:{}|ms|#group:soak,shard:s{shard},key:k{},outcome:{outcome}",
                     n % 50,
                     n % 997
                 );
-                valid += 1;
             }
-            datagram.push(b'\n');
+            datagram.pop();
+            let _ = sock.send_to(&datagram, statsd);
+            sent.valid_lines += VALID_PER_DATAGRAM;
+            sent.valid_datagrams += 1;
         }
-        datagram.pop();
-        let _ = sock.send_to(&datagram, statsd);
-        let due = Duration::from_secs_f64(n as f64 / plan.udp_lines_per_sec as f64);
+        let lines = sent.valid_lines + sent.hostile_lines;
+        let due = Duration::from_secs_f64(lines as f64 / plan.udp_lines_per_sec as f64);
         if let Some(wait) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
         }
     }
-    (valid, hostile)
+    sent
 }
 
 /// Counters the HTTP clients keep.
@@ -447,12 +482,14 @@ pub fn run(plan: &SoakPlan) -> SoakReport {
     }
     report.secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let (valid, hostile) = udp.join().unwrap();
+    let udp = udp.join().unwrap();
     for c in clients {
         let _ = c.join();
     }
-    report.udp_valid_sent = valid;
-    report.udp_hostile_sent = hostile;
+    report.udp_valid_sent = udp.valid_lines;
+    report.udp_hostile_sent = udp.hostile_lines;
+    report.udp_valid_datagrams = udp.valid_datagrams;
+    report.udp_hostile_datagrams = udp.hostile_datagrams;
     report.http_valid_acked = counts.acked.load(Ordering::Relaxed);
     report.http_hostile_rejected_by_reply = counts.rejected.load(Ordering::Relaxed);
     report.http_retries = counts.retries.load(Ordering::Relaxed);
@@ -484,8 +521,51 @@ fn settle_and_count(agent: &mut Agent, r: &mut SoakReport) {
     r.agent_rejected_http = v("skewwatch_ingest_rejected_total", &[("source", "http")]);
     r.agent_dropped_statsd = v("skewwatch_ingest_dropped_total", &[("source", "statsd")]);
     r.kernel_drop_datagrams = v("skewwatch_statsd_kernel_drops_total", &[]);
-    // A dropped datagram holds 20 lines, any of them valid.
-    let explained = r.agent_dropped_statsd + r.kernel_drop_datagrams * 20;
-    r.udp_valid_lost = r.udp_valid_sent as i64 - r.agent_records_statsd as i64 - explained as i64;
+    r.udp_valid_missing =
+        r.udp_valid_sent as i64 - r.agent_records_statsd as i64 - r.agent_dropped_statsd as i64;
+    r.udp_hostile_missing = r.udp_hostile_sent as i64 - r.agent_rejected_statsd as i64;
     r.http_valid_lost = r.http_valid_acked as i64 - r.agent_records_http as i64;
+    r.http_hostile_unaccounted =
+        r.http_hostile_rejected_by_reply as i64 - r.agent_rejected_http as i64;
+    r.unaccounted = unaccounted(r);
+}
+
+/// Every line the report's counts do not explain. A datagram the kernel dropped is whole:
+/// [`VALID_PER_DATAGRAM`] valid lines or every hostile line once, and the two kinds must add
+/// up to the kernel's count of dropped datagrams.
+pub fn unaccounted(r: &SoakReport) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut whole = |missing: i64, per: u64, what: &str| {
+        if missing < 0 || missing % per as i64 != 0 {
+            out.push(format!(
+                "{missing} {what} StatsD lines missing: not whole datagrams of {per}"
+            ));
+            None
+        } else {
+            Some(missing as u64 / per)
+        }
+    };
+    let valid = whole(r.udp_valid_missing, VALID_PER_DATAGRAM, "valid");
+    let hostile = whole(r.udp_hostile_missing, HOSTILE.len() as u64, "hostile");
+    if let (Some(v), Some(h)) = (valid, hostile)
+        && v + h != r.kernel_drop_datagrams
+    {
+        out.push(format!(
+            "{v} valid and {h} hostile datagrams missing, but the kernel dropped {}",
+            r.kernel_drop_datagrams
+        ));
+    }
+    if r.http_valid_lost != 0 {
+        out.push(format!(
+            "{} valid HTTP records acknowledged but not counted",
+            r.http_valid_lost
+        ));
+    }
+    if r.http_hostile_unaccounted != 0 {
+        out.push(format!(
+            "{} hostile HTTP records rejected by reply but not counted once",
+            r.http_hostile_unaccounted
+        ));
+    }
+    out
 }

@@ -4,8 +4,8 @@
 //! At most `http.max_concurrent_ingest` bodies are read and parsed at once; a request waits for
 //! its turn (within the request timeout) before its body is read, so concurrent uploads cannot
 //! hold more than that many bodies in memory. Bodies over the limit get 413; a full ingest
-//! queue gets 503 with `Retry-After`, and nothing of that body is taken, so the client may
-//! retry it whole.
+//! queue gets 503 with `Retry-After`, and nothing of that body is taken or counted (neither its
+//! records nor its rejected lines), so the client may retry it whole and it counts once.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -55,7 +55,6 @@ pub async fn observations(State(s): State<IngestState>, body: Body) -> Response 
     };
     let mut batch = Batch::with_capacity(body.len() / 64 + 1);
     let outcome = ndjson::parse_body(&body, &mut batch);
-    s.metrics.add_rejections(&outcome.rejected);
     let errors = outcome
         .errors
         .iter()
@@ -77,9 +76,10 @@ pub async fn observations(State(s): State<IngestState>, body: Body) -> Response 
         StatusCode::OK
     };
     if !batch.is_empty()
-        && let Err(e) = s.queue.submit(&s.metrics, batch)
+        && let Err(e) = s.queue.submit_whole(&s.metrics, batch)
     {
-        // Nothing of this body was taken: the client may retry it whole.
+        // Nothing of this body was taken or counted: the client may retry it whole, and its
+        // rejected lines are counted when a retry is taken.
         reply.accepted = 0;
         reply.error = Some(e.to_string());
         let mut resp = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(reply)).into_response();
@@ -89,5 +89,71 @@ pub async fn observations(State(s): State<IngestState>, body: Body) -> Response 
         }
         return resp;
     }
+    s.metrics.add_rejections(&outcome.rejected);
     (code, axum::Json(reply)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use prometheus::Registry;
+    use skewwatch_detectors::observation::Batch;
+    use tokio::sync::Semaphore;
+
+    use super::observations;
+    use crate::http::IngestState;
+    use crate::http::otlp::OtlpState;
+    use crate::ingest::IngestQueue;
+    use crate::ingest::otlp::Mapping;
+    use crate::telemetry::{SelfMetrics, Source};
+
+    const BODY: &str = "{\"group\":\"g\",\"shard\":\"s\",\"latency_ms\":1}\n{\"group\":\"g\"}\n";
+
+    #[tokio::test]
+    async fn a_body_refused_with_503_counts_nothing_so_its_retry_counts_once() {
+        let m = SelfMetrics::register(&Registry::new()).unwrap();
+        let source = m.source(Source::Http).clone();
+        let (queue, mut rx) = IngestQueue::new(1, 1 << 20);
+        let mut filler = Batch::default();
+        filler.push(&skewwatch_detectors::observation::ObservationRef::new(
+            "g", "s",
+        ));
+        queue.submit(&source, filler).unwrap();
+        let filled = source.records.get();
+        let state = IngestState {
+            queue,
+            permits: Arc::new(Semaphore::new(4)),
+            body_limit: 1 << 20,
+            metrics: source.clone(),
+            otlp: OtlpState::new(&Mapping::default(), &source),
+        };
+        let post = || observations(State(state.clone()), Body::from(BODY));
+        let rejected = || {
+            m.rejected
+                .with_label_values(&["http", "missing_shard"])
+                .get()
+        };
+        let dropped = || m.dropped.with_label_values(&["http", "queue_full"]).get();
+
+        for _ in 0..3 {
+            assert_eq!(post().await.status(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        assert_eq!(
+            (source.records.get() - filled, rejected(), dropped()),
+            (0, 0, 0),
+            "a refused body counted something"
+        );
+
+        rx.recv().await.unwrap();
+        assert_eq!(post().await.status(), StatusCode::OK);
+        assert_eq!(
+            (source.records.get() - filled, rejected(), dropped()),
+            (1, 1, 0),
+            "the retry that was taken counts its records and its rejected line once"
+        );
+    }
 }

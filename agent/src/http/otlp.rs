@@ -136,9 +136,9 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
             );
         }
     };
-    otlp.metrics.add_rejections(&outcome.rejected);
-    otlp.metrics.add_skips(&outcome.skipped);
     if outcome.accepted == 0 && outcome.rejected.total() > 0 {
+        otlp.metrics.add_rejections(&outcome.rejected);
+        otlp.metrics.add_skips(&outcome.skipped);
         let msg = outcome
             .first_error
             .as_deref()
@@ -146,9 +146,10 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
         return status(StatusCode::BAD_REQUEST, encoding, INVALID_ARGUMENT, msg);
     }
     if !batch.is_empty()
-        && let Err(e) = s.queue.submit(&otlp.metrics, batch)
+        && let Err(e) = s.queue.submit_whole(&otlp.metrics, batch)
     {
-        // Nothing of this body was taken: the exporter retries it whole on 503.
+        // Nothing of this body was taken or counted: the exporter retries it whole on 503,
+        // and its rejected and skipped items are counted when a retry is taken.
         let mut resp = status(
             StatusCode::SERVICE_UNAVAILABLE,
             encoding,
@@ -161,6 +162,8 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
         }
         return resp;
     }
+    otlp.metrics.add_rejections(&outcome.rejected);
+    otlp.metrics.add_skips(&outcome.skipped);
     success(signal, encoding, &outcome)
 }
 

@@ -1,7 +1,9 @@
 //! Ingest: the first stage of the live flow. Each input parses its wire format into
 //! [`skewwatch_detectors::observation::Batch`]es and hands them to the pipeline over the
 //! [`IngestQueue`], bounded in batches and in bytes, without ever blocking: a full queue drops
-//! the batch and counts it in `skewwatch_ingest_dropped_total{reason="queue_full"}`.
+//! a StatsD or scrape batch and counts it in `skewwatch_ingest_dropped_total{reason="queue_full"}`;
+//! an HTTP body it cannot take is answered 503 and counts nothing, so the client's retry of the
+//! same body counts its records (and its rejected lines) once.
 //!
 //! - [`statsd`]: StatsD / DogStatsD over UDP: the receiver thread, the line parser and
 //!   `statsd.mappings` (other StatsD metric names turned into observations).
@@ -79,8 +81,24 @@ impl IngestQueue {
     }
 
     /// Hands a batch to the pipeline, counting it as accepted or dropped in `metrics` (the
-    /// counters of the batch's source). Never waits.
+    /// counters of the batch's source). Never waits. For inputs that cannot ask their sender
+    /// to retry (StatsD, scrape jobs): what is refused is lost, so it is counted as dropped.
     pub fn submit(&self, metrics: &SourceMetrics, batch: Batch) -> Result<(), QueueError> {
+        let records = batch.len() as u64;
+        let result = self.submit_whole(metrics, batch);
+        match result {
+            Ok(()) => {}
+            Err(QueueError::Full) => metrics.dropped(DropReason::QueueFull, records),
+            Err(QueueError::Closed) => metrics.dropped(DropReason::Shutdown, records),
+        }
+        result
+    }
+
+    /// Hands a batch to the pipeline, counting it as accepted in `metrics` only when it is
+    /// taken. Never waits. For HTTP bodies: a refused body is answered 503 and is not lost,
+    /// the client retries it whole, so counting it here (as dropped, or its rejected lines)
+    /// would count the same records again on every retry.
+    pub fn submit_whole(&self, metrics: &SourceMetrics, batch: Batch) -> Result<(), QueueError> {
         let records = batch.len() as u64;
         let requests = batch.requests();
         // A batch larger than the whole budget takes the whole budget, so it can still pass.
@@ -99,13 +117,9 @@ impl IngestQueue {
             Err(tokio::sync::TryAcquireError::NoPermits) => Err(QueueError::Full),
             Err(tokio::sync::TryAcquireError::Closed) => Err(QueueError::Closed),
         };
-        match result {
-            Ok(()) => {
-                saturating_inc(&metrics.records, records);
-                saturating_inc(&metrics.requests, requests);
-            }
-            Err(QueueError::Full) => metrics.dropped(DropReason::QueueFull, records),
-            Err(QueueError::Closed) => metrics.dropped(DropReason::Shutdown, records),
+        if result.is_ok() {
+            saturating_inc(&metrics.records, records);
+            saturating_inc(&metrics.requests, requests);
         }
         result
     }

@@ -179,3 +179,95 @@ fn error_surge_fires_and_resolves_in_a_real_alertmanager() {
     }
     drop(traffic);
 }
+
+/// The names of the alerts `am` holds as active for `group`.
+fn active_in(am: &Alertmanager, group: &str) -> Vec<String> {
+    am.alerts()
+        .iter()
+        .filter(|a| label(a, "group") == Some(group))
+        .filter_map(|a| label(a, "alertname").map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn with_one_of_two_alertmanagers_stopped_mid_incident_every_alert_and_resolve_reaches_the_other() {
+    // An HA pair as Alertmanager documents it: the client sends every alert to every
+    // instance (the instances gossip silences and notifications, not alerts).
+    let (Some(survivor), Some(mut lost)) = (Alertmanager::start(), Alertmanager::start()) else {
+        return;
+    };
+    let agent = Agent::start(&agent_config(&format!(
+        "  resend_interval_secs: 2\n  backoff_initial_secs: 0.1\n  backoff_max_secs: 1\n  alertmanagers:\n    - url: \"http://{}\"\n      timeout_secs: 2\n    - url: \"http://{}\"\n      timeout_secs: 2\n",
+        survivor.addr, lost.addr
+    )));
+    let (first, second) = ("orders-db", "ledger-db");
+    let shards = ["s1", "s2", "s3", "s4"];
+    let first_traffic = Traffic::start(agent.statsd, &[first.to_owned()], &shards);
+    let second_traffic = Traffic::start(agent.statsd, &[second.to_owned()], &shards);
+    warm_up(&agent, first);
+    warm_up(&agent, second);
+
+    // The incident starts while both listen: both hold the alert.
+    first_traffic.surge(true);
+    for am in [&survivor, &lost] {
+        let held = poll(Duration::from_secs(30), || {
+            active_in(am, first)
+                .contains(&"ErrorSurge".to_owned())
+                .then_some(())
+        });
+        assert!(
+            held.is_some(),
+            "ErrorSurge of {first} never reached {}",
+            am.addr
+        );
+    }
+
+    // One instance dies mid-incident; a second alert fires after it is gone.
+    lost.stop();
+    second_traffic.surge(true);
+    let second_fired = poll(Duration::from_secs(30), || {
+        active_in(&survivor, second)
+            .contains(&"ErrorSurge".to_owned())
+            .then_some(())
+    });
+    assert!(
+        second_fired.is_some(),
+        "the alert that fired after one instance died never reached the other: {:?}",
+        survivor.alerts()
+    );
+    assert!(
+        active_in(&survivor, first).contains(&"ErrorSurge".to_owned()),
+        "the first alert left the surviving instance: {:?}",
+        survivor.alerts()
+    );
+
+    // Both incidents end: the resolved notices reach the survivor, though its partner is
+    // still down and its deliveries fail.
+    first_traffic.surge(false);
+    second_traffic.surge(false);
+    let resolved = poll(Duration::from_secs(30), || {
+        (active_in(&survivor, first).is_empty() && active_in(&survivor, second).is_empty())
+            .then_some(())
+    });
+    assert!(
+        resolved.is_some(),
+        "the resolved notices never reached the surviving instance: {:?}",
+        survivor.alerts()
+    );
+    let s = agent.scrape();
+    let sent = |receiver: &str, result: &str| {
+        s.value(
+            "skewwatch_alert_deliveries_total",
+            &[("receiver", receiver), ("result", result)],
+        )
+    };
+    assert!(
+        sent("alertmanager-0", "success") >= 3.0,
+        "two firing alerts and their resolves went to the survivor"
+    );
+    assert!(
+        sent("alertmanager-1", "success") >= 1.0,
+        "the lost instance had the first alert before it died"
+    );
+    drop((first_traffic, second_traffic));
+}

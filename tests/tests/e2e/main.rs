@@ -16,6 +16,7 @@
 mod alertmanager;
 mod cli;
 mod clients;
+mod crash;
 mod dashboards;
 mod deploy;
 mod detection_bench;
@@ -24,6 +25,7 @@ mod fleet;
 mod foundation;
 mod hardening;
 mod otel_instrumentation;
+mod inputs_agree;
 mod otlp_http;
 mod otlp_python;
 mod replay_benign;

@@ -209,7 +209,11 @@ fn read_any_value(any: &[u8]) -> Result<AttrValue<'_>, DecodeError> {
             }
             (2, Value::Varint(b)) => AttrValue::Bool(b != 0),
             (3, Value::Varint(i)) => AttrValue::Int(i as i64),
-            _ => AttrValue::Other,
+            // The other members of the `value` oneof (double, array, kvlist, bytes).
+            (4..=7, _) => AttrValue::Other,
+            // A field the message does not define is skipped, as prost skips it: it must not
+            // erase the value before it (found by fuzzing, `fuzz/regressions/otlp_traces/`).
+            _ => value,
         };
     }
     Ok(value)
@@ -460,6 +464,15 @@ mod tests {
             r[2].cache,
             Some(skewwatch_detectors::observation::CacheResult::Hit)
         );
+    }
+
+    #[test]
+    fn an_unknown_field_in_an_any_value_does_not_erase_the_value_before_it() {
+        // string_value "pg-1", then field 15, which AnyValue does not define, as a varint.
+        let any = [0x0a, 4, b'p', b'g', b'-', b'1', 0x78, 1];
+        let decoded = <AnyValue as prost::Message>::decode(&any[..]).unwrap();
+        assert_eq!(attr_value(Some(&decoded)), AttrValue::Str("pg-1"));
+        assert_eq!(read_any_value(&any).unwrap(), AttrValue::Str("pg-1"));
     }
 
     #[test]

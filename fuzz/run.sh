@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Fuzzes the parsers with AFL++ through cargo-afl, on the stable toolchain.
+#
+#   fuzz/run.sh SECONDS [TARGET...]    each target (default: all of them) for SECONDS, in turn
+#
+# Needs afl++ (Debian: apt-get install afl++) and cargo-afl (cargo install --locked cargo-afl;
+# then `cargo afl config --build` once). Seeds come from fuzz/corpus/<target>; AFL's queue and
+# findings go to $FUZZ_OUT/<target> (default target/fuzz-out). A crash or hang found is copied
+# to fuzz/regressions/<target>/ for triage, and the run exits non-zero; once fixed, that file
+# keeps the fix honest in `cargo test -p skewwatch-fuzz`. Prints, per target, the executions,
+# the CPU time the fuzzer and its target used, and the crashes and hangs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:?usage: fuzz/run.sh SECONDS [TARGET...]}
+shift
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(statsd ndjson otlp_traces otlp_metrics otlp_json scrape config)
+fi
+# Instrumented builds get their own target directory: they must not replace the plain ones.
+export CARGO_TARGET_DIR=${AFL_TARGET_DIR:-target/afl}
+cargo afl build --release -p skewwatch-fuzz --features afl
+out=${FUZZ_OUT:-target/fuzz-out}
+# No UI (CI logs), no CPU pinning on a shared machine, no demand on the host's core pattern.
+export AFL_NO_UI=1 AFL_NO_AFFINITY=1 AFL_SKIP_CPUFREQ=1 AFL_AUTORESUME=1 \
+  AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "$out/$t"
+  start=$(date +%s)
+  # `times` in the subshell: the CPU time of afl-fuzz and of the target it forked, waited for.
+  cpu=$( (cargo afl fuzz -V "$secs" -i "fuzz/corpus/$t" -o "$out/$t" \
+    "$CARGO_TARGET_DIR/release/$t" >"$out/$t.log" 2>&1 || true; times) | tail -n 1 |
+    awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.1f", (u[1]*60 + u[2] + s[1]*60 + s[2]) / 60 }')
+  stats="$out/$t/default/fuzzer_stats"
+  execs=$(awk -F' *: *' '$1 == "execs_done" { print $2 }' "$stats" 2>/dev/null || echo 0)
+  found=0
+  for kind in crashes hangs; do
+    for f in "$out/$t"/default/"$kind"/id:*; do
+      [ -e "$f" ] || continue
+      mkdir -p "fuzz/regressions/$t"
+      cp "$f" "fuzz/regressions/$t/$kind-$(basename "$f" | cut -d, -f1 | tr ':' '-')-$(sha1sum "$f" | cut -c1-8)"
+      found=$((found + 1))
+    done
+  done
+  echo "fuzz: $t: $(( $(date +%s) - start )) s wall, $cpu CPU-minutes, ${execs:-0} executions, $found crashes+hangs"
+  [ "$found" -eq 0 ] || status=1
+done
+exit $status
