@@ -129,7 +129,12 @@ def wait_until(what, fn, timeout=60, every=0.2):
 
 
 def wait_http(url, timeout=60):
-    return wait_until(url, lambda: http(url, timeout=2)[0] == 200, timeout)
+    def up():
+        code, body = http(url, timeout=5)
+        if code != 200:
+            raise RuntimeError(f"HTTP {code}: {body[:300]!r}")
+        return True
+    return wait_until(url, up, timeout)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,6 +272,46 @@ def start_skewwatch(lab, config_text):
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/readyz")
     return url
+
+
+def otlp_shard_name(attributes):
+    """The shard name this skewwatch gives, on its default configuration, to one OTLP client
+    span with `attributes` (a functional probe on a throwaway agent; None when it skips the
+    span). Used to learn whether the binary reads an instrumentation's attributes on defaults."""
+    binary = skewwatch_bin()
+    d = tempfile.mkdtemp(prefix="skewwatch-probe-")
+    port = free_port()
+    cfg = os.path.join(d, "probe.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"listen:\n  http: \"127.0.0.1:{port}\"\n  statsd: disabled\nwindow:\n  window_secs: 0.5\n")
+    p = subprocess.Popen([binary, "run", "--config", cfg], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/readyz", timeout=20)
+        now = time.time_ns()
+        attrs = [{"key": k, "value": {"intValue": str(v)} if isinstance(v, int) else {"stringValue": v}}
+                 for k, v in attributes.items()]
+        span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "1", "name": "probe", "kind": 3,
+                "startTimeUnixNano": str(now - 1_000_000), "endTimeUnixNano": str(now),
+                "attributes": attrs}
+        body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+        code, _ = http(url + "/v1/traces", "POST", body, {"Content-Type": "application/json"})
+        if code != 200:
+            return None
+        def shard():
+            for g in get_json(url + "/api/v1/status")["window"]["groups"]:
+                for s in g["shards"]:
+                    return s["shard"]
+            return None
+        try:
+            return wait_until("probe window", shard, timeout=5)
+        except RuntimeError:
+            return None
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def supports(config_text):
