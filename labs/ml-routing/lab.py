@@ -123,7 +123,9 @@ class CounterSampler(threading.Thread):
         super().__init__(daemon=True)
         self.lab, self.url, self.every = lab, url, every
         self.samples = []  # (unix time, {server: (responses, errors)})
-        self.down = {}
+        self.down = {}  # server -> first time marked down
+        self.downs = {}  # server -> times marked down
+        self.state = {}
         self.stop = threading.Event()
 
     def run(self):
@@ -139,10 +141,17 @@ class CounterSampler(threading.Thread):
                         per[labels["server"]][0] += v
                         if labels.get("code") in ("4xx", "5xx", "other"):
                             per[labels["server"]][1] += v
-                    elif name == "haproxy_server_status" and labels.get("state") in ("DOWN", "MAINT") and v == 1:
-                        s = labels["server"]
-                        if s not in self.down:
-                            self.down[s] = self.lab.event("haproxy", f"HAProxy marked {s} {labels['state']}")
+                    elif name == "haproxy_server_status" and v == 1:
+                        s, state = labels["server"], labels.get("state")
+                        if self.state.get(s, "UP") != state:
+                            self.state[s] = state
+                            if state in ("DOWN", "MAINT"):
+                                self.downs[s] = self.downs.get(s, 0) + 1
+                                t = self.lab.event("haproxy", f"HAProxy marked {s} {state} "
+                                                   f"(time {self.downs[s]})")
+                                self.down.setdefault(s, t)
+                            elif state == "UP" and s in self.down:
+                                self.lab.event("haproxy", f"HAProxy marked {s} UP again")
                 self.samples.append((t, per))
             except Exception:
                 pass
@@ -232,9 +241,19 @@ def main():
         if translate:
             expected.append(("ShardFailing (HAProxy exporter)", "skewwatch", "ShardFailing",
                              {"group": SCRAPE_GROUP, "shard": fq}))
+        # HAProxy's layer-7 observation counts 5xx answers (but 501 and 505) as errors and every
+        # 1xx-4xx answer as valid: with --protect and such a status HAProxy ejects the server
+        # itself, no traffic is attracted, and the lab checks exactly that instead.
+        ejected = args.protect and 500 <= args.fault_status <= 599 and args.fault_status not in (501, 505)
+        if ejected:
+            expected = []
         deadline = time.monotonic() + p["max_after"]
         while time.monotonic() < deadline:
-            if all(watcher.fired(s, n, **l) is not None for _, s, n, l in expected) and \
+            if ejected:
+                if BAD in sampler.down:
+                    time.sleep(6 * p["window"])  # long enough for FastFailureSink to show, if it would
+                    break
+            elif all(watcher.fired(s, n, **l) is not None for _, s, n, l in expected) and \
                     watcher.fired("prometheus", "BackendServer4xxRatioHigh") is not None:
                 break
             if lab.procs.check_alive():
@@ -244,7 +263,8 @@ def main():
         shot = os.path.join(lab.out, "live-page.png")
         shot_ok = True
         try:
-            labkit.screenshot(sw + "/", shot, group=OTLP_GROUP, wait_text="FastFailureSink")
+            labkit.screenshot(sw + "/", shot, group=OTLP_GROUP,
+                              wait_text=None if ejected else "FastFailureSink")
             lab.event("setup", f"screenshot {shot}")
         except Exception as e:
             lab.event("setup", f"screenshot failed: {e}")
@@ -310,11 +330,19 @@ def main():
         if early:
             print(f"\nFALSE ALARMS before the onset: {early}")
         ok = ok_order and ok_agree and ok_am and shot_ok and not early
+        if ejected:
+            sink = watcher.fired("skewwatch", "FastFailureSink", shard=BAD)
+            down = sampler.down.get(BAD)
+            print(f"\nVariant: HAProxy ejects {BAD} itself: marked down "
+                  f"{'never' if down is None else f'at T{lab.rel(down):+.1f}s'}; FastFailureSink "
+                  f"{'did not fire (expected)' if sink is None else 'FIRED (unexpected)'}")
+            ok = ok and down is not None and down >= lab.onset and sink is None
         lab.write_json("timeline.json", {
             "lab": lab.name, "short": args.short, "onset_t": round(lab.onset, 2), "params": p,
             "translate_features": translate, "events": lab.events, "expected": verdict, "diy": diy,
             "haproxy_share_of_faulty": {"before": share_before, "after": share_after},
             "haproxy_marked_down": {s: round(lab.rel(t), 1) for s, t in sampler.down.items()},
+            "haproxy_times_marked_down": sampler.downs,
             "agreement": agree, "alertmanager_ok": ok_am, "false_alarms": early, "passed": ok})
     except Exception as e:
         lab.event("error", f"{type(e).__name__}: {e}")
