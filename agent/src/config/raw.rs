@@ -241,13 +241,13 @@ pub struct RawAlerting {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawOtlp {
-    /// Attributes naming the group, first present wins.
+    /// Entries naming the group (attribute names or `{attr}` templates), first match wins.
     pub group_attributes: Option<Vec<String>>,
-    /// Attributes naming the shard, first present wins.
+    /// Entries naming the shard, first match wins.
     pub shard_attributes: Option<Vec<String>>,
-    /// Attributes naming the key, first present wins.
+    /// Entries naming the key, first match wins.
     pub key_attributes: Option<Vec<String>>,
-    /// Attributes giving the cache result, first present wins.
+    /// Entries giving the cache result, first match wins.
     pub cache_attributes: Option<Vec<String>>,
     /// Take only spans of kind CLIENT.
     pub client_spans_only: Option<bool>,

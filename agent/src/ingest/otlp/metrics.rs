@@ -25,8 +25,9 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use prost::Message;
 use skewwatch_detectors::observation::{Batch, RejectReason};
 
-use super::traces::{DecodeError, attr_value};
-use super::{AttrValue, Call, Mapping, OtlpOutcome, Picked, Scratch, SkipReason, emit, outcome};
+use super::attrs::Found;
+use super::traces::{DecodeError, attr_value, offer_all};
+use super::{AttrValue, Call, Mapping, OtlpOutcome, Scratch, SkipReason, emit, outcome};
 
 /// `AggregationTemporality` values.
 const DELTA: i32 = 1;
@@ -77,12 +78,22 @@ impl Cumulative {
         self.series.is_empty()
     }
 
-    /// The identity of a series: metric name and every attribute of the point.
-    fn id(&self, name: &str, attrs: &[KeyValue]) -> u64 {
-        let mut sorted: Vec<&KeyValue> = attrs.iter().collect();
-        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+    /// The identity of a series: metric name, every attribute of its resource and of the
+    /// point (two processes export the same point attributes under different resources).
+    fn id(&self, name: &str, resource: &[KeyValue], attrs: &[KeyValue]) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(name.as_bytes());
+        for (part, attrs) in [(0xfd, resource), (0xfc, attrs)] {
+            h.write_u8(part);
+            Self::hash_attrs(&mut h, attrs);
+        }
+        h.finish()
+    }
+
+    /// Hashes a set of attributes in key order, whatever order they came in.
+    fn hash_attrs(h: &mut impl Hasher, attrs: &[KeyValue]) {
+        let mut sorted: Vec<&KeyValue> = attrs.iter().collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
         for kv in sorted {
             h.write_u8(0xff);
             h.write(kv.key.as_bytes());
@@ -94,7 +105,6 @@ impl Cumulative {
                 AttrValue::Other => h.write(format!("{:?}", kv.value).as_bytes()),
             }
         }
-        h.finish()
     }
 
     /// The increase of `counts` since the series' previous point, or why there is none.
@@ -182,14 +192,19 @@ pub fn map_request(
         batch,
         out: OtlpOutcome::default(),
         scratch: Scratch::default(),
+        resource: Found::default(),
+        resource_attrs: &[],
     };
-    let metrics = request
-        .resource_metrics
-        .iter()
-        .flat_map(|rm| &rm.scope_metrics)
-        .flat_map(|sm| &sm.metrics);
-    for metric in metrics {
-        cx.metric(metric);
+    for rm in &request.resource_metrics {
+        cx.resource.clear();
+        cx.resource_attrs = rm
+            .resource
+            .as_ref()
+            .map_or(&[], |r| r.attributes.as_slice());
+        offer_all(m, &mut cx.resource, cx.resource_attrs);
+        for metric in rm.scope_metrics.iter().flat_map(|sm| &sm.metrics) {
+            cx.metric(metric);
+        }
     }
     cx.out
 }
@@ -201,6 +216,10 @@ struct Context<'c> {
     batch: &'c mut Batch,
     out: OtlpOutcome,
     scratch: Scratch,
+    /// The mapped attributes of the current resource, which each point starts from.
+    resource: Found<'c>,
+    /// All attributes of the current resource, part of each series' identity.
+    resource_attrs: &'c [KeyValue],
 }
 
 /// Milliseconds per unit of a duration metric (UCUM units, as the semantic conventions write
@@ -215,8 +234,8 @@ fn ms_per_unit(unit: &str) -> Option<f64> {
     })
 }
 
-impl Context<'_> {
-    fn metric(&mut self, metric: &Metric) {
+impl<'c> Context<'c> {
+    fn metric(&mut self, metric: &'c Metric) {
         let points = match &metric.data {
             Some(metric::Data::Histogram(h)) => h.data_points.len(),
             Some(metric::Data::Sum(s)) => s.data_points.len(),
@@ -255,22 +274,19 @@ impl Context<'_> {
         }
     }
 
-    /// The mapped attributes of a point, or `None` (counted) when it is not a shard's.
-    fn picked<'a>(&mut self, attrs: &'a [KeyValue]) -> Option<Picked<'a>> {
-        let mut p = Picked::default();
-        for kv in attrs {
-            self.m
-                .offer(&mut p, kv.key.as_bytes(), attr_value(kv.value.as_ref()));
+    /// The mapped attributes of a point over its resource's, or `None` when it is not a
+    /// shard's (counted by [`emit`], which finds no shard or group).
+    fn found(&mut self, attrs: &'c [KeyValue]) -> Option<Found<'c>> {
+        let mut found = Found::default();
+        found.start_from(&self.resource);
+        offer_all(self.m, &mut found, attrs);
+        match self.m.skip_reason(&found, &mut self.scratch) {
+            None => Some(found),
+            Some(reason) => {
+                self.out.skipped.add(reason);
+                None
+            }
         }
-        if p.shard.is_none() {
-            self.out.skipped.add(SkipReason::NoShard);
-            return None;
-        }
-        if p.group.is_none() {
-            self.out.skipped.add(SkipReason::NoGroup);
-            return None;
-        }
-        Some(p)
     }
 
     /// `counts` as deltas: as they are for delta temporality, else against the last point.
@@ -286,7 +302,7 @@ impl Context<'_> {
         if temporality == DELTA {
             return Some(counts.to_vec());
         }
-        let id = self.cumulative.id(&metric.name, attrs);
+        let id = self.cumulative.id(&metric.name, self.resource_attrs, attrs);
         match self.cumulative.delta(id, start_ns, now_ns, counts) {
             Ok(d) => Some(d),
             Err(reason) => {
@@ -302,10 +318,10 @@ impl Context<'_> {
         temporality: i32,
         ms_per_unit: f64,
         i: usize,
-        p: &HistogramDataPoint,
+        p: &'c HistogramDataPoint,
     ) {
         let what = || format!("data point {i} of {}", metric.name);
-        let Some(picked) = self.picked(&p.attributes) else {
+        let Some(found) = self.found(&p.attributes) else {
             return;
         };
         let bounds = &p.explicit_bounds;
@@ -333,7 +349,7 @@ impl Context<'_> {
         ) else {
             return;
         };
-        let o = outcome(0, &picked);
+        let o = outcome(0, &found, || None);
         for (b, &count) in deltas.iter().enumerate().filter(|(_, c)| **c > 0) {
             let latency_ms =
                 (!p.bucket_counts.is_empty()).then(|| bucket_latency(bounds, b) * ms_per_unit);
@@ -343,8 +359,9 @@ impl Context<'_> {
                 outcome: o,
             };
             emit(
-                &picked,
-                call,
+                self.m,
+                &found,
+                Ok(call),
                 &mut self.scratch,
                 self.batch,
                 &mut self.out,
@@ -353,9 +370,9 @@ impl Context<'_> {
         }
     }
 
-    fn sum_point(&mut self, metric: &Metric, temporality: i32, i: usize, p: &NumberDataPoint) {
+    fn sum_point(&mut self, metric: &Metric, temporality: i32, i: usize, p: &'c NumberDataPoint) {
         let what = || format!("data point {i} of {}", metric.name);
-        let Some(picked) = self.picked(&p.attributes) else {
+        let Some(found) = self.found(&p.attributes) else {
             return;
         };
         let value = match p.value {
@@ -382,11 +399,12 @@ impl Context<'_> {
             let call = Call {
                 count: deltas[0],
                 latency_ms: None,
-                outcome: outcome(0, &picked),
+                outcome: outcome(0, &found, || None),
             };
             emit(
-                &picked,
-                call,
+                self.m,
+                &found,
+                Ok(call),
                 &mut self.scratch,
                 self.batch,
                 &mut self.out,

@@ -3,11 +3,16 @@
 //! maps the same whichever encoding carried it (the tests check it).
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use skewwatch_detectors::observation::{Batch, RejectReason};
 
+use super::attrs::Found;
 use super::wire::{Fields, Value, WireError};
-use super::{AttrValue, Call, Mapping, OtlpOutcome, Picked, Scratch, SkipReason, emit, outcome};
+use super::{
+    AttrValue, Call, EXCEPTION_EVENT, EXCEPTION_MESSAGE, EXCEPTION_TYPE, Exception, Mapping,
+    OtlpOutcome, Scratch, SkipReason, emit, outcome,
+};
 
 /// `Span.kind` of a client call.
 pub const SPAN_KIND_CLIENT: i32 = 3;
@@ -47,11 +52,21 @@ pub fn decode_protobuf(
     let mut out = OtlpOutcome::default();
     let mut scratch = Scratch::default();
     let mut index = 0usize;
+    let mut resource = Found::default();
+    let mut found = Found::default();
     let mut request = Fields::new(body);
     while let Some((field, value)) = request.next()? {
         let (1, Value::Bytes(resource_spans)) = (field, value) else {
             continue;
         };
+        // The resource first, wherever the encoder put it, so every span can start from it.
+        resource.clear();
+        let mut rs = Fields::new(resource_spans);
+        while let Some((field, value)) = rs.next()? {
+            if let (1, Value::Bytes(r)) = (field, value) {
+                read_attributes(r, 1, m, &mut resource)?;
+            }
+        }
         let mut rs = Fields::new(resource_spans);
         while let Some((field, value)) = rs.next()? {
             let (2, Value::Bytes(scope_spans)) = (field, value) else {
@@ -62,9 +77,19 @@ pub fn decode_protobuf(
                 let (2, Value::Bytes(span)) = (field, value) else {
                     continue;
                 };
-                let mut picked = Picked::default();
-                let head = read_span(span, m, &mut picked)?;
-                map_span(head, &picked, m, &mut scratch, batch, &mut out, index);
+                found.start_from(&resource);
+                let head = read_span(span, m, &mut found)?;
+                let exception = || exception_of(span);
+                map_span(
+                    head,
+                    &found,
+                    exception,
+                    m,
+                    &mut scratch,
+                    batch,
+                    &mut out,
+                    index,
+                );
                 index += 1;
             }
         }
@@ -72,8 +97,8 @@ pub fn decode_protobuf(
     Ok(out)
 }
 
-/// Reads the kind, times, status and picked attributes of one span.
-fn read_span<'a>(span: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<SpanHead, DecodeError> {
+/// Reads the kind, times, status and wanted attributes of one span.
+fn read_span<'a>(span: &'a [u8], m: &Mapping, p: &mut Found<'a>) -> Result<SpanHead, DecodeError> {
     let mut head = SpanHead::default();
     let mut f = Fields::new(span);
     while let Some((field, value)) = f.next()? {
@@ -96,11 +121,33 @@ fn read_span<'a>(span: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<Span
     Ok(head)
 }
 
+/// Offers every attribute (`KeyValue` field `field`) of a message to the mapping.
+fn read_attributes<'a>(
+    msg: &'a [u8],
+    field: u32,
+    m: &Mapping,
+    p: &mut Found<'a>,
+) -> Result<(), DecodeError> {
+    let mut f = Fields::new(msg);
+    while let Some((n, value)) = f.next()? {
+        if let (true, Value::Bytes(kv)) = (n == field, value) {
+            read_attribute(kv, m, p)?;
+        }
+    }
+    Ok(())
+}
+
 /// Reads one `KeyValue` and offers it to the mapping, which reads the value only if it wants
 /// the key.
-fn read_attribute<'a>(kv: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<(), DecodeError> {
+fn read_attribute<'a>(kv: &'a [u8], m: &Mapping, p: &mut Found<'a>) -> Result<(), DecodeError> {
+    let (key, any) = key_value(kv)?;
+    m.offer_with(p, key, || any.map_or(Ok(AttrValue::Other), read_any_value))
+}
+
+/// The key and the encoded value of a `KeyValue`.
+fn key_value(kv: &[u8]) -> Result<(&[u8], Option<&[u8]>), DecodeError> {
     let mut key: &[u8] = b"";
-    let mut any: Option<&'a [u8]> = None;
+    let mut any = None;
     let mut f = Fields::new(kv);
     while let Some((field, v)) = f.next()? {
         match (field, v) {
@@ -109,7 +156,46 @@ fn read_attribute<'a>(kv: &'a [u8], m: &Mapping, p: &mut Picked<'a>) -> Result<(
             _ => {}
         }
     }
-    m.offer_with(p, key, || any.map_or(Ok(AttrValue::Other), read_any_value))
+    Ok((key, any))
+}
+
+/// The last `exception` event of a span (`Span.events`, field 11), read only for a failed
+/// span whose attributes give no status code. The span was walked once already, so a
+/// malformed event here only means no exception.
+fn exception_of(span: &[u8]) -> Option<Exception<'_>> {
+    let mut last = None;
+    let mut f = Fields::new(span);
+    while let Ok(Some((field, value))) = f.next() {
+        let (11, Value::Bytes(event)) = (field, value) else {
+            continue;
+        };
+        let mut name: &[u8] = b"";
+        let mut e = Exception::default();
+        let mut ev = Fields::new(event);
+        while let Ok(Some((field, value))) = ev.next() {
+            match (field, value) {
+                (2, Value::Bytes(n)) => name = n,
+                (3, Value::Bytes(kv)) => {
+                    let Ok((key, Some(any))) = key_value(kv) else {
+                        continue;
+                    };
+                    let Ok(AttrValue::Str(s)) = read_any_value(any) else {
+                        continue;
+                    };
+                    match key {
+                        k if k == EXCEPTION_TYPE.as_bytes() => e.ty = s,
+                        k if k == EXCEPTION_MESSAGE.as_bytes() => e.message = s,
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        if name == EXCEPTION_EVENT.as_bytes() {
+            last = Some(e);
+        }
+    }
+    last
 }
 
 /// Reads an `AnyValue`: the string, bool and int cases; anything else is [`AttrValue::Other`].
@@ -139,6 +225,13 @@ pub fn decode_json(
     Ok(map_request(&request, m, batch))
 }
 
+/// Offers every attribute of a decoded message to the mapping.
+pub fn offer_all<'a>(m: &Mapping, found: &mut Found<'a>, attributes: &'a [KeyValue]) {
+    for kv in attributes {
+        m.offer(found, kv.key.as_bytes(), attr_value(kv.value.as_ref()));
+    }
+}
+
 /// Maps every span of a decoded request (the JSON path, and the reference the protobuf walker
 /// is tested against).
 pub fn map_request(
@@ -148,29 +241,58 @@ pub fn map_request(
 ) -> OtlpOutcome {
     let mut out = OtlpOutcome::default();
     let mut scratch = Scratch::default();
-    let spans = request
-        .resource_spans
-        .iter()
-        .flat_map(|rs| &rs.scope_spans)
-        .flat_map(|ss| &ss.spans);
-    for (index, span) in spans.enumerate() {
-        let mut picked = Picked::default();
-        for kv in &span.attributes {
-            m.offer(
-                &mut picked,
-                kv.key.as_bytes(),
-                attr_value(kv.value.as_ref()),
-            );
+    let mut index = 0usize;
+    let mut resource = Found::default();
+    let mut found = Found::default();
+    for rs in &request.resource_spans {
+        resource.clear();
+        if let Some(r) = &rs.resource {
+            offer_all(m, &mut resource, &r.attributes);
         }
-        let head = SpanHead {
-            kind: span.kind,
-            start_ns: span.start_time_unix_nano,
-            end_ns: span.end_time_unix_nano,
-            status: span.status.as_ref().map_or(0, |s| s.code),
-        };
-        map_span(head, &picked, m, &mut scratch, batch, &mut out, index);
+        for span in rs.scope_spans.iter().flat_map(|ss| &ss.spans) {
+            found.start_from(&resource);
+            offer_all(m, &mut found, &span.attributes);
+            let head = SpanHead {
+                kind: span.kind,
+                start_ns: span.start_time_unix_nano,
+                end_ns: span.end_time_unix_nano,
+                status: span.status.as_ref().map_or(0, |s| s.code),
+            };
+            let exception = || json_exception(span);
+            map_span(
+                head,
+                &found,
+                exception,
+                m,
+                &mut scratch,
+                batch,
+                &mut out,
+                index,
+            );
+            index += 1;
+        }
     }
     out
+}
+
+/// The last `exception` event of a decoded span.
+fn json_exception(span: &Span) -> Option<Exception<'_>> {
+    let event = span
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.name == EXCEPTION_EVENT)?;
+    let mut e = Exception::default();
+    for kv in &event.attributes {
+        if let AttrValue::Str(s) = attr_value(kv.value.as_ref()) {
+            match kv.key.as_str() {
+                EXCEPTION_TYPE => e.ty = s,
+                EXCEPTION_MESSAGE => e.message = s,
+                _ => {}
+            }
+        }
+    }
+    Some(e)
 }
 
 /// An attribute value of a decoded message as the mapping sees it.
@@ -184,9 +306,11 @@ pub fn attr_value(v: Option<&AnyValue>) -> AttrValue<'_> {
 }
 
 /// One span into a record, or a skip or a rejection.
-fn map_span(
+#[allow(clippy::too_many_arguments)] // the decoders' shared state, passed apart to borrow apart
+fn map_span<'a>(
     head: SpanHead,
-    picked: &Picked<'_>,
+    found: &Found<'a>,
+    exception: impl FnOnce() -> Option<Exception<'a>>,
     m: &Mapping,
     scratch: &mut Scratch,
     batch: &mut Batch,
@@ -196,27 +320,20 @@ fn map_span(
     if m.client_spans_only && head.kind != SPAN_KIND_CLIENT {
         return out.skipped.add(SkipReason::NotClient);
     }
-    let latency_ms = if head.end_ns >= head.start_ns {
-        (head.end_ns - head.start_ns) as f64 / 1e6
-    } else if picked_is_shard_call(picked) {
-        return out.reject(RejectReason::BadLatency, &format!("span {index}"));
+    // A bad duration is rejected only on a shard call: on a span skipped anyway it is not
+    // worth a rejection (emit checks the shard and the group first).
+    let call = if head.end_ns >= head.start_ns {
+        Ok(Call {
+            count: 1,
+            latency_ms: Some((head.end_ns - head.start_ns) as f64 / 1e6),
+            outcome: outcome(head.status, found, exception),
+        })
     } else {
-        0.0
+        Err(RejectReason::BadLatency)
     };
-    let call = Call {
-        count: 1,
-        latency_ms: Some(latency_ms),
-        outcome: outcome(head.status, picked),
-    };
-    emit(picked, call, scratch, batch, out, &|| {
+    emit(m, found, call, scratch, batch, out, &|| {
         format!("span {index}")
     });
-}
-
-/// Whether the span would be taken (has a shard and a group): a bad duration on a span that
-/// is skipped anyway is not worth a rejection.
-fn picked_is_shard_call(p: &Picked<'_>) -> bool {
-    p.shard.is_some() && p.group.is_some()
 }
 
 #[cfg(test)]
@@ -380,6 +497,78 @@ mod tests {
         assert_eq!(
             (r[0].shard, r[0].latency_ms, r[0].outcome),
             ("kv-9", Some(4.0), Outcome::Throttled)
+        );
+    }
+
+    #[test]
+    fn resource_attributes_and_exception_events_map_alike_in_every_encoding() {
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        use opentelemetry_proto::tonic::trace::v1::span::Event;
+        let m = Mapping::new(super::super::Lists {
+            group: vec!["k8s.namespace.name".into(), "db.system".into()],
+            shard: vec!["{service.instance.id}/{net.peer.name}:{net.peer.port}".into()],
+            ..super::super::Lists::default()
+        })
+        .unwrap();
+        let failed = |message: &str| {
+            let mut sp = span(
+                3,
+                vec![
+                    s("db.system", "postgresql"),
+                    s("net.peer.name", "127.0.0.1"),
+                    kv("net.peer.port", any_value::Value::IntValue(5433)),
+                ],
+                1_000_000,
+                2,
+            );
+            sp.events = vec![
+                Event {
+                    name: "log".into(),
+                    ..Event::default()
+                },
+                Event {
+                    name: "exception".into(),
+                    attributes: vec![
+                        s("exception.type", "psycopg.errors.QueryCanceled"),
+                        s("exception.message", message),
+                    ],
+                    ..Event::default()
+                },
+            ];
+            sp
+        };
+        let mut req = request(vec![
+            failed("canceling statement due to statement timeout"),
+            failed("canceling statement due to user request"),
+        ]);
+        // The span's own `k8s.namespace.name` would win; this one has none, so the resource's
+        // names the group.
+        req.resource_spans[0].resource = Some(Resource {
+            attributes: vec![
+                s("service.instance.id", "pod-7"),
+                s("k8s.namespace.name", "prod"),
+            ],
+            ..Resource::default()
+        });
+        let mut overridden = failed("x");
+        overridden
+            .attributes
+            .push(s("k8s.namespace.name", "staging"));
+        req.resource_spans[0].scope_spans[0].spans.push(overridden);
+        let (mut a, mut b) = (Batch::default(), Batch::default());
+        decode_protobuf(&req.encode_to_vec(), &m, &mut a).unwrap();
+        decode_json(&serde_json::to_vec(&req).unwrap(), &m, &mut b).unwrap();
+        assert_eq!(records(&a), records(&b));
+        let r = records(&a);
+        assert_eq!(
+            r.iter()
+                .map(|o| (o.group, o.shard, o.outcome))
+                .collect::<Vec<_>>(),
+            vec![
+                ("prod", "pod-7/127.0.0.1:5433", Outcome::Timeout),
+                ("prod", "pod-7/127.0.0.1:5433", Outcome::Error),
+                ("staging", "pod-7/127.0.0.1:5433", Outcome::Error),
+            ]
         );
     }
 
