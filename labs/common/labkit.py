@@ -402,7 +402,9 @@ class AlertWatcher(threading.Thread):
                     name = a["labels"].get("alertname", "?")
                     key = (src, name, self.ident(a["labels"]))
                     if key not in self.first:
-                        t = self.lab.event(src, f"FIRING {name} {{{key[2]}}}", alertname=name,
+                        ann = a.get("annotations", {})
+                        extra = "".join(f" {k}={ann[k]}" for k in ("share",) if k in ann)
+                        t = self.lab.event(src, f"FIRING {name} {{{key[2]}}}{extra}", alertname=name,
                                            labels=a["labels"], annotations=a.get("annotations", {}))
                         self.first[key] = t
             self.stop.wait(self.every)

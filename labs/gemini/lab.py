@@ -227,7 +227,7 @@ def skewwatch_cfg(am, p, otel_defaults):
             + (f"detectors:\n{warm}" if warm else ""))
 
 
-def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0):
+def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0, unjudged_from=None):
     """Per closed window of skewwatch's history: per shard the share of backend calls and the
     backend error ratio against PostgreSQL's pg_stat_database, and the group's cache hit ratio
     against cachetools' own hit and miss counts, over the same window (the real counters
@@ -266,7 +266,8 @@ def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0):
                 worst_err = max(worst_err, abs(se / sc - re / rc))
         lib_hit = hits / (hits + misses)
         sw_hit = w.get("cache_hit_ratio")
-        judged = not any(start - window <= t <= end for t in skip)
+        judged = not any(start - window <= t <= end for t in skip) and \
+            (unjudged_from is None or end < unjudged_from)
         rows.append({"t": round(lab.rel(start - wall0), 1), "backend_calls_postgres": round(total),
                      "backend_calls_skewwatch": round(sw_total), "max_share_diff": round(worst_share, 4),
                      "max_error_ratio_diff": round(worst_err, 4), "cache_hit_ratio_library": round(lib_hit, 4),
@@ -399,6 +400,7 @@ def main():
             shot_ok = False
 
         skip = []
+        unjudged_from = None
         mitigations = []
         if p["mitigate"]:
             steps = [("TTL 1 min -> 20 min", {"ttl_secs": 1200}),
@@ -408,6 +410,11 @@ def main():
             lab.event("mitigation", f"incident: {before}")
             for name, body in steps:
                 skip.append(time.time())
+                if "rate_limit_qps" in body:
+                    # A throttled lookup is a request with neither a cache result nor a backend
+                    # call; the history's per-shard cells cannot tell it from a miss, so the
+                    # windows under the rate limit are listed, not judged.
+                    unjudged_from = time.time()
                 http(ctl, "POST", json.dumps(body).encode())
                 lab.event("mitigation", f"APPLIED {name}")
                 time.sleep(10)
@@ -439,7 +446,7 @@ def main():
                                  f"{m['before']['hit_ratio']:.1%} -> {m['after']['hit_ratio']:.1%}")
                                 for m in mitigations])
 
-        rows = agreement_rows(lab, sw, sampler, shard_names, p["window"], skip, wall0)
+        rows = agreement_rows(lab, sw, sampler, shard_names, p["window"], skip, wall0, unjudged_from)
         judged = [r for r in rows if r["judged"]]
         worst = {k: max((r[k] for r in judged if r[k] is not None), default=None)
                  for k in ("max_share_diff", "max_error_ratio_diff", "hit_ratio_diff")}
