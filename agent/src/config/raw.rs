@@ -88,6 +88,21 @@ pub struct RawMapping {
     pub outcome: Option<String>,
     /// Cache result template.
     pub cache: Option<String>,
+    /// How the rendered outcome translates into an outcome class, first matching row wins.
+    pub outcomes: Option<Vec<RawOutcomeRow>>,
+}
+
+/// One row of an `outcomes:` table (a scrape job's, a StatsD mapping's).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawOutcomeRow {
+    /// An exact value.
+    #[serde(rename = "match")]
+    pub exact: Option<String>,
+    /// An anchored regex.
+    pub regex: Option<String>,
+    /// The outcome of a value the row recognizes.
+    pub outcome: Option<String>,
 }
 
 /// One job in `scrape:`.
@@ -104,16 +119,22 @@ pub struct RawScrapeJob {
     pub timeout_secs: Option<f64>,
     /// Counter and classic histogram names to read.
     pub metrics: Option<Vec<String>>,
-    /// The group of every observation (default: the job name).
+    /// The group: literal text, or a template over labels (`{proxy}`); default the job name.
     pub group: Option<String>,
     /// A label whose value is the group, when present.
     pub group_label: Option<String>,
-    /// The label naming the shard.
+    /// The shard: a template over labels (`{proxy}/{server}`).
+    pub shard: Option<String>,
+    /// The label naming the shard (shorthand for `shard: "{label}"`).
     pub shard_label: Option<String>,
+    /// The key: a template over labels (`{table}`).
+    pub key: Option<String>,
     /// The label naming the key.
     pub key_label: Option<String>,
     /// The label naming the outcome.
     pub outcome_label: Option<String>,
+    /// How the outcome label's value translates into an outcome class.
+    pub outcomes: Option<Vec<RawOutcomeRow>>,
     /// The label naming the cache result.
     pub cache_label: Option<String>,
     /// File holding a bearer token sent to the target.

@@ -10,6 +10,8 @@
 //! - [`ndjson`]: NDJSON body parser for `POST /api/v1/observations` and `replay`.
 //! - [`otlp`]: OpenTelemetry spans and metrics (`POST /v1/traces`, `POST /v1/metrics`).
 //! - [`scrape`]: `scrape:` jobs, Prometheus targets read as input.
+//! - [`outcome`]: another system's names for a request's result (`4xx`, `404`, `NOT_FOUND`)
+//!   translated into outcome classes, for the scrape jobs and the StatsD mappings.
 //!
 //! Each input owns its validated configuration and the validator that builds it from its raw
 //! section (`statsd::config`, `scrape::config`, `otlp::config`); the configuration layer
@@ -17,6 +19,7 @@
 
 pub mod ndjson;
 pub mod otlp;
+pub mod outcome;
 pub mod scrape;
 pub mod statsd;
 

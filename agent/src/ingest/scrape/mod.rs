@@ -22,6 +22,7 @@
 
 pub mod config;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use prometheus::IntCounter;
@@ -34,7 +35,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use config::{GroupSource, ScrapeJob};
+pub use config::{FieldSource, LabelTemplate, Missing, ScrapeJob};
 
 use crate::ingest::IngestQueue;
 use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
@@ -86,7 +87,9 @@ pub fn spawn(
     let counters = Counters {
         source: metrics.source(Source::Scrape).clone(),
         scrapes: metrics.scrapes.with_label_values(&[&job.name]),
+        no_group: metrics.skipped.with_label_values(&["scrape", "no_group"]),
         no_shard: metrics.skipped.with_label_values(&["scrape", "no_shard"]),
+        no_key: metrics.skipped.with_label_values(&["scrape", "no_key"]),
         series_cap: metrics.skipped.with_label_values(&["scrape", "series_cap"]),
         failures: metrics.scrape_failures.clone(),
     };
@@ -98,7 +101,9 @@ pub fn spawn(
 struct Counters {
     source: SourceMetrics,
     scrapes: IntCounter,
+    no_group: IntCounter,
     no_shard: IntCounter,
+    no_key: IntCounter,
     series_cap: IntCounter,
     failures: prometheus::IntCounterVec,
 }
@@ -151,7 +156,9 @@ fn scraped(job: &ScrapeJob, text: &str, state: &mut Series, queue: &IngestQueue,
     let mut batch = Batch::default();
     let mut rejected = Rejections::default();
     let skips = state.observe(job, &page, &mut batch, &mut rejected);
+    c.no_group.inc_by(skips.no_group);
     c.no_shard.inc_by(skips.no_shard);
+    c.no_key.inc_by(skips.no_key);
     c.series_cap.inc_by(skips.series_cap);
     if rejected.total() > 0 {
         c.source.add_rejections(&rejected);
@@ -227,8 +234,12 @@ async fn fetch(client: &reqwest::Client, job: &ScrapeJob) -> Result<String, Scra
 /// Series skipped in one scrape, by reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Skips {
-    /// Series without the shard label.
+    /// Series without a label the group template names.
+    pub no_group: u64,
+    /// Series without a label the shard template names.
     pub no_shard: u64,
+    /// Series without a label the key template names.
+    pub no_key: u64,
     /// New series past `max_series`.
     pub series_cap: u64,
 }
@@ -274,8 +285,7 @@ impl Series {
             .iter()
             .filter(|s| job.metrics.contains(&s.metric))
         {
-            let Some(shard) = sample.labels.get(&job.shard_label) else {
-                skips.no_shard += 1;
+            let Some(fields) = Fields::of(job, sample, &mut skips) else {
                 continue;
             };
             let id = format!("{}{{{}}}", sample.metric, sample.labels);
@@ -288,7 +298,7 @@ impl Series {
             };
             if let Some(prev) = self.last.get(&id) {
                 for (count, latency_ms) in growth(prev, &now) {
-                    match observation(job, sample, shard, count, latency_ms) {
+                    match observation(job, sample, &fields, count, latency_ms) {
                         Ok(obs) => out.push(&obs),
                         Err(reason) => rejected.add(reason),
                     }
@@ -370,19 +380,61 @@ fn representative_ms(lower: f64, upper: f64) -> Option<f64> {
     Some((secs.max(0.0) * 1000.0).min(MAX_LATENCY_MS))
 }
 
+/// A series' group, shard and key, rendered from the job's templates once per scrape.
+struct Fields<'a> {
+    group: Cow<'a, str>,
+    shard: Cow<'a, str>,
+    key: Option<Cow<'a, str>>,
+}
+
+impl<'a> Fields<'a> {
+    /// The fields of `sample`; `None` (counted in `skips`) when a template names a label the
+    /// series lacks and the field has no fallback.
+    fn of(job: &'a ScrapeJob, sample: &'a Sample, skips: &mut Skips) -> Option<Fields<'a>> {
+        let get = |name: &str| sample.labels.get(name);
+        let render = |source: &'a FieldSource| match source.template.render(get) {
+            Some(v) => Ok(Some(v)),
+            None => match &source.missing {
+                Missing::Skip => Err(()),
+                Missing::Fallback(v) => Ok(Some(Cow::Borrowed(v.as_str()))),
+                Missing::Absent => Ok(None),
+            },
+        };
+        let Ok(Some(group)) = render(&job.group) else {
+            skips.no_group += 1;
+            return None;
+        };
+        let Ok(Some(shard)) = render(&job.shard) else {
+            skips.no_shard += 1;
+            return None;
+        };
+        let key = match job.key.as_ref().map(render) {
+            None => None,
+            Some(Ok(key)) => key,
+            Some(Err(())) => {
+                skips.no_key += 1;
+                return None;
+            }
+        };
+        Some(Fields { group, shard, key })
+    }
+}
+
 /// The observation of `count` requests of one series.
 fn observation<'a>(
     job: &'a ScrapeJob,
     sample: &'a Sample,
-    shard: &'a str,
+    fields: &'a Fields<'a>,
     count: u64,
     latency_ms: Option<f64>,
 ) -> Result<ObservationRef<'a>, RejectReason> {
     let label = |name: &Option<String>| name.as_ref().and_then(|n| sample.labels.get(n));
-    let group = label(&job.group.label).unwrap_or(&job.group.name);
     let outcome = match label(&job.outcome_label) {
         None => Outcome::Ok,
-        Some(v) => Outcome::parse(v).ok_or(RejectReason::UnknownOutcome)?,
+        Some(v) => job
+            .outcomes
+            .translate(v)
+            .ok_or(RejectReason::UnknownOutcome)?,
     };
     let cache = match label(&job.cache_label) {
         None => None,
@@ -390,9 +442,9 @@ fn observation<'a>(
     };
     let obs = ObservationRef {
         ts: None,
-        group,
-        shard,
-        key: label(&job.key_label),
+        group: &fields.group,
+        shard: &fields.shard,
+        key: fields.key.as_deref(),
         count,
         latency_ms,
         outcome,
@@ -562,5 +614,88 @@ mod tests {
         let (got, rejected, _) = observe(&mut s, &j, &page(4));
         assert_eq!(got, vec![("a".to_string(), 3, None, None)]);
         assert_eq!(rejected.get(RejectReason::UnknownOutcome), 1);
+    }
+
+    /// HAProxy 2.6's exporter names a server by two labels and counts responses by status
+    /// class; the recipe of docs/ingest.md reads it.
+    const HAPROXY: &str = "# TYPE haproxy_server_http_responses_total counter\n\
+        haproxy_server_http_responses_total{proxy=\"be\",server=\"s1\",code=\"2xx\"} OK\n\
+        haproxy_server_http_responses_total{proxy=\"be\",server=\"s1\",code=\"4xx\"} NF\n\
+        haproxy_server_http_responses_total{proxy=\"be\",server=\"s1\",code=\"5xx\"} 0\n\
+        haproxy_server_http_responses_total{proxy=\"be\",server=\"s1\",code=\"other\"} OTHER\n\
+        haproxy_server_http_responses_total{proxy=\"be\",code=\"2xx\"} 99\n";
+
+    fn haproxy_job(extra: &str) -> ScrapeJob {
+        let yaml = format!(
+            "scrape:\n  - name: lb\n    url: http://127.0.0.1:1/metrics\n    \
+             metrics: [haproxy_server_http_responses_total]\n    group: \"{{proxy}}\"\n    \
+             shard: \"{{proxy}}/{{server}}\"\n    outcome_label: code\n{extra}"
+        );
+        Config::from_yaml(&yaml, "t")
+            .unwrap()
+            .startup
+            .scrape
+            .remove(0)
+    }
+
+    /// Group, shard, outcome and count of each observation, sorted.
+    fn outcomes(job: &ScrapeJob, pages: [&str; 2]) -> (Vec<(String, String, Outcome, u64)>, Skips) {
+        let mut s = Series::default();
+        let mut b = Batch::default();
+        let mut r = Rejections::default();
+        s.observe(job, &parse_page(pages[0]), &mut b, &mut r);
+        let skips = s.observe(job, &parse_page(pages[1]), &mut b, &mut r);
+        assert_eq!(r.total(), 0);
+        let mut got: Vec<_> = b
+            .iter()
+            .map(|o| (o.group.to_owned(), o.shard.to_owned(), o.outcome, o.count))
+            .collect();
+        got.sort_by_key(|g| (g.2 as u8, g.3));
+        (got, skips)
+    }
+
+    #[test]
+    fn haproxy_status_classes_translate_on_defaults_and_through_a_table() {
+        let page = |ok: u32, nf: u32, other: u32| {
+            HAPROXY
+                .replace("OK", &ok.to_string())
+                .replace("NF", &nf.to_string())
+                .replace("OTHER", &other.to_string())
+        };
+        let (first, second) = (page(10, 1, 0), page(40, 6, 2));
+        let (got, skips) = outcomes(&haproxy_job(""), [&first, &second]);
+        let row = |o, n| ("be".to_string(), "be/s1".to_string(), o, n);
+        assert_eq!(
+            got,
+            [
+                row(Outcome::Ok, 30),
+                row(Outcome::Error, 2),
+                row(Outcome::Error, 5)
+            ]
+        );
+        // The series without `server` is skipped, each scrape.
+        assert_eq!(skips.no_shard, 1);
+        let table = "    outcomes:\n      - match: \"4xx\"\n        outcome: not_found\n";
+        let (got, _) = outcomes(&haproxy_job(table), [&first, &second]);
+        assert_eq!(
+            got,
+            [
+                row(Outcome::Ok, 30),
+                row(Outcome::Error, 2),
+                row(Outcome::NotFound, 5)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_key_template_skips_series_without_its_label_and_counts_them() {
+        let j = haproxy_job("    key: \"{code}-{missing}\"\n");
+        let page = HAPROXY
+            .replace("OK", "1")
+            .replace("NF", "1")
+            .replace("OTHER", "1");
+        let (got, skips) = outcomes(&j, [&page, &page]);
+        assert!(got.is_empty());
+        assert_eq!((skips.no_shard, skips.no_key), (1, 4));
     }
 }

@@ -16,10 +16,11 @@
 //! `[A-Za-z0-9_]+` takes a few hundred bytes.
 
 use regex::{Regex, RegexBuilder};
-use skewwatch_detectors::observation::{CacheResult, Outcome};
+use skewwatch_detectors::observation::CacheResult;
 
 use crate::config::raw::{RawMapping, RawStatsd};
 use crate::config::validate::Check;
+use crate::ingest::outcome::{self, OutcomeTable};
 
 /// Most mappings in `statsd.mappings`.
 pub const MAX_MAPPINGS: usize = 128;
@@ -220,6 +221,8 @@ pub struct StatsdMapping {
     pub outcome: Option<Template>,
     /// The cache result, if any.
     pub cache: Option<Template>,
+    /// How the rendered outcome becomes an outcome class.
+    pub outcomes: OutcomeTable,
 }
 
 /// Compiles a glob: `*` may not follow `*` (two adjacent captures would split a component
@@ -302,10 +305,13 @@ fn mappings(c: &mut Check<'_>, raw: Vec<RawMapping>) -> Vec<StatsdMapping> {
         );
         return Vec::new();
     }
-    raw.into_iter()
+    let mappings: Vec<StatsdMapping> = raw
+        .into_iter()
         .enumerate()
         .filter_map(|(i, m)| mapping(c, &format!("statsd.mappings[{i}]"), m))
-        .collect()
+        .collect();
+    outcome::check_regex_total(c, "statsd.mappings", mappings.iter().map(|m| &m.outcomes));
+    mappings
 }
 
 fn mapping(c: &mut Check<'_>, f: &str, m: RawMapping) -> Option<StatsdMapping> {
@@ -339,7 +345,8 @@ fn mapping(c: &mut Check<'_>, f: &str, m: RawMapping) -> Option<StatsdMapping> {
     let key = template(c, f, "key", m.key, captures, false);
     let outcome = template(c, f, "outcome", m.outcome, captures, false);
     let cache = template(c, f, "cache", m.cache, captures, false);
-    literal_values(c, f, outcome.as_ref(), cache.as_ref());
+    let outcomes = outcome::validate(c, &format!("{f}.outcomes"), m.outcomes);
+    literal_values(c, f, outcome.as_ref(), &outcomes, cache.as_ref());
     if c.found() > before {
         return None;
     }
@@ -352,6 +359,7 @@ fn mapping(c: &mut Check<'_>, f: &str, m: RawMapping) -> Option<StatsdMapping> {
         key,
         outcome,
         cache,
+        outcomes,
     })
 }
 
@@ -382,20 +390,25 @@ fn template(
         .ok()
 }
 
-/// A literal outcome or cache result must be one skewwatch knows, or every line it maps
-/// would be rejected.
+/// A literal outcome or cache result must be one skewwatch recognizes (the outcome through
+/// the mapping's table), or every line it maps would be rejected.
 fn literal_values(
     c: &mut Check<'_>,
     f: &str,
     outcome: Option<&Template>,
+    outcomes: &OutcomeTable,
     cache: Option<&Template>,
 ) {
     if let Some(o) = outcome.and_then(Template::literal)
-        && Outcome::parse(o).is_none()
+        && outcomes.translate(o).is_none()
     {
         c.fail(
             &format!("{f}.outcome"),
-            format!("`{o}` is not an outcome: use ok, error, timeout, not_found, throttled or unavailable"),
+            format!(
+                "`{o}` is not an outcome: use ok, error, timeout, not_found, throttled or \
+                 unavailable, a value of the built-in vocabulary (404, 5xx, NOT_FOUND; \
+                 docs/ingest.md) or add an `outcomes` row for it"
+            ),
         );
     }
     if let Some(result) = cache.and_then(Template::literal)

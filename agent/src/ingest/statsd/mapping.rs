@@ -162,7 +162,10 @@ impl Mapper {
         };
         let outcome = match has_outcome {
             false => Outcome::Ok,
-            true => Outcome::parse(outcome).ok_or(RejectReason::UnknownOutcome)?,
+            true => m
+                .outcomes
+                .translate(outcome)
+                .ok_or(RejectReason::UnknownOutcome)?,
         };
         let cache = match has_cache {
             false => None,
@@ -451,6 +454,53 @@ statsd:
         assert_eq!(
             one(&mut m, "rpc.users.eu1.weird:30|ms"),
             Err(Mapped::Unmapped)
+        );
+    }
+
+    #[test]
+    fn an_outcome_table_translates_codes_and_the_vocabulary_covers_the_rest() {
+        let mut m = mapper(
+            r#"
+statsd:
+  mappings:
+    - match: "http.*.requests"
+      types: [c]
+      group: web
+      shard: "$1"
+      outcome: "${tag:status}"
+      outcomes:
+        - match: "418"
+          outcome: throttled
+        - regex: "5\\d\\d|5xx"
+          outcome: unavailable
+"#,
+        );
+        let mut outcome = |line: &str| one(&mut m, line).map(|f| f.5);
+        assert_eq!(
+            outcome("http.a.requests:1|c|#status:418"),
+            Ok(Outcome::Throttled)
+        );
+        assert_eq!(
+            outcome("http.a.requests:1|c|#status:502"),
+            Ok(Outcome::Unavailable)
+        );
+        assert_eq!(
+            outcome("http.a.requests:1|c|#status:5xx"),
+            Ok(Outcome::Unavailable)
+        );
+        // Not in the table: the built-in vocabulary.
+        assert_eq!(
+            outcome("http.a.requests:1|c|#status:404"),
+            Ok(Outcome::NotFound)
+        );
+        assert_eq!(outcome("http.a.requests:1|c|#status:2xx"), Ok(Outcome::Ok));
+        assert_eq!(
+            outcome("http.a.requests:1|c|#status:NOT_FOUND"),
+            Ok(Outcome::NotFound)
+        );
+        assert_eq!(
+            outcome("http.a.requests:1|c|#status:teapot"),
+            Err(Mapped::Rejected(RejectReason::UnknownOutcome))
         );
     }
 
