@@ -163,7 +163,8 @@ impl Tmux {
 
     /// The screen of session `name` as text (`escapes`: with colour and style sequences).
     fn screen(&self, name: &str, escapes: bool) -> String {
-        let mut args = vec!["capture-pane", "-p", "-t", name];
+        let target = pane(name);
+        let mut args = vec!["capture-pane", "-p", "-t", &target];
         if escapes {
             args.push("-e");
         }
@@ -171,13 +172,16 @@ impl Tmux {
     }
 
     fn keys(&self, name: &str, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", name];
+        let target = pane(name);
+        let mut args = vec!["send-keys", "-t", &target];
         args.extend(keys);
         assert!(self.run(&args).status.success(), "send-keys {keys:?}");
     }
 
     fn alive(&self, name: &str) -> bool {
-        self.run(&["has-session", "-t", name]).status.success()
+        self.run(&["has-session", "-t", &format!("={name}")])
+            .status
+            .success()
     }
 
     /// The screen once `f` holds on it, or a panic naming `what` with the last screen.
@@ -189,6 +193,12 @@ impl Tmux {
         })
         .unwrap_or_else(|| panic!("{what}: not on screen within 30 s; the screen:\n{last}"))
     }
+}
+
+/// The pane of session `name`, matched exactly: a bare `-t top` is resolved against the
+/// current session's windows first, and so can hit another session's pane.
+fn pane(name: &str) -> String {
+    format!("={name}:")
 }
 
 impl Drop for Tmux {
