@@ -75,13 +75,28 @@ impl Mapper {
         let Some(index) = self.find(parts.name, kind) else {
             return Mapped::Unmapped;
         };
-        match self.observation(index, &parts, kind) {
-            Ok(obs) => {
-                out.push(&obs);
-                Mapped::Accepted
-            }
-            Err(reason) => Mapped::Rejected(reason),
+        if !parts.value.contains(':') {
+            return match self.observation(index, &parts, kind, parts.value) {
+                Ok(obs) => {
+                    out.push(&obs);
+                    Mapped::Accepted
+                }
+                Err(reason) => Mapped::Rejected(reason),
+            };
         }
+        // A DogStatsD 1.1 multi-value line: one observation per value, and one bad value
+        // rejects the whole line, so every value is checked before any is pushed.
+        for value in parts.value.split(':') {
+            if let Err(reason) = self.observation(index, &parts, kind, value) {
+                return Mapped::Rejected(reason);
+            }
+        }
+        for value in parts.value.split(':') {
+            if let Ok(obs) = self.observation(index, &parts, kind, value) {
+                out.push(&obs);
+            }
+        }
+        Mapped::Accepted
     }
 
     /// The first mapping that takes `name` of this type; its captures are in `self.captures`.
@@ -112,12 +127,14 @@ impl Mapper {
         None
     }
 
-    /// Renders the fields of mapping `index` and builds the observation from them.
+    /// Renders the fields of mapping `index` and builds the observation of `value` (the
+    /// line's value, or one of a multi-value line's) from them.
     fn observation<'s>(
         &'s mut self,
         index: usize,
         parts: &Line<'_>,
         kind: Types,
+        value: &str,
     ) -> Result<ObservationRef<'s>, RejectReason> {
         let m = &self.mappings[index];
         let [group, shard, key, outcome, cache] = &mut self.fields;
@@ -147,9 +164,9 @@ impl Mapper {
             return Err(RejectReason::MissingShard);
         }
         let (requests, latency_ms) = if kind == Types::C {
-            (parse_u64(parts.value).ok_or(RejectReason::BadCount)?, None)
+            (parse_u64(value).ok_or(RejectReason::BadCount)?, None)
         } else {
-            let latency = parse_f64(parts.value).ok_or(RejectReason::BadLatency)?;
+            let latency = parse_f64(value).ok_or(RejectReason::BadLatency)?;
             (1, Some(latency))
         };
         let count = match parts.rate {
@@ -502,6 +519,39 @@ statsd:
             outcome("http.a.requests:1|c|#status:teapot"),
             Err(Mapped::Rejected(RejectReason::UnknownOutcome))
         );
+    }
+
+    #[test]
+    fn a_multi_value_line_maps_to_one_request_per_value_or_is_rejected_whole() {
+        let mut m = mapper(YAML);
+        let mut b = Batch::default();
+        assert_eq!(
+            m.map_line("db.s7.query_time:12:15.5:20|ms|#table:users", &mut b),
+            Mapped::Accepted
+        );
+        let got: Vec<_> = b
+            .iter()
+            .map(|o| (o.shard, o.key, o.count, o.latency_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("s7", Some("users"), 1, Some(12.0)),
+                ("s7", Some("users"), 1, Some(15.5)),
+                ("s7", Some("users"), 1, Some(20.0)),
+            ]
+        );
+        let mut b = Batch::default();
+        assert_eq!(
+            m.map_line("db.s7.query_time:12:nope:20|ms", &mut b),
+            Mapped::Rejected(RejectReason::BadLatency)
+        );
+        assert!(b.is_empty());
+        assert_eq!(
+            m.map_line("cache.get:1:2|c|#service:m,shard:1,result:hit", &mut b),
+            Mapped::Accepted
+        );
+        assert_eq!(b.iter().map(|o| o.count).sum::<u64>(), 3);
     }
 
     #[test]

@@ -22,7 +22,11 @@
 //!   unknown tags and tags without a `:` are ignored.
 //! - DogStatsD's other sections (`|c:<container-id>`, `|e:...`, `|card:...`) are ignored;
 //!   `|T<unix seconds>` sets the observation's `ts`.
-//! - DogStatsD 1.1 multi-value packets (`name:1:2:3|d`) are not taken: one line is one record.
+//! - DogStatsD 1.1 multi-value lines (`skewwatch.request:12:15:20|ms|#...`, sent by the Datadog
+//!   clients' client-side aggregation) stand for one request per value (a `c` line: each value
+//!   a number of requests), sharing the line's tags, rate and timestamp. One bad value rejects
+//!   the whole line, counted once. They are read only after a line failed as a single value
+//!   (`BadLatency` / `BadCount`), so single-value lines run the same instructions as before.
 //!
 //! When a line breaks several rules, the first of this order is reported: `Malformed`,
 //! `UnsupportedMetric`, `MissingGroup`, `MissingShard`, the value (`BadLatency` / `BadCount`),
@@ -135,7 +139,7 @@ fn parse_lines(
             }
             Err(reason) => {
                 let line = datagram.get(line_start..end).unwrap_or_default();
-                let taken = match take_gauge(line, reason, out) {
+                let taken = match take_refused(line, reason, out) {
                     Ok(()) => true,
                     Err(reason) => on_error(line, reason, out, rejected),
                 };
@@ -165,18 +169,52 @@ const GAUGES: [(&[u8], ReadingKind); 2] = [
 ];
 
 /// A line the request parser refused for `reason`: when it is a saturation gauge, pushes its
-/// reading to `out`; otherwise gives back why the line is refused (the gauge's own error for
-/// a bad gauge line). Out of line and cold: gauges come once per shard per report, not per
-/// request, and inlined into the line loop the gauge code made every request line dearer.
+/// reading to `out`; when it is a multi-value request line, pushes its observations;
+/// otherwise gives back why the line is refused (the gauge's own error for a bad gauge line).
+/// Out of line and cold: gauges come once per shard per report, not per request, and inlined
+/// into the line loop the gauge code made every request line dearer.
 #[cold]
 #[inline(never)]
-fn take_gauge(line: &[u8], reason: RejectReason, out: &mut Batch) -> Result<(), RejectReason> {
-    if reason != RejectReason::UnsupportedMetric {
-        return Err(reason);
+fn take_refused(line: &[u8], reason: RejectReason, out: &mut Batch) -> Result<(), RejectReason> {
+    match reason {
+        RejectReason::UnsupportedMetric => {
+            let reading = parse_gauge(line)?;
+            out.push_reading(&reading);
+            Ok(())
+        }
+        RejectReason::BadLatency | RejectReason::BadCount => {
+            take_multi_value(line, out).ok_or(reason)?
+        }
+        _ => Err(reason),
     }
-    let reading = parse_gauge(line)?;
-    out.push_reading(&reading);
-    Ok(())
+}
+
+/// A DogStatsD 1.1 multi-value request line (`skewwatch.request:12:15:20|ms|#...`): every
+/// value is checked first, then each is pushed to `out` as its own observation, so a bad
+/// value rejects the whole line and nothing of it is kept. `None` when the line has one value
+/// (the caller's reason stands).
+fn take_multi_value(line: &[u8], out: &mut Batch) -> Option<Result<(), RejectReason>> {
+    let text = std::str::from_utf8(line).ok()?;
+    if !text.starts_with(std::str::from_utf8(PREFIX).ok()?) {
+        return None;
+    }
+    let sections = match Sections::scan(text, PREFIX.len(), text.len()) {
+        Ok(s) => s,
+        Err(reason) => return Some(Err(reason)),
+    };
+    if !sections.value.contains(':') {
+        return None;
+    }
+    let values = || sections.value.split(':');
+    if let Err(reason) = values().try_for_each(|v| observation(&sections, v).map(drop)) {
+        return Some(Err(reason));
+    }
+    for v in values() {
+        if let Ok(obs) = observation(&sections, v) {
+            out.push(&obs);
+        }
+    }
+    Some(Ok(()))
 }
 
 /// Parses and validates one saturation gauge line (without its line end). A line that is not
@@ -223,14 +261,25 @@ fn parse_at(text: &str, start: usize, end: usize) -> Result<ObservationRef<'_>, 
         return Err(foreign_line_reason(sub(text, start, end)));
     }
 
+    let sections = Sections::scan(text, start + PREFIX.len(), end)?;
+    observation(&sections, sections.value)
+}
+
+/// The observation of a request line's `value` (the line's only value, or one of a
+/// multi-value line's) with the line's other sections. Always inlined: on the single-value
+/// path it is the rest of [`parse_at`].
+#[inline(always)]
+fn observation<'a>(
+    sections: &Sections<'a>,
+    value: &'a str,
+) -> Result<ObservationRef<'a>, RejectReason> {
     let Sections {
-        value,
         kind,
         rate,
         ts,
-        tags: raw,
-    } = Sections::scan(text, start + PREFIX.len(), end)?;
-
+        tags: ref raw,
+        ..
+    } = *sections;
     let group = raw.group.ok_or(RejectReason::MissingGroup)?;
     let shard = raw.shard.ok_or(RejectReason::MissingShard)?;
     let (requests, latency_ms) = match kind {
@@ -442,6 +491,60 @@ mod tests {
             Ok(obs) => panic!("{line:?} accepted: {obs:?}"),
             Err(reason) => reason,
         }
+    }
+
+    /// Group, shard, count and latency of each observation of a datagram, and the rejections.
+    fn datagram(d: &[u8]) -> (Vec<(String, u64, Option<f64>)>, Rejections) {
+        let mut b = Batch::default();
+        let mut r = Rejections::default();
+        parse_datagram(d, &mut b, &mut r);
+        let got = b
+            .iter()
+            .map(|o| (o.shard.to_owned(), o.count, o.latency_ms))
+            .collect();
+        (got, r)
+    }
+
+    #[test]
+    fn a_multi_value_line_is_one_request_per_value() {
+        let (got, r) = datagram(
+            b"skewwatch.request:12:15:20|ms|#group:g,shard:a\n\
+              skewwatch.request:2:3|c|@0.5|#group:g,shard:b\n\
+              skewwatch.request:7.5|d|#group:g,shard:c\n",
+        );
+        assert_eq!(r.total(), 0);
+        assert_eq!(
+            got,
+            [
+                ("a".into(), 1, Some(12.0)),
+                ("a".into(), 1, Some(15.0)),
+                ("a".into(), 1, Some(20.0)),
+                ("b".into(), 4, None),
+                ("b".into(), 6, None),
+                ("c".into(), 1, Some(7.5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_value_rejects_its_multi_value_line_and_keeps_the_lines_around_it() {
+        let (got, r) = datagram(
+            b"skewwatch.request:1|ms|#group:g,shard:a\n\
+              skewwatch.request:12::20|ms|#group:g,shard:x\n\
+              skewwatch.request:12:x|ms|#group:g,shard:x\n\
+              skewwatch.request:12:|ms|#group:g,shard:x\n\
+              skewwatch.request:1:0|c|#group:g,shard:x\n\
+              skewwatch.request:1:2|ms|#shard:x\n\
+              skewwatch.request:3|ms|#group:g,shard:b\n",
+        );
+        assert_eq!(
+            got,
+            [("a".into(), 1, Some(1.0)), ("b".into(), 1, Some(3.0))]
+        );
+        assert_eq!(r.get(RejectReason::BadLatency), 3);
+        assert_eq!(r.get(RejectReason::BadCount), 1);
+        assert_eq!(r.get(RejectReason::MissingGroup), 1);
+        assert_eq!(r.total(), 5);
     }
 
     #[test]
