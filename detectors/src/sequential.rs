@@ -200,7 +200,7 @@ impl Cusum {
 /// than `k` windows, and infinite when the drift is not positive. The alignment of the onset
 /// within a window adds up to one window more.
 pub fn expected_delay_secs(s: &Sequential, window_secs: f64, drift_per_sec: f64) -> f64 {
-    if !(drift_per_sec > 0.0) {
+    if drift_per_sec.is_nan() || drift_per_sec <= 0.0 {
         return f64::INFINITY;
     }
     // Each window adds min(drift·w, h/k): the cap binds when one window holds more than h/k.
@@ -213,7 +213,7 @@ pub fn expected_delay_secs(s: &Sequential, window_secs: f64, drift_per_sec: f64)
 /// `n` is 0 (nothing is known), and above 0 for any `n` (so a ratio never seen is not taken
 /// for impossible).
 pub fn wilson_upper(x: f64, n: f64, z: f64) -> f64 {
-    if !(n > 0.0) {
+    if n.is_nan() || n <= 0.0 {
         return 1.0;
     }
     let p = (x / n).clamp(0.0, 1.0);
