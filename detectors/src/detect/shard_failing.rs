@@ -1,42 +1,52 @@
-//! `ShardFailing`: one shard fails most of its requests, whatever its share of the group's load
-//! (see docs/detectors.md, ShardFailing).
+//! `ShardFailing`: one shard's failure ratio rose well above its own baseline and its peers',
+//! at any ratio and any rate the evidence supports (see docs/detectors.md, ShardFailing).
 //!
 //! One dead shard among 128 barely moves its group's error ratio (1/128 of the requests fail),
 //! so `ErrorSurge`, which judges the group, stays quiet, and `FastFailureSink` needs the shard to
-//! attract traffic. This detector judges each shard against the distribution of errors across
-//! its peers and against its own history.
+//! attract traffic. This detector judges each shard against the errors of its peers and its own
+//! history, and lets the evidence accumulate across windows (`sequential`,
+//! docs/adr/006-evidence-that-accumulates.md), so a quiet shard is judged later, never not at
+//! all, and a partly failing one as soon as its counts prove it.
 //!
-//! **Condition**, per shard and window, with at least `min_requests` requests **and** at least
-//! `min_errors` failures (the count floor: a shard at 2 req/s sees 20 requests per 10 s window
-//! and cannot reach it with occasional errors):
+//! **Test**, per shard and window: the reference ratio `p0` is the higher of the Wilson upper
+//! bounds ([`BOUND_Z`]) of the shard's baseline ratio (over the requests the baseline has
+//! seen) and of its peers' pooled ratio in the window. The window's failures among its requests
+//! add the binomial log-likelihood ratio of a rise by `margin_points` against a rise by half of
+//! it (`p0 + m` against `p0 + m/2`: a rise under about three quarters of the margin drains
+//! the evidence, one over it builds it up) to a CUSUM whose
+//! threshold gives `false_alarms_per_shard_hour`; a window adds at most 1/`consecutive_windows`
+//! of it, so a failure shorter than that many windows minus one never fires. The condition
+//! holds while the CUSUM is at its threshold. No verdict before the baseline has seen
+//! `warmup_windows` windows: a shard born failing learns that as its normal.
 //!
-//! - its error ratio `e >= min_error_ratio` (it fails most of its requests);
-//! - `e >= peers' median + points_over_peers` (it fails where its peers do not; a failure of the
-//!   whole group is `ErrorSurge`'s);
-//! - `e >= its own baseline + points_over_baseline` (a shard that always fails half its requests,
-//!   say a shard that answers `not_found` for a sparse key range, has that as its normal). No
-//!   verdict before the baseline has `warmup_windows` windows with volume: a shard born failing
-//!   learns that as its normal, as `ErrorSurge`'s groups do.
+//! A group-wide failure raises the peers' ratio with the shard's, so it is `ErrorSurge`'s. A
+//! shard that always fails a share has it as its baseline. Baselines learn the windows of an
+//! excursion of the evidence once it ends without proof ([`Pending`]), never while an alert is
+//! active.
 //!
-//! It must hold `consecutive_windows` windows in a row; an active alert keeps being reported
-//! while the condition holds. Baselines learn only from windows where the condition does not
-//! hold and no alert is active.
-//!
-//! **Annotations**: the error ratio with its baseline and the peers' median, the error classes,
-//! the shard's share of the group's load and its fair share, and the group's error ratio (to show
-//! how little the shard moves it).
+//! **Annotations**: the error ratio with its baseline, the peers' ratio and the reference, the
+//! evidence, the error classes, the shard's share of the group's load and its fair share, and
+//! the group's error ratio (to show how little the shard moves it).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for, median};
+use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
 use crate::observation::{Outcome, quote};
+use crate::sequential::{Binomial, Cusum, Sequential, wilson_upper};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
+
+/// Standard deviations of the upper bounds taken for the reference ratios: a baseline or a
+/// peers' ratio measured on few requests is taken as high as it plausibly is (about 2.3% of
+/// true ratios lie above the bound), so a quiet shard's reference is not taken for lower than
+/// it is and the test's false-alarm bound, stated for a true ratio at most the reference,
+/// holds.
+pub const BOUND_Z: f64 = 2.0;
 
 /// `detectors.shard_failing` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,21 +55,18 @@ pub struct ShardFailingConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
-    /// Fewest requests a shard needs in a window to be judged (and to teach its baseline).
-    pub min_requests: u64,
-    /// Fewest failed requests a shard needs in a window to be judged failing.
-    pub min_errors: u64,
-    /// The shard's error ratio must reach at least this.
-    pub min_error_ratio: f64,
-    /// ...and exceed the median error ratio of its peers by this many points (0.25 = 25).
-    pub points_over_peers: f64,
-    /// ...and exceed its own baseline by this many points.
-    pub points_over_baseline: f64,
-    /// Windows in a row the condition must hold before the detector reports it.
+    /// The rise of the shard's error ratio to detect, over the higher of its own baseline and
+    /// its peers' ratio (0.2 = 20 points).
+    pub margin_points: f64,
+    /// False alarms per shard-hour the evidence test allows while a shard fails no more than
+    /// its reference: sets the CUSUM threshold.
+    pub false_alarms_per_shard_hour: f64,
+    /// Fewest windows the evidence takes: each window adds at most this fraction of the
+    /// threshold.
     pub consecutive_windows: u32,
     /// Time constant of the baseline EWMAs, in seconds.
     pub baseline_tau_secs: f64,
-    /// Windows with volume a baseline needs before it is used.
+    /// Windows a baseline needs before it is used.
     pub warmup_windows: u32,
 }
 
@@ -67,11 +74,8 @@ impl Default for ShardFailingConfig {
     fn default() -> Self {
         ShardFailingConfig {
             rule: RuleSettings::new(Severity::Critical, 0.0, 60.0),
-            min_requests: 40,
-            min_errors: 25,
-            min_error_ratio: 0.5,
-            points_over_peers: 0.25,
-            points_over_baseline: 0.25,
+            margin_points: 0.2,
+            false_alarms_per_shard_hour: 1e-4,
             consecutive_windows: 3,
             baseline_tau_secs: 3600.0,
             warmup_windows: 30,
@@ -87,22 +91,13 @@ impl DetectorSettings for ShardFailingConfig {
     /// Checks every field.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        if self.min_requests == 0 {
-            p.fail(
-                "min_requests",
-                "must be at least 1: a ratio of no requests means nothing",
-            );
-        }
-        if self.min_errors == 0 {
-            p.fail(
-                "min_errors",
-                "must be at least 1: without a count floor one failed request on a quiet shard \
-                 reads as 100% failing",
-            );
-        }
-        p.range("min_error_ratio", self.min_error_ratio, 0.0, 1.0);
-        p.range("points_over_peers", self.points_over_peers, 0.0, 1.0);
-        p.range("points_over_baseline", self.points_over_baseline, 0.0, 1.0);
+        p.range("margin_points", self.margin_points, 0.01, 0.99);
+        p.range(
+            "false_alarms_per_shard_hour",
+            self.false_alarms_per_shard_hour,
+            1e-12,
+            1.0,
+        );
         p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
             "baseline_tau_secs",
@@ -114,21 +109,58 @@ impl DetectorSettings for ShardFailingConfig {
     }
 }
 
-/// Baseline and streak of one shard.
+/// Baseline and evidence of one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ShardState {
-    ratio: Ewma,
+    /// Requests per window.
+    requests: Ewma,
+    /// Failures per window.
+    errors: Ewma,
+    evidence: Cusum,
+    /// Windows in a row with evidence (the CUSUM above zero).
     streak: u32,
+    /// Windows seen while evidence was building, not yet taught to the baseline.
+    pending: Pending,
 }
 
-/// What the detector measured about a failing shard.
+/// The windows of an excursion of the evidence, held back from the baseline until it ends.
+///
+/// Teaching the baseline only from windows without evidence would leave out exactly the
+/// windows with failures and bias it low; teaching it every window would let a slow,
+/// quiet failure become its own normal before it is proven. So an excursion's windows wait:
+/// they are taught once the evidence is back at zero (it was noise) or after
+/// `warmup_windows` of them (a change too small to prove is the new normal), and dropped
+/// when the evidence reaches the threshold (it was a failure).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct Pending {
+    requests: f64,
+    errors: f64,
+    windows: u32,
+}
+
+impl ShardState {
+    /// The baseline ratio and the requests it rests on (the mean per window times the windows
+    /// the average spans), once warm.
+    fn baseline(&self, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
+        let r = self.requests.value(warmup)?;
+        let e = self.errors.value(warmup)?;
+        let span = f64::from(self.requests.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
+        (r > 0.0).then(|| (e / r, r * span))
+    }
+}
+
+/// What the detector measured about a shard in one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Verdict {
     error_ratio: f64,
-    /// Median error ratio of the other shards with requests.
+    /// The peers' pooled error ratio in the window.
     peer_error_ratio: f64,
-    /// The shard's own baseline.
+    /// The shard's own baseline ratio.
     baseline: f64,
+    /// The reference `p0` the window was tested against.
+    reference: f64,
+    /// The evidence gathered, as a fraction of the threshold.
+    evidence: f64,
 }
 
 /// Everything a `ShardFailing` finding reports, as numbers; [`render`] turns it into text.
@@ -145,7 +177,7 @@ struct Figures {
     group_error_ratio: f64,
     /// Failing classes, most frequent first, with their ratio of the shard's requests.
     classes: Vec<(Outcome, f64)>,
-    /// Windows in a row the condition has held.
+    /// Windows in a row with evidence.
     windows: u32,
 }
 
@@ -154,39 +186,34 @@ struct Figures {
 pub struct ShardFailing {
     cfg: ShardFailingConfig,
     alpha: f64,
+    test: Sequential,
     /// Group -> shard -> state.
     groups: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
 impl ShardFailing {
-    /// The verdict on shard `s` (index `j` among the tracked shards of `g`) when it fails.
-    fn verdict(
-        &self,
-        g: &GroupSnapshot,
-        j: usize,
-        s: &ShardSnapshot,
-        st: &ShardState,
-    ) -> Option<Verdict> {
-        let e = s.traffic.errors as f64 / s.requests as f64;
-        // The cheap tests first: the peers' median costs O(N) and failing shards are rare.
-        if s.traffic.errors < self.cfg.min_errors || e < self.cfg.min_error_ratio {
-            return None;
-        }
-        let baseline = st.ratio.value(self.cfg.warmup_windows)?;
-        if e < baseline + self.cfg.points_over_baseline {
-            return None;
-        }
-        let mut peers: Vec<f64> = g
-            .tracked_shards()
-            .enumerate()
-            .filter(|(k, p)| *k != j && p.requests > 0)
-            .map(|(_, p)| p.traffic.errors as f64 / p.requests as f64)
-            .collect();
-        let pe = median(&mut peers)?;
-        (e >= pe + self.cfg.points_over_peers).then_some(Verdict {
-            error_ratio: e,
-            peer_error_ratio: pe,
+    /// Adds shard `s`'s window to its evidence, given the errors and requests of the whole
+    /// group's tracked shards; `None` while its baseline is cold.
+    fn weigh(&self, s: &ShardSnapshot, st: &mut ShardState, group: (u64, u64)) -> Option<Verdict> {
+        let (baseline, seen) = st.baseline(self.cfg.warmup_windows, self.alpha)?;
+        let (n, x) = (s.requests, s.traffic.errors.min(s.requests));
+        let (peer_n, peer_x) = (group.0 - n, group.1 - x);
+        let own = wilson_upper(baseline * seen, seen, BOUND_Z);
+        let peers = wilson_upper(peer_x as f64, peer_n as f64, BOUND_Z);
+        let reference = own.max(peers);
+        let m = self.cfg.margin_points;
+        let llr = Binomial::new(reference + m / 2.0, reference + m).map_or(0.0, |b| b.llr(n, x));
+        st.evidence.push(llr, &self.test);
+        Some(Verdict {
+            error_ratio: if n > 0 { x as f64 / n as f64 } else { 0.0 },
+            peer_error_ratio: if peer_n > 0 {
+                peer_x as f64 / peer_n as f64
+            } else {
+                0.0
+            },
             baseline,
+            reference,
+            evidence: st.evidence.value() / self.test.threshold,
         })
     }
 }
@@ -225,6 +252,8 @@ fn render(cfg: &ShardFailingConfig, group: &str, shard: &str, fig: &Figures) -> 
     .annotate("error_ratio", pct(v.error_ratio))
     .annotate("baseline_error_ratio", pct(v.baseline))
     .annotate("peer_error_ratio", pct(v.peer_error_ratio))
+    .annotate("reference_error_ratio", pct(v.reference))
+    .annotate("evidence", format!("{:.2}", v.evidence))
     .annotate("requests", fig.requests.to_string())
     .annotate("errors", fig.errors.to_string())
     .annotate("requests_per_second", num(fig.requests_per_second))
@@ -255,19 +284,21 @@ fn description(group: &str, shard: &str, fig: &Figures) -> String {
         .map(|(c, r)| format!("{} {}", c.as_str(), pct(*r)))
         .collect();
     format!(
-        "Shard {} of {} failed {} of {} requests ({}) in the last window, {} windows in a row; \
-         its peers' median error ratio is {} and its baseline {}. By class: {}. It carries {} of the \
-         group's load (fair share {}), so the group's error ratio is only {}: a group-wide \
-         alert would not see it. Find why this shard fails: a dead or misconfigured replica, a \
-         full disk, a failed deploy; drain it or fail it over if it does not recover.",
+        "Shard {} of {} failed {} of {} requests ({}) in the last window; its evidence has \
+         built up over {} windows against a reference of {} (the higher of its baseline {} and \
+         its peers' {}, each at its upper bound). By class: {}. It carries {} of the group's \
+         load (fair share {}), so the group's error ratio is only {}: a group-wide alert would \
+         not see it. Find why this shard fails: a dead or misconfigured replica, a full disk, a \
+         failed deploy; drain it or fail it over if it does not recover.",
         quote(shard),
         quote(group),
         fig.errors,
         fig.requests,
         pct(v.error_ratio),
         fig.windows,
-        pct(v.peer_error_ratio),
+        pct(v.reference),
         pct(v.baseline),
+        pct(v.peer_error_ratio),
         classes.join(", "),
         pct(fig.share),
         pct(fig.fair_share),
@@ -283,6 +314,11 @@ impl DetectorKind for ShardFailing {
     fn new(cfg: ShardFailingConfig, window_secs: f64) -> Self {
         ShardFailing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            test: Sequential::new(
+                cfg.false_alarms_per_shard_hour,
+                window_secs,
+                cfg.consecutive_windows,
+            ),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -311,29 +347,42 @@ impl GroupDetector for ShardFailing {
         states: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        for (j, s) in g.tracked_shards().enumerate() {
+        let group = g.tracked_shards().fold((0, 0), |(n, x), s| {
+            (n + s.requests, x + s.traffic.errors.min(s.requests))
+        });
+        for s in g.tracked_shards() {
             let st = states.entry(s.shard.clone()).or_default();
-            if s.requests < self.cfg.min_requests {
-                // Too few requests to say anything: the streak ends, nothing is learned.
-                st.streak = 0;
-                continue;
-            }
-            let verdict = self.verdict(g, j, s, st);
-            st.streak = if verdict.is_some() { st.streak + 1 } else { 0 };
+            let verdict = self.weigh(s, st, group);
+            st.streak = if st.evidence.value() > 0.0 {
+                st.streak + 1
+            } else {
+                0
+            };
             let active = ctx.alerts.is_active(
                 ShardFailing::ALERTNAME,
                 &[("group", &g.group), ("shard", &s.shard)],
             );
-            match verdict {
-                Some(v) if st.streak >= self.cfg.consecutive_windows || active => {
-                    let fig = figures(g, s, v, st.streak);
-                    out.push(render(&self.cfg, &g.group, &s.shard, &fig));
+            if let Some(v) = verdict
+                && st.evidence.holds(&self.test)
+            {
+                let fig = figures(g, s, v, st.streak);
+                out.push(render(&self.cfg, &g.group, &s.shard, &fig));
+            }
+            if active || st.evidence.holds(&self.test) {
+                // A failure, proven or being reported, does not become the normal.
+                st.pending = Pending::default();
+                continue;
+            }
+            st.pending.requests += s.requests as f64;
+            st.pending.errors += s.traffic.errors.min(s.requests) as f64;
+            st.pending.windows += 1;
+            if st.evidence.value() == 0.0 || st.pending.windows >= self.cfg.warmup_windows {
+                let p = std::mem::take(&mut st.pending);
+                let k = f64::from(p.windows);
+                for _ in 0..p.windows {
+                    st.requests.update(p.requests / k, self.alpha);
+                    st.errors.update(p.errors / k, self.alpha);
                 }
-                Some(_) => {}
-                None if !active => st
-                    .ratio
-                    .update(s.traffic.errors as f64 / s.requests as f64, self.alpha),
-                None => {}
             }
         }
     }
@@ -439,23 +488,39 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_failing_a_third_of_its_requests_is_not_failing_most() {
-        let (hits, _) = run(ShardFailingConfig::default(), &dead_shard(27));
+    fn a_shard_failing_a_third_of_its_requests_fires_and_a_small_rise_does_not() {
+        // 34% against a reference of about 2%: 32 points over it.
+        let (hits, last) = run(ShardFailingConfig::default(), &dead_shard(27));
+        assert_eq!(hits.first(), Some(&43), "{hits:?}");
+        assert_eq!(last.unwrap().annotations["error_ratio"], "33.8%");
+        // 6% against about 2%: under the margin, the evidence drains.
+        let (hits, _) = run(ShardFailingConfig::default(), &dead_shard(5));
         assert!(hits.is_empty(), "{hits:?}");
     }
 
     #[test]
-    fn a_quiet_shard_never_reaches_the_count_floor() {
-        // 20 requests per window (2 req/s), every one of them failing.
-        let ws: Vec<Vec<S>> = (1..=60)
-            .map(|i| {
-                let mut v = vec![ok(80); 8];
-                v[3] = if i > 40 { failing(20, 20) } else { ok(20) };
-                v
-            })
-            .collect();
-        let (hits, _) = run(ShardFailingConfig::default(), &ws);
-        assert!(hits.is_empty(), "{hits:?}");
+    fn a_quiet_shard_that_fails_is_judged_later_not_never() {
+        // 20 requests per window (2 req/s), then 2 (0.2 req/s), every one failing from window
+        // 41: the first fires at the third window (each adds at most a third of the
+        // threshold), the second once its few failures add up: against a reference of 4.8%
+        // (the upper bound of no failure in 80 requests), each failure adds
+        // ln(24.8/14.8) = 0.52, so 15 windows of two (2.5 minutes).
+        for (quiet, first) in [(20, 43), (2, 55)] {
+            let ws: Vec<Vec<S>> = (1..=80)
+                .map(|i| {
+                    let mut v = vec![ok(80); 8];
+                    v[3] = if i > 40 {
+                        failing(quiet, quiet)
+                    } else {
+                        ok(quiet)
+                    };
+                    v
+                })
+                .collect();
+            let (hits, last) = run(ShardFailingConfig::default(), &ws);
+            assert_eq!(hits.first(), Some(&first), "{quiet}: {hits:?}");
+            assert_eq!(last.unwrap().labels["shard"], "s003");
+        }
     }
 
     #[test]
@@ -560,14 +625,98 @@ mod tests {
         assert_eq!(eval(&WindowSnapshot::empty(20.0)), 0);
     }
 
+    /// Seeded traffic: `shards` shards at `rps` requests per second each, every request
+    /// failing with probability 0.3% (2% for shard 1, always), shard 0 failing `ratio` of its
+    /// requests from window 41 (and every shard `group_ratio` of theirs). Returns the delay
+    /// of the first finding naming shard 0 after the onset (seconds, to the window's end), and
+    /// whether any other shard was named.
+    fn simulate(
+        seed: u64,
+        shards: usize,
+        rps: f64,
+        ratio: f64,
+        group_ratio: f64,
+        windows: usize,
+    ) -> (Option<f64>, bool) {
+        let mut rng = crate::prng::SplitMix64::new(seed);
+        let mut draw = |n: u64, p: f64| (0..n).filter(|_| rng.next_f64() < p).count() as u64;
+        let n = (rps * 10.0) as u64;
+        let ws: Vec<Vec<S>> = (1..=windows)
+            .map(|i| {
+                (0..shards)
+                    .map(|k| {
+                        let p = match (k, i > 40) {
+                            (0, true) => ratio,
+                            (_, true) if group_ratio > 0.0 => group_ratio,
+                            (1, _) => 0.02,
+                            _ => 0.003,
+                        };
+                        failing(n, draw(n, p))
+                    })
+                    .collect()
+            })
+            .collect();
+        let cfg = ShardFailingConfig::default();
+        let mut d = ShardFailing::new(cfg.clone(), 10.0);
+        let config = DetectorsConfig {
+            shard_failing: cfg,
+            ..DetectorsConfig::default()
+        };
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let mut book = AlertBook::new(config.rules());
+        let (mut delay, mut other) = (None, false);
+        for (i, shards) in ws.iter().enumerate() {
+            let end = (i + 1) as f64 * 10.0;
+            let snap = window(&mut w, end, shards);
+            for f in crate::detect::testkit::evaluate(&mut d, &mut book, &snap, 10.0) {
+                if f.labels["shard"] == "s000" && i >= 40 {
+                    delay.get_or_insert(end - 400.0);
+                } else {
+                    other = true;
+                }
+            }
+        }
+        (delay, other)
+    }
+
+    #[test]
+    fn the_issue_targets_partly_failing_and_quiet_shards_among_16() {
+        // (ratio, req/s per shard, deadline after the onset); 5 seeds each.
+        for (ratio, rps, within) in [(0.3, 50.0, 60.0), (0.3, 5.0, 120.0), (1.0, 1.0, 300.0)] {
+            for seed in 1..=5 {
+                let (delay, other) = simulate(seed, 16, rps, ratio, 0.0, 80);
+                let d = delay.unwrap_or(f64::INFINITY);
+                assert!(
+                    d <= within,
+                    "{ratio} at {rps} req/s, seed {seed}: {delay:?}"
+                );
+                assert!(
+                    !other,
+                    "{ratio} at {rps} req/s, seed {seed}: another shard named"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn steady_errors_and_a_group_wide_failure_raise_nothing() {
+        // Four simulated hours of 16 shards at 1, 5 and 50 req/s, shard 1 at a steady 2%.
+        for (seed, rps) in [(11, 1.0), (12, 5.0), (13, 50.0)] {
+            let (delay, other) = simulate(seed, 16, rps, 0.003, 0.0, 1440);
+            assert!(delay.is_none() && !other, "{rps} req/s: {delay:?} {other}");
+        }
+        // Every shard fails 30% (shard 0 too): ErrorSurge's, not one shard's.
+        for (seed, rps) in [(21, 1.0), (22, 5.0), (23, 50.0)] {
+            let (delay, other) = simulate(seed, 16, rps, 0.3, 0.3, 200);
+            assert!(delay.is_none() && !other, "{rps} req/s: {delay:?} {other}");
+        }
+    }
+
     #[test]
     fn check_reports_every_bad_field() {
         let cfg = ShardFailingConfig {
-            min_requests: 0,
-            min_errors: 0,
-            min_error_ratio: 1.5,
-            points_over_peers: -0.1,
-            points_over_baseline: 2.0,
+            margin_points: 0.0,
+            false_alarms_per_shard_hour: 0.0,
             consecutive_windows: 0,
             baseline_tau_secs: 0.0,
             warmup_windows: 0,
@@ -579,11 +728,8 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "d.min_requests",
-                "d.min_errors",
-                "d.min_error_ratio",
-                "d.points_over_peers",
-                "d.points_over_baseline",
+                "d.margin_points",
+                "d.false_alarms_per_shard_hour",
                 "d.consecutive_windows",
                 "d.baseline_tau_secs",
                 "d.warmup_windows",

@@ -185,7 +185,7 @@ pub const FAMILIES: &[Family] = &[
             detector: "ShardFailing",
             target: Target::Shard,
             unit: "error ratio",
-            magnitudes: [0.5, 0.8, 1.0],
+            magnitudes: [0.3, 0.8, 1.0],
             after: |m, i, _| {
                 shard0(
                     i,

@@ -4,8 +4,9 @@
 //!   minutes, at 1,000 req/s for the group: ~8 req/s on the dead shard, so the group's error
 //!   ratio moves from 0.3% to about 1.1%, far under any group-level alert.
 //! - [`quiet_shard_errors`]: a shard at 2 req/s whose errors come and go (5% normally, spells of
-//!   half its requests failing), beside 16 busy healthy shards. It must raise nothing: 20
-//!   requests per window cannot reach the count floor.
+//!   half its requests failing), beside 16 busy healthy shards. Its 5% is its normal; a spell of
+//!   50% is 45 points over it, which the accumulated evidence of 20 requests a window proves in
+//!   about five windows: the two-minute spell fires, the ordinary stretches never do.
 //!
 //! Both build on the ordinary-traffic [`Workload`] and start with [`WARM_SECS`] of plain traffic.
 

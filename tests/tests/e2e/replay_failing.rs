@@ -1,12 +1,14 @@
 //! End-to-end: failing shards, replayed through the real `skewwatch replay` binary on its
 //! embedded default configuration, over several seeds. A dead shard among 128 at 1,000 req/s
 //! must fire `ShardFailing` (and nothing else) within two minutes and resolve after it
-//! recovers; a shard at 2 req/s with occasional errors must raise nothing.
+//! recovers; a shard at 2 req/s is judged later, not never: its two-minute spell of 50% errors
+//! fires, its ordinary 5% never does.
 
 use skewwatch_e2e::replay::{ReplayOutput, replay};
+use skewwatch_e2e::scenarios::benign::START;
 use skewwatch_e2e::scenarios::failing::{
-    DEAD_END, DEAD_GROUP, DEAD_ONSET, DEAD_RECOVERY, DEAD_SHARD, DEAD_SHARDS, dead_shard,
-    quiet_shard_errors,
+    DEAD_END, DEAD_GROUP, DEAD_ONSET, DEAD_RECOVERY, DEAD_SHARD, DEAD_SHARDS, QUIET_SHARD,
+    QUIET_SPELLS, dead_shard, quiet_shard_errors,
 };
 
 const SEEDS: [u64; 3] = [20_251_201, 7, 1_234_567];
@@ -65,13 +67,38 @@ fn a_dead_shard_among_128_fires_shard_failing_within_two_minutes_and_resolves() 
 }
 
 #[test]
-fn a_quiet_shard_with_occasional_errors_never_fires() {
+fn a_quiet_shard_fires_in_its_long_spell_of_errors_and_never_in_its_ordinary_errors() {
+    // Before the evidence accumulated, 20 requests a window could never reach the count floor
+    // and this trace raised nothing; a 45-point rise for two minutes is what issue 26 asks to
+    // see at any rate.
     for seed in SEEDS {
         let out = replay(&quiet_shard_errors(seed), "");
         assert_eq!(out.code, 0, "{}", out.stderr);
+        let firings: Vec<f64> = out
+            .transitions
+            .iter()
+            .filter(|t| t.state == "firing")
+            .map(|t| {
+                assert_eq!(
+                    (t.alertname.as_str(), t.label("shard")),
+                    ("ShardFailing", QUIET_SHARD),
+                    "seed {seed}:\n{}",
+                    out.stdout
+                );
+                t.ts - START
+            })
+            .collect();
+        // Every firing falls within a spell (or the window that closes it).
+        for ts in &firings {
+            let in_spell = QUIET_SPELLS
+                .iter()
+                .any(|&(from, len)| *ts > from && *ts <= from + len + 10.0);
+            assert!(in_spell, "seed {seed}: fired at +{ts} s:\n{}", out.stdout);
+        }
+        let (from, len) = QUIET_SPELLS[2];
         assert!(
-            out.transitions.is_empty(),
-            "seed {seed}: alerts on a quiet shard's occasional errors:\n{}",
+            firings.iter().any(|ts| *ts > from && *ts <= from + len),
+            "seed {seed}: the {len} s spell at +{from} s did not fire:\n{}",
             out.stdout
         );
     }
