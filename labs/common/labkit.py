@@ -421,6 +421,54 @@ class AlertWatcher(threading.Thread):
         return best
 
 
+def interpolate(samples, t):
+    """Counters sampled as `[(unix time, value)]`, interpolated linearly at unix time `t`;
+    a value is a number or a list or dict of values. None outside the samples."""
+    def lerp(a, b, f):
+        if isinstance(a, dict):
+            return {k: lerp(a[k], b[k], f) for k in a}
+        if isinstance(a, (list, tuple)):
+            return [lerp(x, y, f) for x, y in zip(a, b)]
+        return a + f * (b - a)
+    for (ta, a), (tb, b) in zip(samples, samples[1:]):
+        if ta <= t <= tb:
+            return lerp(a, b, 0 if tb == ta else (t - ta) / (tb - ta))
+    return None
+
+
+def parse_ts(v):
+    """A time from skewwatch's API: unix seconds, or an RFC 3339 string."""
+    if isinstance(v, (int, float)):
+        return float(v)
+    from datetime import datetime
+    return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+
+
+def history_windows(sw, group, sampler):
+    """skewwatch's closed windows of `group` (`GET /api/v1/history`), each with the real
+    component's counters that `sampler` interpolates at its start and end: yields (window,
+    start, end, counters at start, counters at end, cells by shard name). Windows outside the
+    samples, or without cells, are left out."""
+    hist = get_json(f"{sw}/api/v1/history?group={group}&windows=1000&shards=64")
+    for w in hist.get("windows", []):
+        start, end = parse_ts(w["start"]), parse_ts(w["end"])
+        a, b = sampler.at(start), sampler.at(end)
+        if a is None or b is None or not w.get("cells"):
+            continue
+        yield w, start, end, a, b, dict(zip(hist["shards"], w["cells"]))
+
+
+def warmup_detectors(windows):
+    """The `detectors:` section that shortens every detector's warm-up to `windows` (for the
+    short runs); empty for None (the defaults)."""
+    if windows is None:
+        return ""
+    return "detectors:\n" + "".join(
+        f"  {d}:\n    warmup_windows: {windows}\n"
+        for d in ("hot_shard", "hot_key", "error_surge", "fast_failure_sink", "shard_failing",
+                  "latency_skew", "cache_hit_collapse", "deadline_pile_up"))
+
+
 def alertmanager_alerts(am_url):
     return get_json(am_url + "/api/v2/alerts")
 
@@ -472,6 +520,26 @@ def false_alarms(watcher, lab, source="skewwatch"):
     """Alerts of `source` that fired before the onset."""
     return sorted(f"{n} {{{i}}}" for (s, n, i), t in watcher.first.items()
                   if s == source and lab.onset is not None and t < lab.onset)
+
+
+def report_false_alarms(watcher, lab):
+    """skewwatch's alerts that fired before the onset, printed when there are any."""
+    early = false_alarms(watcher, lab)
+    if early:
+        print(f"\nFALSE ALARMS before the onset: {early}")
+    return early
+
+
+def check_delivered(am_url, expected, lab):
+    """Reads back what Alertmanager holds, writes it to `alerts.alertmanager.json`, logs the
+    alert names, and tells whether every `expected` alert (name and labels) is among them."""
+    delivered = alertmanager_alerts(am_url)
+    lab.write_json("alerts.alertmanager.json", delivered)
+    names = sorted({a["labels"]["alertname"] for a in delivered})
+    lab.event("alertmanager", f"holds {len(delivered)} alerts: {', '.join(names)}")
+    return all(any(a["labels"].get("alertname") == n and
+                   all(a["labels"].get(k) == v for k, v in l.items()) for a in delivered)
+               for _, _, n, l in expected)
 
 
 def judge_order(watcher, expected, lab):

@@ -166,15 +166,7 @@ class Sampler(threading.Thread):
             self.stop.wait(self.every)
 
     def at(self, t):
-        s = self.samples
-        for (ta, a), (tb, b) in zip(s, s[1:]):
-            if ta <= t <= tb:
-                f = 0 if tb == ta else (t - ta) / (tb - ta)
-                lerp = lambda x, y: x + f * (y - x)  # noqa: E731
-                return {"calls": [lerp(x, y) for x, y in zip(a["calls"], b["calls"])],
-                        "errors": [lerp(x, y) for x, y in zip(a["errors"], b["errors"])],
-                        "hits": lerp(a["hits"], b["hits"]), "misses": lerp(a["misses"], b["misses"])}
-        return None
+        return labkit.interpolate(self.samples, t)
 
 
 DIY_RULES = """groups:
@@ -208,12 +200,6 @@ DIY_RULES = """groups:
 
 
 def skewwatch_cfg(am, p, otel_defaults):
-    warm = ""
-    if p["warmup"] is not None:
-        warm = "".join(f"  {d}:\n    warmup_windows: {p['warmup']}\n"
-                       for d in ("hot_shard", "hot_key", "error_surge", "fast_failure_sink",
-                                 "shard_failing", "latency_skew", "cache_hit_collapse",
-                                 "deadline_pile_up"))
     otlp = ""
     if not otel_defaults:
         # What works without the `otel` branch: the older conventions named explicitly, the
@@ -224,7 +210,7 @@ def skewwatch_cfg(am, p, otel_defaults):
             f"window:\n  window_secs: {p['window']}\n"
             f"ui:\n  history_windows: 200\n{otlp}"
             f"alerting:\n  resend_interval_secs: 5\n  alertmanagers:\n    - url: \"{am}\"\n"
-            + (f"detectors:\n{warm}" if warm else ""))
+            + labkit.warmup_detectors(p["warmup"]))
 
 
 def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0, unjudged_from=None):
@@ -233,20 +219,14 @@ def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0, unjudged_
     against cachetools' own hit and miss counts, over the same window (the real counters
     interpolated at its edges). Windows within one window of a step (a mitigation) are listed,
     not judged."""
-    hist = get_json(f"{sw}/api/v1/history?group={GROUP}&windows=1000&shards=64")
     rows = []
-    for w in hist.get("windows", []):
-        start, end = parse_ts(w["start"]), parse_ts(w["end"])
-        a, b = sampler.at(start), sampler.at(end)
-        if a is None or b is None or not w.get("cells"):
-            continue
+    for w, start, end, a, b, cells in labkit.history_windows(sw, GROUP, sampler):
         real_calls = [y - x for x, y in zip(a["calls"], b["calls"])]
         real_err = [y - x for x, y in zip(a["errors"], b["errors"])]
         total = sum(real_calls)
         hits, misses = b["hits"] - a["hits"], b["misses"] - a["misses"]
         if total < 50 or hits + misses < 100:
             continue
-        cells = dict(zip(hist["shards"], w["cells"]))
         sw_calls, sw_err = [], []
         for name in shard_names:
             c = cells.get(name)
@@ -275,13 +255,6 @@ def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0, unjudged_
                      "hit_ratio_diff": None if sw_hit is None else round(abs(sw_hit - lib_hit), 4),
                      "judged": judged})
     return rows
-
-
-def parse_ts(v):
-    if isinstance(v, (int, float)):
-        return float(v)
-    from datetime import datetime
-    return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
 
 
 def measure(lab, ctl, secs):
@@ -456,16 +429,8 @@ def main():
               f"(PostgreSQL pg_stat_database), max |cache hit ratio diff| {worst['hit_ratio_diff']} "
               f"(cachetools) -> {'holds' if ok_agree else 'FAILS'}")
 
-        delivered = labkit.alertmanager_alerts(am)
-        lab.write_json("alerts.alertmanager.json", delivered)
-        names = sorted({a["labels"]["alertname"] for a in delivered})
-        lab.event("alertmanager", f"holds {len(delivered)} alerts: {', '.join(names)}")
-        ok_am = all(any(a["labels"].get("alertname") == n and
-                        all(a["labels"].get(k) == v for k, v in l.items()) for a in delivered)
-                    for _, _, n, l in expected)
-        early = labkit.false_alarms(watcher, lab)
-        if early:
-            print(f"\nFALSE ALARMS before the onset: {early}")
+        ok_am = labkit.check_delivered(am, expected, lab)
+        early = labkit.report_false_alarms(watcher, lab)
         ok = ok_order and ok_agree and ok_am and shot_ok and not early
         lab.write_json("timeline.json", {
             "lab": lab.name, "short": args.short, "onset_t": round(lab.onset, 2), "params": p,

@@ -101,18 +101,12 @@ def scrape_job(stats_port, p, translate):
 
 
 def skewwatch_cfg(am, stats_port, p, translate):
-    warm = ""
-    if p["warmup"] is not None:
-        warm = "".join(f"  {d}:\n    warmup_windows: {p['warmup']}\n"
-                       for d in ("hot_shard", "hot_key", "error_surge", "fast_failure_sink",
-                                 "shard_failing", "latency_skew", "cache_hit_collapse",
-                                 "deadline_pile_up"))
     return (f"listen:\n  http: \"@HTTP@\"\n  statsd: disabled\n"
             f"window:\n  window_secs: {p['window']}\n"
             f"ui:\n  history_windows: 200\n"
             f"alerting:\n  resend_interval_secs: 5\n  alertmanagers:\n    - url: \"{am}\"\n"
             f"scrape:\n{scrape_job(stats_port, p, translate)}"
-            + (f"detectors:\n{warm}" if warm else ""))
+            + labkit.warmup_detectors(p["warmup"]))
 
 
 class CounterSampler(threading.Thread):
@@ -159,12 +153,7 @@ class CounterSampler(threading.Thread):
 
     def at(self, t):
         """Counters interpolated linearly at unix time t (None outside the samples)."""
-        s = self.samples
-        for (ta, a), (tb, b) in zip(s, s[1:]):
-            if ta <= t <= tb:
-                f = 0 if tb == ta else (t - ta) / (tb - ta)
-                return {k: [a[k][i] + f * (b[k][i] - a[k][i]) for i in (0, 1)] for k in a}
-        return None
+        return labkit.interpolate(self.samples, t)
 
 
 def main():
@@ -325,16 +314,8 @@ def main():
             print(f"\nAgreement {group}: {len(judged)} windows judged, max |share diff| "
                   f"{worst_s}, max |error ratio diff| {worst_e} -> {'holds' if good else 'FAILS'}")
 
-        delivered = labkit.alertmanager_alerts(am)
-        lab.write_json("alerts.alertmanager.json", delivered)
-        names = sorted({a["labels"]["alertname"] for a in delivered})
-        lab.event("alertmanager", f"holds {len(delivered)} alerts: {', '.join(names)}")
-        ok_am = all(any(a["labels"].get("alertname") == n and
-                        all(a["labels"].get(k) == v for k, v in l.items()) for a in delivered)
-                    for _, _, n, l in expected)
-        early = labkit.false_alarms(watcher, lab)
-        if early:
-            print(f"\nFALSE ALARMS before the onset: {early}")
+        ok_am = labkit.check_delivered(am, expected, lab)
+        early = labkit.report_false_alarms(watcher, lab)
         ok = ok_order and ok_agree and ok_am and shot_ok and not early
         if ejected:
             sink = watcher.fired("skewwatch", "FastFailureSink", shard=BAD)
@@ -364,18 +345,12 @@ def agreement_rows(lab, sw, sampler, group, shard_of, window, skip, wall0, outco
     interpolated at the window's edges. A window within one window of the onset is listed, not
     judged: both inputs reach skewwatch up to a second late (span batches, scrape interval), so
     a window in which the error ratio steps is counted partly in the next."""
-    hist = get_json(f"{sw}/api/v1/history?group={group}&windows=1000&shards=64")
     rows = []
-    for w in hist.get("windows", []):
-        start, end = parse_ts(w["start"]), parse_ts(w["end"])
-        a, b = sampler.at(start), sampler.at(end)
-        if a is None or b is None or not w.get("cells"):
-            continue
+    for w, start, end, a, b, cells in labkit.history_windows(sw, group, sampler):
         real = {s: (b[s][0] - a[s][0], b[s][1] - a[s][1]) for s in SERVERS}
         total = sum(r for r, _ in real.values())
         if total < 50:
             continue
-        cells = dict(zip(hist["shards"], w["cells"]))
         judged = not any(start - window <= t <= end for t in skip)
         worst_share = worst_err = 0.0
         for s in SERVERS:
@@ -391,13 +366,6 @@ def agreement_rows(lab, sw, sampler, group, shard_of, window, skip, wall0, outco
                      "max_error_ratio_diff": round(worst_err, 4) if outcomes else None,
                      "judged": judged})
     return rows
-
-
-def parse_ts(v):
-    if isinstance(v, (int, float)):
-        return float(v)
-    from datetime import datetime
-    return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
 
 
 if __name__ == "__main__":
