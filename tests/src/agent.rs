@@ -15,6 +15,26 @@ use skewwatch::app::BoundAddrs;
 use skewwatch::client;
 use skewwatch::client::text::Scrape;
 
+/// Detector settings for a quick ErrorSurge on 1 s windows, every other alert off: ErrorSurge
+/// learns its baseline in two healthy windows, fires one window into a surge and resolves at
+/// the first healthy window, so tests of what becomes of an alert (delivery, state, inputs)
+/// have exactly one, on time.
+pub const SURGE_DETECTORS: &str = r#"detectors:
+  error_surge:
+    min_requests: 20
+    min_error_ratio: 0.05
+    consecutive_windows: 1
+    warmup_windows: 2
+    alert: {severity: critical, for_secs: 0, keep_firing_for_secs: 0}
+  hot_shard: {alert: {enabled: false}}
+  hot_key: {alert: {enabled: false}}
+  latency_skew: {alert: {enabled: false}}
+  cache_hit_collapse: {alert: {enabled: false}}
+  fast_failure_sink: {alert: {enabled: false}}
+  shard_failing: {alert: {enabled: false}}
+  capacity_headroom: {alert: {enabled: false}}
+"#;
+
 /// The `skewwatch` binary: `$SKEWWATCH_BIN`, or `target/<profile>/skewwatch` next to the test
 /// executable (built by `cargo test --workspace`).
 pub fn binary() -> PathBuf {

@@ -21,7 +21,17 @@ pub fn free_port() -> u16 {
 }
 
 /// Polls `f` every 50 ms until it returns `Some` or `timeout` passes.
-pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn poll<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    poll_every(Duration::from_millis(50), timeout, f)
+}
+
+/// Polls `f` every `every` until it returns `Some` or `timeout` passes: for checks that are
+/// themselves costly (a process started per try).
+pub fn poll_every<T>(
+    every: Duration,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -30,7 +40,7 @@ pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T>
         if Instant::now() >= deadline {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(every);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod alertmanager;
 pub mod bench;
 pub mod dashboards;
+pub mod demo_feed;
 pub mod deploy;
 pub mod prometheus;
 /// The Prometheus text-format reader, shared with the agent.

@@ -4,6 +4,8 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 /// Reads a variable of the test process's environment: the one way the test support reads it.
 /// Nothing here writes the environment: the tests share one process, so settings for an agent
@@ -60,4 +62,25 @@ pub fn missing<T>(what: &str) -> Option<T> {
     }
     eprintln!("{msg}");
     None
+}
+
+/// Stops a component the test started: `signal` (such as `TERM`, or `INT` for PostgreSQL's fast
+/// shutdown) first, giving it 10 s to exit cleanly; then, or at once without a signal, SIGKILL.
+/// Always reaps it. For `Drop`, so it runs even when the test fails.
+pub fn stop_child(child: &mut Child, signal: Option<&str>) {
+    if let Some(sig) = signal {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }

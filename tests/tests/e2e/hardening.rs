@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use skewwatch::client;
-use skewwatch_e2e::agent::{Agent, Options, TempDir};
+use skewwatch_e2e::agent::{Agent, Options, SURGE_DETECTORS, TempDir};
 use skewwatch_e2e::alertmanager::{Alertmanager, poll};
 use skewwatch_e2e::traffic::Traffic;
 
@@ -223,7 +223,7 @@ fn half_open_connections_under_a_low_open_file_limit_leave_health_and_delivery_w
     });
     let config = format!(
         "window:\n  window_secs: 1\n{}alerting:\n  webhooks:\n    - {{name: hook, url: \"http://{hook_addr}/\"}}\n",
-        surge_detectors()
+        SURGE_DETECTORS
     );
     let agent = Agent::start_with(
         &config,
@@ -260,25 +260,6 @@ fn half_open_connections_under_a_low_open_file_limit_leave_health_and_delivery_w
         "no alert reached the webhook while the listener was full"
     );
     drop(held);
-}
-
-/// Detector settings for a quick ErrorSurge on 1 s windows, everything else off.
-fn surge_detectors() -> &'static str {
-    r#"detectors:
-  error_surge:
-    min_requests: 20
-    min_error_ratio: 0.05
-    consecutive_windows: 1
-    warmup_windows: 2
-    alert: {severity: critical, for_secs: 0, keep_firing_for_secs: 0}
-  hot_shard: {alert: {enabled: false}}
-  hot_key: {alert: {enabled: false}}
-  latency_skew: {alert: {enabled: false}}
-  cache_hit_collapse: {alert: {enabled: false}}
-  fast_failure_sink: {alert: {enabled: false}}
-  shard_failing: {alert: {enabled: false}}
-  capacity_headroom: {alert: {enabled: false}}
-"#
 }
 
 /// Sends one StatsD line for each of `groups` (one datagram each).

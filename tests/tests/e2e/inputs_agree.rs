@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
 use prost::Message;
 use serde_json::Value;
-use skewwatch_e2e::agent::Agent;
+use skewwatch_e2e::agent::{Agent, SURGE_DETECTORS};
 use skewwatch_e2e::scenario::Rng;
 
 /// Upper bounds of the latency buckets, seconds: of the OTLP histograms, the scrape target's
@@ -315,21 +315,7 @@ fn config(extra: &str) -> String {
   window_secs: 1
 exposition:
   latency_buckets_secs: {BOUNDS_SECS:?}
-detectors:
-  error_surge:
-    min_requests: 20
-    min_error_ratio: 0.05
-    consecutive_windows: 1
-    warmup_windows: 2
-    alert: {{severity: critical, for_secs: 0, keep_firing_for_secs: 0}}
-  hot_shard: {{alert: {{enabled: false}}}}
-  hot_key: {{alert: {{enabled: false}}}}
-  latency_skew: {{alert: {{enabled: false}}}}
-  cache_hit_collapse: {{alert: {{enabled: false}}}}
-  fast_failure_sink: {{alert: {{enabled: false}}}}
-  shard_failing: {{alert: {{enabled: false}}}}
-  capacity_headroom: {{alert: {{enabled: false}}}}
-{extra}"#
+{SURGE_DETECTORS}{extra}"#
     )
 }
 

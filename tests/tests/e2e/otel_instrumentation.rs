@@ -50,21 +50,7 @@ struct Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if let Some(sig) = self.stop_signal {
-            let _ = Command::new("kill")
-                .arg(format!("-{sig}"))
-                .arg(self.child.id().to_string())
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        tools::stop_child(&mut self.child, self.stop_signal);
     }
 }
 

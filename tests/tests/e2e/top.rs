@@ -14,12 +14,13 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use skewwatch::demo;
-use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_e2e::agent::{Agent, binary};
+use skewwatch_e2e::alertmanager::poll_every;
+use skewwatch_e2e::demo_feed;
 use skewwatch_e2e::tools;
 
 /// A shard name that would clear the screen if printed raw.
@@ -28,48 +29,20 @@ const HOSTILE_SHARD: &str = "evil\x1b[2Jshard";
 const HOSTILE_SHOWN: &str = "evil\\u{1b}[2Jshard";
 /// A group of three shards with equal traffic, listed in natural order.
 const TIE_GROUP: &str = "tie";
-/// Normal windows before the incident: more than the detectors' shortened warm-up below.
-const WARMUP: u32 = 12;
 
-/// One-second windows, the demo's detectors with an 8-window warm-up instead of 30, so the
-/// incident is detected within a minute (as the live page's browser test runs it).
-const CONFIG: &str = r#"
-window:
-  window_secs: 1
-detectors:
-  hot_shard: {warmup_windows: 8}
-  hot_key: {warmup_windows: 8}
-  latency_skew: {warmup_windows: 8}
-  error_surge: {warmup_windows: 8}
-  cache_hit_collapse: {warmup_windows: 8}
-  fast_failure_sink: {warmup_windows: 8}
-"#;
-
-/// Sends the demo's incident, one window a second, until `stop` is set.
+/// Sends the demo's incident, one window a second, until `stop` is set, with 20 requests a
+/// window of the hostile shard, so it is among the rows, and the tie group in a datagram of
+/// its own, so its shards land in the same window.
 fn feed(statsd: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut rng = SplitMix64::new(11);
-        let mut w = 0;
-        while !stop.load(Ordering::Relaxed) {
-            // The incident holds (never reaching the demo's recovery) while the screen is read.
-            let mut lines = demo::incident_lines(w.min(WARMUP + 30), WARMUP, 1.0, &mut rng);
-            // 20 requests of the hostile shard, so it is among the rows.
-            lines.push(format!(
-                "skewwatch.request:3|ms|@0.05|#group:{},shard:{HOSTILE_SHARD},key:k",
-                demo::GROUP
-            ));
-            let _ = demo::send(&sock, statsd, &lines);
-            // The tie group in one datagram, so its shards land in the same window.
-            let tie: Vec<String> = ["shard-10", "shard-2", "shard-1"]
-                .iter()
-                .map(|s| format!("skewwatch.request:40|c|#group:{TIE_GROUP},shard:{s}"))
-                .collect();
-            let _ = demo::send(&sock, statsd, &tie);
-            w += 1;
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    })
+    let hostile = format!(
+        "skewwatch.request:3|ms|@0.05|#group:{},shard:{HOSTILE_SHARD},key:k",
+        demo::GROUP
+    );
+    let tie = ["shard-10", "shard-2", "shard-1"]
+        .iter()
+        .map(|s| format!("skewwatch.request:40|c|#group:{TIE_GROUP},shard:{s}"))
+        .collect();
+    demo_feed::feed(statsd, 11, stop, vec![hostile], tie)
 }
 
 /// `skewwatch top --once` with `args`.
@@ -82,18 +55,10 @@ fn once(args: &[&str]) -> Output {
         .expect("run skewwatch top --once")
 }
 
-/// Polls `f` every half second until it returns `Some` or `timeout` passes.
-fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+/// Polls `f` every half second (each try may start a process) until it returns `Some` or
+/// `timeout` passes.
+fn poll<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    poll_every(Duration::from_millis(500), timeout, f)
 }
 
 /// The `--once --format json` figures of the demo's group once HotShard on the hot shard and
@@ -254,7 +219,7 @@ fn save(screen: &str) -> PathBuf {
 
 #[test]
 fn top_shows_the_incident_in_a_real_terminal() {
-    let mut agent = Agent::start(CONFIG);
+    let mut agent = Agent::start(demo_feed::CONFIG);
     let url = format!("http://{}", agent.http);
     let stop = Arc::new(AtomicBool::new(false));
     let feeder = feed(agent.statsd, stop.clone());

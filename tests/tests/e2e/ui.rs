@@ -22,27 +22,11 @@ use std::time::Duration;
 use serde_json::Value;
 use skewwatch::client;
 use skewwatch::demo;
-use skewwatch_detectors::prng::SplitMix64;
 use skewwatch_e2e::agent::Agent;
+use skewwatch_e2e::demo_feed;
 use skewwatch_e2e::tools;
 
 const XSS_SHARD: &str = "<img src=x onerror=alert(1)>";
-/// Normal windows before the incident: more than the detectors' shortened warm-up below.
-const WARMUP: u32 = 12;
-
-/// One-second windows, the demo's detectors with an 8-window warm-up instead of 30, so the
-/// incident is detected within a minute.
-const CONFIG: &str = r#"
-window:
-  window_secs: 1
-detectors:
-  hot_shard: {warmup_windows: 8}
-  hot_key: {warmup_windows: 8}
-  latency_skew: {warmup_windows: 8}
-  error_surge: {warmup_windows: 8}
-  cache_hit_collapse: {warmup_windows: 8}
-  fast_failure_sink: {warmup_windows: 8}
-"#;
 
 /// A Python that can import selenium: `$SKEWWATCH_PYTHON`, `python3` on PATH (the CI venv is
 /// first on PATH) or the venv `.ci/run` builds under the target directory.
@@ -69,27 +53,14 @@ fn target_dir() -> PathBuf {
     exe.ancestors().nth(3).expect("target dir").to_path_buf()
 }
 
-/// Sends the demo's incident, one window a second, until `stop` is set.
+/// Sends the demo's incident, one window a second, until `stop` is set, with 20 requests a
+/// window of the XSS shard, so it is among the rows the page draws.
 fn feed(agent: &Agent, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    let statsd = agent.statsd;
-    std::thread::spawn(move || {
-        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut rng = SplitMix64::new(7);
-        let mut w = 0;
-        while !stop.load(Ordering::Relaxed) {
-            // The incident holds (never reaching the demo's recovery) while the page is read.
-            let mut lines = demo::incident_lines(w.min(WARMUP + 30), WARMUP, 1.0, &mut rng);
-            // 20 requests of the XSS shard, so it is among the rows the page draws.
-            lines.push(format!(
-                "skewwatch.request:3|ms|@0.05|#group:{},shard:{XSS_SHARD},key:k",
-                demo::GROUP
-            ));
-            // Refused once the test stops the agent; the flag ends the loop then.
-            let _ = demo::send(&sock, statsd, &lines);
-            w += 1;
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    })
+    let xss = format!(
+        "skewwatch.request:3|ms|@0.05|#group:{},shard:{XSS_SHARD},key:k",
+        demo::GROUP
+    );
+    demo_feed::feed(agent.statsd, 7, stop, vec![xss], Vec::new())
 }
 
 /// The firing alerts' names, once HotShard on the hot shard and CacheHitCollapse fire.
@@ -131,7 +102,7 @@ fn the_live_view_shows_the_incident_in_a_real_browser() {
     let Some(python) = python_with_selenium() else {
         return;
     };
-    let mut agent = Agent::start(CONFIG);
+    let mut agent = Agent::start(demo_feed::CONFIG);
     let stop = Arc::new(AtomicBool::new(false));
     let feeder = feed(&agent, stop.clone());
     let alerts = wait_for_alerts(&agent);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
-use skewwatch_e2e::agent::Agent;
+use skewwatch_e2e::agent::{Agent, SURGE_DETECTORS};
 use skewwatch_e2e::traffic::Traffic;
 
 const SECRET: &str = "e2e-webhook-secret";
@@ -129,21 +129,7 @@ fn config_with(receiver: SocketAddr, capacity: usize, backoff: f64, backoff_max:
         r#"
 window:
   window_secs: 1
-detectors:
-  error_surge:
-    min_requests: 20
-    min_error_ratio: 0.05
-    consecutive_windows: 1
-    warmup_windows: 2
-    alert: {{severity: critical, for_secs: 0, keep_firing_for_secs: 0}}
-  hot_shard: {{alert: {{enabled: false}}}}
-  hot_key: {{alert: {{enabled: false}}}}
-  latency_skew: {{alert: {{enabled: false}}}}
-  cache_hit_collapse: {{alert: {{enabled: false}}}}
-  fast_failure_sink: {{alert: {{enabled: false}}}}
-  shard_failing: {{alert: {{enabled: false}}}}
-  capacity_headroom: {{alert: {{enabled: false}}}}
-alerting:
+{SURGE_DETECTORS}alerting:
   webhooks:
     - name: hook
       url: "http://{receiver}/hooks/skewwatch"
