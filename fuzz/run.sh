@@ -3,6 +3,9 @@
 #
 #   fuzz/run.sh SECONDS [TARGET...]    each target (default: all of them) for SECONDS, in turn
 #
+# FUZZ_PROFILE picks the cargo profile of the instrumented build: `release` (the default, for
+# long runs) or `fuzz-ci` (less optimisation, no debug info: cheaper to build for CI's short pass).
+#
 # Needs afl++ (Debian: apt-get install afl++) and cargo-afl (cargo install --locked cargo-afl;
 # then `cargo afl config --build` once). Seeds come from fuzz/corpus/<target>; AFL's queue and
 # findings go to $FUZZ_OUT/<target> (default target/fuzz-out). A crash or hang found is copied
@@ -19,19 +22,43 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 # Instrumented builds get their own target directory: they must not replace the plain ones.
 export CARGO_TARGET_DIR=${AFL_TARGET_DIR:-target/afl}
-cargo afl build --release -p skewwatch-fuzz --features afl
+profile=${FUZZ_PROFILE:-release}
+cargo afl build --profile "$profile" -p skewwatch-fuzz --features afl
 out=${FUZZ_OUT:-target/fuzz-out}
 # No UI (CI logs), no CPU pinning on a shared machine, no demand on the host's core pattern.
 export AFL_NO_UI=1 AFL_NO_AFFINITY=1 AFL_SKIP_CPUFREQ=1 AFL_AUTORESUME=1 \
   AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1
+# CPU time: from a cgroup of its own where the host lets us make one (cgroup v1 cpuacct or v2),
+# which counts every process of the run, the forkserver AFL kills at the end included; else from
+# `times` in the subshell, which misses that forkserver and is only a lower bound.
+cgroup_root=""
+for root in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/unified /sys/fs/cgroup; do
+  if [ -w "$root" ] && { [ -e "$root/cpuacct.usage" ] || [ -e "$root/cpu.stat" ]; }; then
+    cgroup_root=$root
+    break
+  fi
+done
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "$out/$t"
   start=$(date +%s)
-  # `times` in the subshell: the CPU time of afl-fuzz and of the target it forked, waited for.
-  cpu=$( (cargo afl fuzz -V "$secs" -i "fuzz/corpus/$t" -o "$out/$t" \
-    "$CARGO_TARGET_DIR/release/$t" >"$out/$t.log" 2>&1 || true; times) | tail -n 1 |
-    awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.1f", (u[1]*60 + u[2] + s[1]*60 + s[2]) / 60 }')
+  fuzz=(cargo afl fuzz -V "$secs" -i "fuzz/corpus/$t" -o "$out/$t" "$CARGO_TARGET_DIR/$profile/$t")
+  cg="$cgroup_root/skewwatch-fuzz-$t-$$"
+  if [ -n "$cgroup_root" ] && mkdir "$cg" 2>/dev/null; then
+    (echo "$BASHPID" >"$cg/cgroup.procs" && exec "${fuzz[@]}") >"$out/$t.log" 2>&1 || true
+    if [ -e "$cg/cpuacct.usage" ]; then
+      cpu=$(awk '{ printf "%.1f", $1 / 6e10 }' "$cg/cpuacct.usage")
+    else
+      cpu=$(awk '$1 == "usage_usec" { printf "%.1f", $2 / 6e7 }' "$cg/cpu.stat")
+    fi
+    rmdir "$cg" 2>/dev/null || true
+    how="cgroup"
+  else
+    # `times` in the subshell: the CPU time of afl-fuzz and of the target it forked, waited for.
+    cpu=$( ("${fuzz[@]}" >"$out/$t.log" 2>&1 || true; times) | tail -n 1 |
+      awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.1f", (u[1]*60 + u[2] + s[1]*60 + s[2]) / 60 }')
+    how="times, a lower bound"
+  fi
   stats="$out/$t/default/fuzzer_stats"
   execs=$(awk -F' *: *' '$1 == "execs_done" { print $2 }' "$stats" 2>/dev/null || echo 0)
   found=0
@@ -43,7 +70,7 @@ for t in "${targets[@]}"; do
       found=$((found + 1))
     done
   done
-  echo "fuzz: $t: $(( $(date +%s) - start )) s wall, $cpu CPU-minutes, ${execs:-0} executions, $found crashes+hangs"
+  echo "fuzz: $t: $(( $(date +%s) - start )) s wall, $cpu CPU-minutes ($how), ${execs:-0} executions, $found crashes+hangs"
   [ "$found" -eq 0 ] || status=1
 done
 exit $status
