@@ -553,6 +553,9 @@ pub fn firing_times(present: &[f64], step: f64, hold: f64) -> Vec<f64> {
     out
 }
 
+/// One series a range query returned: its labels and the evaluation times it had a value at.
+type Returned = (BTreeMap<String, String>, Vec<f64>);
+
 /// A Prometheus over the backfilled blocks, stopped when dropped.
 struct Server {
     child: Child,
@@ -633,11 +636,7 @@ impl Server {
 
     /// Evaluates `expr` at every evaluation time of `q`; per result series, its labels and the
     /// evaluation times (TSDB time) at which it had a value.
-    fn query_range(
-        &self,
-        expr: &str,
-        q: &Query,
-    ) -> Result<Vec<(BTreeMap<String, String>, Vec<f64>)>, Error> {
+    fn query_range(&self, expr: &str, q: &Query) -> Result<Vec<Returned>, Error> {
         let body = format!(
             "query={}&start={}&end={}&step={EVAL_SECS}",
             form_encode(expr),
