@@ -2,8 +2,10 @@
 //! and the median delay over a sweep of rates, shard counts, window lengths and magnitudes,
 //! and false alarms per 1,000 shard-hours on benign traffic, as markdown on stdout.
 //!
-//! `scripts/detection-bench.sh [--quick] [--seed N] [--trials N] [--family NAME]...` runs it;
-//! `docs/detectors.md` publishes the full sweep and explains the columns.
+//! `scripts/detection-bench.sh [--quick] [--seed N] [--trials N] [--family NAME]... [--diy]`
+//! runs it; `--diy` adds the hand-written PromQL rules evaluated by a real Prometheus beside
+//! each detector (it needs `promtool` and `prometheus` on PATH), and `--print-diy-rules` prints
+//! their rule file. `docs/detectors.md` publishes the full sweep and explains the columns.
 
 #![expect(
     clippy::disallowed_types,
@@ -13,19 +15,33 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use skewwatch_e2e::bench::{self, Plan, families};
+use skewwatch_e2e::bench::{self, Plan, diy, families};
 
 /// The seed the published table uses.
 const DEFAULT_SEED: u64 = 20_251_201;
 
-const USAGE: &str = "usage: detection_bench [--quick] [--seed N] [--trials N] [--benign-minutes N] [--threads N] [--family NAME]...";
+const USAGE: &str = "usage: detection_bench [--quick] [--seed N] [--trials N] [--benign-minutes N] [--threads N] [--family NAME]... [--diy] | --print-diy-rules";
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--print-diy-rules") {
+        print!("{}", diy::rules_yaml());
+        return ExitCode::SUCCESS;
+    }
     match parse(std::env::args().skip(1)) {
         Ok(plan) => {
             let started = Instant::now();
-            let figures = bench::run(&plan, |what| eprintln!("detection_bench: {what}"));
-            print!("{}", bench::report::render(&figures));
+            match bench::run(&plan, |what| {
+                eprintln!(
+                    "detection_bench: [{:.0} s] {what}",
+                    started.elapsed().as_secs_f64()
+                )
+            }) {
+                Ok(figures) => print!("{}", bench::report::render(&figures)),
+                Err(e) => {
+                    eprintln!("detection_bench: the DIY baseline failed: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             eprintln!(
                 "detection_bench: done in {:.0} s",
                 started.elapsed().as_secs_f64()
@@ -47,6 +63,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Plan, String> {
     let mut benign_minutes = None;
     let mut names = Vec::new();
     let mut threads = None;
+    let mut with_diy = false;
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().ok_or(format!("{a} needs {what}"));
         match a.as_str() {
@@ -56,6 +73,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Plan, String> {
             "--benign-minutes" => benign_minutes = Some(number(&value("minutes")?)?),
             "--family" => names.push(value("a family name")?),
             "--threads" => threads = Some(number(&value("a number of threads")?)?),
+            "--diy" => with_diy = true,
             "-h" | "--help" => return Err("help".to_owned()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -85,6 +103,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Plan, String> {
                     .ok_or(format!("unknown family {n}: use one of {}", all.join(", ")))
             })
             .collect::<Result<_, _>>()?;
+    }
+    if with_diy {
+        plan.diy = Some(diy::Tools::from_path().map_err(|e| e.to_string())?);
     }
     Ok(plan)
 }

@@ -15,7 +15,12 @@
 //! benign run lasts [`Plan::benign_secs`] after the same warm-up; firings in it are false
 //! alarms. Every trial has its own seed derived from the plan's, so a seed gives the same
 //! figures on every machine; [`report`] renders them.
+//!
+//! With [`Plan::diy`] set, the trials of every family that has a hand-written PromQL rule
+//! ([`diy::RULES`]) are also sampled as a Prometheus would scrape them, and the rules are
+//! evaluated by a real Prometheus over those samples ([`diy`]): the do-it-yourself baseline.
 
+pub mod diy;
 pub mod families;
 pub mod report;
 pub mod traffic;
@@ -32,6 +37,8 @@ use crate::scenario::Rng;
 use families::{FAMILIES, Family, Target};
 use traffic::{GROUP, HOT_KEY, Slice, Traffic};
 
+use diy::{Firing, Rule, Sampler, Store};
+
 /// Start of every run (unix seconds): a multiple of every window length swept.
 pub const START: f64 = crate::scenarios::benign::START;
 /// Windows before an onset, and before false alarms count: every detector's warm-up
@@ -40,8 +47,11 @@ pub const WARM_WINDOWS: u32 = 32;
 /// The onset falls on a uniformly random whole second within this many seconds after the
 /// warm-up, so it lands anywhere within a window.
 pub const ONSET_SPREAD_SECS: u64 = 120;
-/// Detection horizons, seconds after the onset: P(detect within each) is reported.
-pub const HORIZONS_SECS: [f64; 2] = [120.0, 300.0];
+/// Detection horizons, seconds after the onset: P(detect within each) is reported; a trial
+/// ends at the last.
+pub const HORIZONS_SECS: [f64; 3] = [60.0, 120.0, 300.0];
+/// The last horizon: how long after its onset a trial runs.
+const LAST_HORIZON_SECS: f64 = HORIZONS_SECS[HORIZONS_SECS.len() - 1];
 /// Each shard's configured capacity is this multiple of the busiest shard's normal rate.
 pub const CAPACITY_FACTOR: f64 = 2.0;
 
@@ -79,6 +89,8 @@ pub struct Plan {
     pub families: Vec<&'static Family>,
     /// Threads the trials are spread over.
     pub threads: usize,
+    /// `Some`: also measure the do-it-yourself PromQL baseline with these programs.
+    pub diy: Option<diy::Tools>,
 }
 
 impl Plan {
@@ -95,6 +107,7 @@ impl Plan {
             reference: (1000.0, 64, 10),
             families: FAMILIES.iter().collect(),
             threads: std::thread::available_parallelism().map_or(1, usize::from),
+            diy: None,
         }
     }
 
@@ -156,32 +169,40 @@ pub struct DetectionRow {
     /// Per trial, the onset-to-firing delay in seconds, or `None` when the detector had not
     /// fired by the last horizon.
     pub delays: Vec<Option<f64>>,
+    /// The same for the family's DIY rule, when the baseline ran and the family has one.
+    pub diy: Option<Vec<Option<f64>>>,
 }
 
 impl DetectionRow {
     /// Share of trials detected within `secs` of the onset.
     pub fn p_within(&self, secs: f64) -> f64 {
-        let hits = self.delays.iter().flatten().filter(|&&d| d <= secs).count();
-        hits as f64 / self.delays.len().max(1) as f64
+        p_within(&self.delays, secs)
     }
 
-    /// Median delay over every trial, an undetected trial counting as later than any; `None`
-    /// when at least half the trials went undetected.
+    /// Median delay over every trial (see [`median_delay`]).
     pub fn median_delay(&self) -> Option<f64> {
-        let mut d: Vec<f64> = self
-            .delays
-            .iter()
-            .map(|d| d.unwrap_or(f64::INFINITY))
-            .collect();
-        d.sort_by(f64::total_cmp);
-        let n = d.len();
-        let m = match n {
-            0 => return None,
-            _ if n % 2 == 1 => d[n / 2],
-            _ => (d[n / 2 - 1] + d[n / 2]) / 2.0,
-        };
-        m.is_finite().then_some(m)
+        median_delay(&self.delays)
     }
+}
+
+/// Share of `delays` (one per trial, `None`: undetected) within `secs` of the onset.
+pub fn p_within(delays: &[Option<f64>], secs: f64) -> f64 {
+    let hits = delays.iter().flatten().filter(|&&d| d <= secs).count();
+    hits as f64 / delays.len().max(1) as f64
+}
+
+/// Median delay over every trial, an undetected trial counting as later than any; `None` when
+/// at least half the trials went undetected.
+pub fn median_delay(delays: &[Option<f64>]) -> Option<f64> {
+    let mut d: Vec<f64> = delays.iter().map(|d| d.unwrap_or(f64::INFINITY)).collect();
+    d.sort_by(f64::total_cmp);
+    let n = d.len();
+    let m = match n {
+        0 => return None,
+        _ if n % 2 == 1 => d[n / 2],
+        _ => (d[n / 2 - 1] + d[n / 2]) / 2.0,
+    };
+    m.is_finite().then_some(m)
 }
 
 /// The firings of one benign condition.
@@ -195,6 +216,9 @@ pub struct FalseAlarmRow {
     pub shard_hours: f64,
     /// Firing transitions after the warm-up, by alert name.
     pub firings: BTreeMap<String, u64>,
+    /// The DIY rules' firing transitions after the warm-up, by alert name, when the baseline
+    /// ran.
+    pub diy_firings: Option<BTreeMap<String, u64>>,
 }
 
 /// Everything a run measured.
@@ -214,11 +238,35 @@ struct Job {
     condition: Condition,
     seed: u64,
     benign_secs: f64,
+    /// The row (family and condition) it belongs to.
+    row: usize,
+}
+
+/// The DIY rules a family's trials are judged by: the one beside an incident family's
+/// detector, every rule on a benign family.
+fn diy_rules(f: &Family) -> Vec<&'static Rule> {
+    match f.incident {
+        Some(inc) => diy::rule_beside(inc.detector).into_iter().collect(),
+        None => diy::RULES.iter().collect(),
+    }
+}
+
+/// When a trial of `c` starts being judged: after the warm-up.
+fn judged_from(c: &Condition) -> f64 {
+    START + f64::from(WARM_WINDOWS) * f64::from(c.window_secs)
+}
+
+/// Where a DIY run keeps its samples and how far apart its conditions lie in TSDB time.
+struct DiyRun<'a> {
+    tools: &'a diy::Tools,
+    store: Store,
+    stride: f64,
 }
 
 /// Runs the plan on [`Plan::threads`] threads; the figures do not depend on their number,
-/// because every trial has its own seed. `progress` is told what is about to run.
-pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Figures {
+/// because every trial has its own seed. `progress` is told what is about to run. Fails only
+/// when the DIY baseline was asked for and could not be measured.
+pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Figures, diy::Error> {
     // One row per family and condition, in plan order; its trials are consecutive jobs.
     let mut rows: Vec<(&'static Family, Condition, usize)> = Vec::new();
     let mut jobs = Vec::new();
@@ -229,12 +277,14 @@ pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Figures {
                 Some(_) => (u64::from(plan.trials), 0.0),
                 None => (1, plan.benign_secs),
             };
+            let row = rows.len();
             rows.push((family, condition, trials as usize));
             jobs.extend((0..trials).map(|t| Job {
                 family,
                 condition,
                 seed: mix(plan.seed ^ mix(name ^ mix(((ci as u64) << 32) | t))),
                 benign_secs,
+                row,
             }));
         }
     }
@@ -245,42 +295,175 @@ pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Figures {
         plan.families.len(),
         plan.threads
     ));
-    let mut trials = run_jobs(&jobs, plan.threads.max(1)).into_iter();
+    let diy = plan.diy.as_ref().map(|tools| {
+        let w = f64::from(
+            plan.windows
+                .iter()
+                .copied()
+                .chain([plan.reference.2])
+                .max()
+                .unwrap_or(10),
+        );
+        let after = (ONSET_SPREAD_SECS as f64 + LAST_HORIZON_SECS).max(plan.benign_secs);
+        DiyRun {
+            tools,
+            store: Store::new(),
+            stride: diy::stride_secs(f64::from(WARM_WINDOWS) * w + after + 2.0 * w),
+        }
+    });
+    let trials = run_jobs(&jobs, plan.threads.max(1), diy.as_ref())?;
     let mut figures = Figures {
         plan: plan.clone(),
         detection: Vec::new(),
         false_alarms: Vec::new(),
     };
-    for (family, condition, n) in rows {
-        let done: Vec<Trial> = trials.by_ref().take(n).collect();
+    let mut next = 0;
+    for &(family, condition, n) in &rows {
+        let done = &trials[next..next + n];
+        next += n;
         if family.incident.is_some() {
-            let delays = done.iter().map(|t| t.delay).collect();
             figures.detection.push(DetectionRow {
                 family,
                 condition,
-                delays,
+                delays: done.iter().map(|t| t.delay).collect(),
+                diy: None,
             });
         } else {
-            let firings = done
-                .into_iter()
-                .next()
-                .map(|t| t.firings)
-                .unwrap_or_default();
             figures.false_alarms.push(FalseAlarmRow {
                 family,
                 condition,
                 shard_hours: condition.shards as f64 * plan.benign_secs / 3600.0,
-                firings,
+                firings: done.first().map(|t| t.firings.clone()).unwrap_or_default(),
+                diy_firings: None,
             });
         }
     }
-    figures
+    if let Some(d) = diy {
+        judge_diy(plan, &d, &rows, &trials, &mut figures, &mut progress)?;
+    }
+    Ok(figures)
+}
+
+/// Evaluates the DIY rules over the samples of every row that has one and writes their delays
+/// and firings into `figures`.
+fn judge_diy(
+    plan: &Plan,
+    d: &DiyRun<'_>,
+    rows: &[(&'static Family, Condition, usize)],
+    trials: &[Trial],
+    figures: &mut Figures,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), diy::Error> {
+    // Per row: its first job, its query (rows without a rule have none).
+    let mut queries = Vec::new();
+    let mut first = 0;
+    let mut spans = Vec::new();
+    for (r, &(family, c, n)) in rows.iter().enumerate() {
+        spans.push(first);
+        first += n;
+        let rules = diy_rules(family);
+        if rules.is_empty() {
+            continue;
+        }
+        let from = judged_from(&c);
+        let to = match family.incident {
+            Some(_) => from + ONSET_SPREAD_SECS as f64 + LAST_HORIZON_SECS,
+            None => from + plan.benign_secs,
+        };
+        queries.push((
+            r,
+            diy::Query {
+                rules,
+                offset: r as f64 * d.stride,
+                // On the evaluation grid, counted from the run's start.
+                from: START + ((from - START) / diy::EVAL_SECS).ceil() * diy::EVAL_SECS,
+                to,
+            },
+        ));
+    }
+    let sampled: Vec<usize> = (0..trials.len()).collect();
+    let qs: Vec<diy::Query> = queries.iter().map(|(_, q)| q.clone()).collect();
+    let (firings, cost) = diy::evaluate(d.tools, &d.store, &sampled, &qs, progress)?;
+    progress(&format!(
+        "DIY: {:.0} MB of samples, backfill {:.1} s, Prometheus start and queries {:.1} s",
+        cost.bytes as f64 / 1e6,
+        cost.backfill_secs,
+        cost.query_secs
+    ));
+    let (mut det, mut fa) = (0, 0);
+    for (r, &(family, c, n)) in rows.iter().enumerate() {
+        let fired = queries
+            .iter()
+            .position(|(qr, _)| *qr == r)
+            .map(|i| &firings[i]);
+        let jobs = spans[r]..spans[r] + n;
+        match family.incident {
+            Some(inc) => {
+                if let (Some(fired), Some(rule)) = (fired, diy::rule_beside(inc.detector)) {
+                    figures.detection[det].diy = Some(
+                        jobs.map(|j| diy_delay(fired, rule, j, trials[j].onset))
+                            .collect(),
+                    );
+                }
+                det += 1;
+            }
+            None => {
+                let mut counts = BTreeMap::new();
+                for f in fired.into_iter().flatten() {
+                    if jobs.contains(&f.trial) && f.ts > judged_from(&c) {
+                        *counts.entry(f.alert.to_owned()).or_default() += 1;
+                    }
+                }
+                figures.false_alarms[fa].diy_firings = Some(counts);
+                fa += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Onset to the first firing of `rule` in trial `job` that names the family's target, within
+/// the last horizon.
+fn diy_delay(fired: &[Firing], rule: &Rule, job: usize, onset: Option<f64>) -> Option<f64> {
+    let onset = onset?;
+    fired
+        .iter()
+        .filter(|f| f.alert == rule.alert && f.trial == job)
+        .filter(|f| match rule.target {
+            Target::Shard => f.shard.as_deref() == Some(traffic::shard_name(0).as_str()),
+            Target::Key | Target::Group => true,
+        })
+        .map(|f| f.ts - onset)
+        .filter(|&d| (0.0..=LAST_HORIZON_SECS).contains(&d))
+        .min_by(f64::total_cmp)
 }
 
 /// Runs every job, thread k taking jobs k, k + threads, ... (neighbouring jobs are trials of
-/// one condition and cost alike, so the threads stay about even); results in job order.
-fn run_jobs(jobs: &[Job], threads: usize) -> Vec<Trial> {
+/// one condition and cost alike, so the threads stay about even); results in job order. With
+/// `diy`, a job whose family has a DIY rule also writes its samples.
+fn run_jobs(
+    jobs: &[Job],
+    threads: usize,
+    diy: Option<&DiyRun<'_>>,
+) -> Result<Vec<Trial>, diy::Error> {
     let mut out: Vec<Option<Trial>> = vec![None; jobs.len()];
+    let one = |i: usize, j: &Job| -> Result<Trial, diy::Error> {
+        let rules = diy_rules(j.family);
+        let mut tap = match diy {
+            Some(d) if !rules.is_empty() => {
+                let shards: Vec<String> =
+                    (0..j.condition.shards).map(traffic::shard_name).collect();
+                let offset = j.row as f64 * d.stride;
+                Some(Sampler::new(d.store.part(i), i, offset, &shards, &rules)?)
+            }
+            _ => None,
+        };
+        let t = run_trial(j.family, &j.condition, j.seed, j.benign_secs, tap.as_mut());
+        if let Some(tap) = tap {
+            tap.finish()?;
+        }
+        Ok(t)
+    };
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
@@ -289,18 +472,19 @@ fn run_jobs(jobs: &[Job], threads: usize) -> Vec<Trial> {
                         .enumerate()
                         .skip(k)
                         .step_by(threads)
-                        .map(|(i, j)| (i, run_trial(j.family, &j.condition, j.seed, j.benign_secs)))
-                        .collect::<Vec<_>>()
+                        .map(|(i, j)| one(i, j).map(|t| (i, t)))
+                        .collect::<Result<Vec<_>, _>>()
                 })
             })
             .collect();
         for h in handles {
-            for (i, t) in h.join().expect("a benchmark thread panicked") {
+            for (i, t) in h.join().expect("a benchmark thread panicked")? {
                 out[i] = Some(t);
             }
         }
-    });
-    out.into_iter().map(|t| t.expect("every job ran")).collect()
+        Ok::<(), diy::Error>(())
+    })?;
+    Ok(out.into_iter().map(|t| t.expect("every job ran")).collect())
 }
 
 /// What one trial saw.
@@ -311,19 +495,29 @@ pub struct Trial {
     pub delay: Option<f64>,
     /// Firing transitions after the warm-up, by alert name.
     pub firings: BTreeMap<String, u64>,
+    /// The onset (incident families), run time.
+    pub onset: Option<f64>,
 }
 
 /// Runs one trial of `family` at `c`: an incident trial stops at its first detection or its
-/// last horizon; a benign one runs `benign_secs` after the warm-up.
-pub fn run_trial(family: &Family, c: &Condition, seed: u64, benign_secs: f64) -> Trial {
+/// last horizon; a benign one runs `benign_secs` after the warm-up. With `tap`, the trial also
+/// feeds its records to the DIY sampler, samples at every window end from a minute and a
+/// window before the warm-up ends, and runs to its last horizon whatever the detectors do.
+pub fn run_trial(
+    family: &Family,
+    c: &Condition,
+    seed: u64,
+    benign_secs: f64,
+    mut tap: Option<&mut Sampler>,
+) -> Trial {
     let mut rng = Rng::new(seed);
     let traffic = Traffic::new(c.rate, &(family.weights)(c.shards, &mut rng));
     let w = f64::from(c.window_secs);
-    let judged_from = START + f64::from(WARM_WINDOWS) * w;
+    let judged_from = judged_from(c);
     let (onset, end) = match family.incident {
         Some(_) => {
             let onset = judged_from + (rng.next_u64() % ONSET_SPREAD_SECS) as f64;
-            (onset, onset + HORIZONS_SECS[HORIZONS_SECS.len() - 1] + w)
+            (onset, onset + LAST_HORIZON_SECS + w)
         }
         None => (f64::INFINITY, judged_from + benign_secs),
     };
@@ -335,11 +529,24 @@ pub fn run_trial(family: &Family, c: &Condition, seed: u64, benign_secs: f64) ->
     };
     let normal = |i| (family.before)(0.0, i, seed, &traffic);
     let mut engine = Engine::new(engine_config(c, &traffic, normal), START);
-    let mut out = Trial::default();
+    let mut out = Trial {
+        onset: onset.is_finite().then_some(onset),
+        ..Trial::default()
+    };
+    let sample_from = judged_from - diy::RANGE_SECS - w;
     let mut t = START;
-    while t < end && out.delay.is_none() {
-        traffic.emit(&mut engine, &mut rng, t, u64::from(c.window_secs), &slice);
+    while t < end && (out.delay.is_none() || tap.is_some()) {
+        let secs = u64::from(c.window_secs);
+        match tap.as_deref_mut() {
+            Some(s) => traffic.emit(&mut (&mut engine, s), &mut rng, t, secs, &slice),
+            None => traffic.emit(&mut engine, &mut rng, t, secs, &slice),
+        }
         t += w;
+        if let Some(s) = tap.as_deref_mut()
+            && t >= sample_from
+        {
+            s.sample(t);
+        }
         for ev in engine.advance(t) {
             for tr in ev.transitions {
                 if tr.state != TransitionState::Firing || tr.ts <= judged_from {
@@ -349,7 +556,7 @@ pub fn run_trial(family: &Family, c: &Condition, seed: u64, benign_secs: f64) ->
                 let detected = family.incident.is_some_and(|inc| {
                     tr.alertname == inc.detector
                         && tr.ts >= onset
-                        && tr.ts - onset <= HORIZONS_SECS[HORIZONS_SECS.len() - 1]
+                        && tr.ts - onset <= LAST_HORIZON_SECS
                         && match inc.target {
                             Target::Shard => tr.labels.get("shard") == Some(&traffic.shards[0]),
                             Target::Key => {

@@ -1,20 +1,25 @@
 //! Renders benchmark [`Figures`] as markdown: the parameters, a detection table (one row per
 //! incident family and condition) and a false-alarm table (per benign family, firings per
-//! 1,000 shard-hours for every detector), then where the false alarms fired.
+//! 1,000 shard-hours for every detector), then where the false alarms fired. When the DIY
+//! baseline ran, both tables gain its columns beside skewwatch's.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use skewwatch_detectors::detect::DetectorsConfig;
 
+use crate::bench::diy::{self, RULES};
 use crate::bench::traffic::PARTS;
 use crate::bench::{
     CAPACITY_FACTOR, Condition, DetectionRow, FalseAlarmRow, Figures, HORIZONS_SECS,
-    ONSET_SPREAD_SECS, WARM_WINDOWS,
+    ONSET_SPREAD_SECS, WARM_WINDOWS, median_delay, p_within,
 };
 
 /// Header of the detection table.
-pub const DETECTION_HEADER: &str = "| detector | family | magnitude | rate (req/s) | shards | window (s) | trials | P(≤ 2 min) | P(≤ 5 min) | median delay (s) |";
+pub const DETECTION_HEADER: &str = "| detector | family | magnitude | rate (req/s) | shards | window (s) | trials | P(≤ 1 min) | P(≤ 2 min) | P(≤ 5 min) | median delay (s) |";
+/// Columns the detection table gains when the DIY baseline ran.
+pub const DIY_DETECTION_COLUMNS: &str =
+    " DIY rule | DIY P(≤ 1 min) | DIY P(≤ 2 min) | DIY P(≤ 5 min) | DIY median (s) |";
 /// First cells of the false-alarm table's header; one column per detector follows.
 pub const FALSE_ALARM_HEADER: &str = "| benign family | runs | shard-hours |";
 
@@ -22,8 +27,8 @@ pub const FALSE_ALARM_HEADER: &str = "| benign family | runs | shard-hours |";
 pub fn render(f: &Figures) -> String {
     let mut out = String::new();
     parameters(&mut out, f);
-    detection(&mut out, &f.detection);
-    false_alarms(&mut out, &f.false_alarms);
+    detection(&mut out, &f.detection, f.plan.diy.is_some());
+    false_alarms(&mut out, &f.false_alarms, f.plan.diy.is_some());
     out
 }
 
@@ -49,24 +54,51 @@ fn parameters(out: &mut String, f: &Figures) {
         out,
         "Shipped configuration (rules/skewwatch.yaml) but the window length; capacity {CAPACITY_FACTOR}× the busiest shard's normal rate. Warm-up {WARM_WINDOWS} windows; onset at a random second within {ONSET_SPREAD_SECS} s after it; at most {PARTS} records per shard, class and window stretch.",
     );
+    if p.diy.is_some() {
+        let _ = writeln!(
+            out,
+            "DIY baseline: the rules of {} evaluated by Prometheus every {} s (for: {} s) over each trial's counters, sampled at every window end.",
+            diy::RULES_PATH,
+            diy::EVAL_SECS,
+            diy::FOR_SECS,
+        );
+    }
     out.push('\n');
 }
 
-fn detection(out: &mut String, rows: &[DetectionRow]) {
-    let _ = writeln!(out, "{DETECTION_HEADER}");
-    let _ = writeln!(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+/// The P(≤ horizon) and median cells of one set of delays.
+fn delay_cells(delays: &[Option<f64>]) -> String {
+    let last = HORIZONS_SECS[HORIZONS_SECS.len() - 1];
+    let median = median_delay(delays).map_or_else(|| format!("> {last:.0}"), |m| format!("{m:.0}"));
+    let p: Vec<String> = HORIZONS_SECS
+        .iter()
+        .map(|&h| format!("{:.2}", p_within(delays, h)))
+        .collect();
+    format!("{} | {median}", p.join(" | "))
+}
+
+fn detection(out: &mut String, rows: &[DetectionRow], with_diy: bool) {
+    let cols = 7 + HORIZONS_SECS.len() + 1;
+    if with_diy {
+        let _ = writeln!(out, "{DETECTION_HEADER}{DIY_DETECTION_COLUMNS}");
+        let _ = writeln!(
+            out,
+            "|---|---|---|{}---|{}",
+            "---:|".repeat(cols - 3),
+            "---:|".repeat(HORIZONS_SECS.len() + 1)
+        );
+    } else {
+        let _ = writeln!(out, "{DETECTION_HEADER}");
+        let _ = writeln!(out, "|---|---|---|{}", "---:|".repeat(cols - 3));
+    }
     for r in rows {
         let Some(inc) = r.family.incident else {
             continue;
         };
         let c = &r.condition;
-        let median = r.median_delay().map_or_else(
-            || format!("> {:.0}", HORIZONS_SECS[1]),
-            |m| format!("{m:.0}"),
-        );
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "| {} | {} | {} {} | {} | {} | {} | {} | {:.2} | {:.2} | {median} |",
+            "| {} | {} | {} {} | {} | {} | {} | {} | {} |",
             inc.detector,
             r.family.name,
             inc.unit,
@@ -75,9 +107,19 @@ fn detection(out: &mut String, rows: &[DetectionRow]) {
             c.shards,
             c.window_secs,
             r.delays.len(),
-            r.p_within(HORIZONS_SECS[0]),
-            r.p_within(HORIZONS_SECS[1]),
+            delay_cells(&r.delays),
         );
+        if with_diy {
+            match (&r.diy, diy::rule_beside(inc.detector)) {
+                (Some(d), Some(rule)) => {
+                    let _ = write!(out, " {} | {} |", rule.alert, delay_cells(d));
+                }
+                _ => {
+                    let _ = write!(out, " –{}", " | –".repeat(HORIZONS_SECS.len() + 1) + " |");
+                }
+            }
+        }
+        out.push('\n');
     }
     out.push('\n');
 }
@@ -90,12 +132,15 @@ struct Totals {
     firings: BTreeMap<String, u64>,
 }
 
-fn false_alarms(out: &mut String, rows: &[FalseAlarmRow]) {
+fn false_alarms(out: &mut String, rows: &[FalseAlarmRow], with_diy: bool) {
     if rows.is_empty() {
         let _ = writeln!(out, "No benign family was run: no false-alarm figures.");
         return;
     }
-    let detectors: Vec<&str> = DetectorsConfig::KINDS.iter().map(|k| k.1).collect();
+    let mut detectors: Vec<&str> = DetectorsConfig::KINDS.iter().map(|k| k.1).collect();
+    if with_diy {
+        detectors.extend(RULES.iter().map(|r| r.alert));
+    }
     let mut by_family: Vec<(&str, Totals)> = Vec::new();
     for r in rows {
         if by_family.last().is_none_or(|(n, _)| *n != r.family.name) {
@@ -104,13 +149,18 @@ fn false_alarms(out: &mut String, rows: &[FalseAlarmRow]) {
         let t = &mut by_family.last_mut().expect("pushed above").1;
         t.runs += 1;
         t.shard_hours += r.shard_hours;
-        for (a, n) in &r.firings {
+        for (a, n) in r.firings.iter().chain(r.diy_firings.iter().flatten()) {
             *t.firings.entry(a.clone()).or_default() += n;
         }
     }
     let _ = writeln!(
         out,
-        "False alarms: firings per 1,000 shard-hours of benign traffic (every condition of the family together).\n"
+        "False alarms: firings per 1,000 shard-hours of benign traffic (every condition of the family together){}.\n",
+        if with_diy {
+            "; the Diy columns are the hand-written PromQL rules"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(out, "{FALSE_ALARM_HEADER} {} |", detectors.join(" | "));
     let _ = writeln!(out, "|---|---:|---:|{}", "---:|".repeat(detectors.len()));
@@ -138,7 +188,10 @@ fn false_alarms(out: &mut String, rows: &[FalseAlarmRow]) {
 }
 
 fn where_they_fired(out: &mut String, rows: &[FalseAlarmRow]) {
-    let fired: Vec<&FalseAlarmRow> = rows.iter().filter(|r| !r.firings.is_empty()).collect();
+    let fired: Vec<&FalseAlarmRow> = rows
+        .iter()
+        .filter(|r| !r.firings.is_empty() || r.diy_firings.as_ref().is_some_and(|d| !d.is_empty()))
+        .collect();
     if fired.is_empty() {
         let _ = writeln!(out, "No benign condition raised an alert.");
         return;
@@ -156,7 +209,12 @@ fn where_they_fired(out: &mut String, rows: &[FalseAlarmRow]) {
             window_secs,
             ..
         } = r.condition;
-        let list: Vec<String> = r.firings.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        let list: Vec<String> = r
+            .firings
+            .iter()
+            .chain(r.diy_firings.iter().flatten())
+            .map(|(a, n)| format!("{a} {n}"))
+            .collect();
         let _ = writeln!(
             out,
             "| {} | {rate} | {shards} | {window_secs} | {:.1} | {} |",

@@ -76,6 +76,38 @@ fn model() -> Workload {
     Workload::new(GROUP, "shard-", 1, 1.0)
 }
 
+/// Where drawn records go: the detectors' [`Engine`], and with `--diy` also the sampler that
+/// turns them into the counters a Prometheus would scrape ([`crate::bench::diy::Sampler`]).
+pub trait Recorder {
+    /// Takes one aggregated record.
+    fn record(&mut self, obs: &ObservationRef<'_>);
+}
+
+impl Recorder for Engine {
+    fn record(&mut self, obs: &ObservationRef<'_>) {
+        Engine::record(self, obs);
+    }
+}
+
+impl<R: Recorder + ?Sized> Recorder for &mut R {
+    fn record(&mut self, obs: &ObservationRef<'_>) {
+        (**self).record(obs);
+    }
+}
+
+/// Both take every record: the engine and the DIY sampler.
+impl<A: Recorder, B: Recorder> Recorder for (A, B) {
+    fn record(&mut self, obs: &ObservationRef<'_>) {
+        self.0.record(obs);
+        self.1.record(obs);
+    }
+}
+
+/// The name of shard `i`: `shard-0000`, `shard-0001`, ...
+pub fn shard_name(i: usize) -> String {
+    format!("shard-{i:04}")
+}
+
 /// One group's traffic: its rate, shards and their relative weights.
 #[derive(Debug, Clone)]
 pub struct Traffic {
@@ -97,9 +129,7 @@ impl Traffic {
         let w = model();
         Traffic {
             rate,
-            shards: (0..weights.len())
-                .map(|i| format!("shard-{i:04}"))
-                .collect(),
+            shards: (0..weights.len()).map(shard_name).collect(),
             weights: weights.iter().map(|x| x / total).collect(),
             hit: w.hit_latency,
             miss: w.miss_latency,
@@ -118,7 +148,7 @@ impl Traffic {
     /// window whatever its rate.
     pub fn emit(
         &self,
-        engine: &mut Engine,
+        engine: &mut impl Recorder,
         rng: &mut Rng,
         start: f64,
         secs: u64,
@@ -141,7 +171,14 @@ impl Traffic {
     }
 
     /// Draws `secs` seconds of shard `i` behaving as `sl`.
-    fn emit_slice(&self, engine: &mut Engine, rng: &mut Rng, i: usize, sl: &Slice, secs: f64) {
+    fn emit_slice(
+        &self,
+        engine: &mut impl Recorder,
+        rng: &mut Rng,
+        i: usize,
+        sl: &Slice,
+        secs: f64,
+    ) {
         let n = rng.poisson(self.shard_rate(i) * sl.load * secs);
         self.emit_classes(engine, rng, i, None, n, sl);
         if sl.key_rps > 0.0 {
@@ -153,7 +190,7 @@ impl Traffic {
     /// Splits `n` requests into hits, misses and failures and records each class.
     fn emit_classes(
         &self,
-        engine: &mut Engine,
+        engine: &mut impl Recorder,
         rng: &mut Rng,
         i: usize,
         key: Option<&str>,
@@ -206,7 +243,7 @@ impl Traffic {
 /// random quantile within the j-th of [`PARTS`] equal strata of the lognormal `lat` (times
 /// `factor`): the class's latency distribution in a few values, not one lump.
 fn record_stratified(
-    engine: &mut Engine,
+    engine: &mut impl Recorder,
     rng: &mut Rng,
     obs: &mut ObservationRef<'_>,
     count: u64,

@@ -1,10 +1,18 @@
 //! The detection benchmark on a tiny sweep, so it cannot silently rot: its output keeps its
 //! structure, a strong hot shard is always caught within two minutes, and a steady Zipf skew
-//! raises nothing.
+//! raises nothing. The DIY baseline runs with the real promtool and Prometheus: its rule file
+//! passes `promtool check rules`, its error-ratio rule catches a failing shard no sooner than
+//! its `for:` and within five minutes, and its error and latency rules stay silent on steady
+//! traffic.
+
+use std::process::Command;
 
 use skewwatch_detectors::detect::DetectorsConfig;
-use skewwatch_e2e::bench::report::{DETECTION_HEADER, FALSE_ALARM_HEADER, render};
-use skewwatch_e2e::bench::{Plan, families, run};
+use skewwatch_e2e::bench::report::{
+    DETECTION_HEADER, DIY_DETECTION_COLUMNS, FALSE_ALARM_HEADER, render,
+};
+use skewwatch_e2e::bench::{Plan, diy, families, run};
+use skewwatch_e2e::tools;
 
 /// One condition per axis: 1,000 req/s, 64 shards, 10 s windows.
 fn tiny(names: &[&str], trials: u32, benign_minutes: f64) -> Plan {
@@ -29,7 +37,8 @@ fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
             ..plan.clone()
         },
         |_| {},
-    );
+    )
+    .unwrap();
     let row = figures
         .detection
         .iter()
@@ -41,7 +50,7 @@ fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
     let median = row.median_delay().unwrap();
     assert!((20.0..=120.0).contains(&median), "{median}");
     // Every trial has its own seed: one thread gives the same delays as two.
-    let single = run(&Plan { threads: 1, ..plan }, |_| {});
+    let single = run(&Plan { threads: 1, ..plan }, |_| {}).unwrap();
     let delays = |f: &skewwatch_e2e::bench::Figures| -> Vec<Vec<Option<f64>>> {
         f.detection.iter().map(|r| r.delays.clone()).collect()
     };
@@ -50,7 +59,7 @@ fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
 
 #[test]
 fn steady_zipf_traffic_raises_no_alert_and_the_report_has_its_tables() {
-    let figures = run(&tiny(&["hot_shard", "steady_zipf"], 1, 20.0), |_| {});
+    let figures = run(&tiny(&["hot_shard", "steady_zipf"], 1, 20.0), |_| {}).unwrap();
     assert_eq!(figures.false_alarms.len(), 1);
     for r in &figures.false_alarms {
         assert!(r.firings.is_empty(), "{}: {:?}", r.family.name, r.firings);
@@ -89,4 +98,67 @@ fn steady_zipf_traffic_raises_no_alert_and_the_report_has_its_tables() {
         "{zipf}"
     );
     assert!(md.contains("No benign condition raised an alert."), "{md}");
+}
+
+/// `promtool` and `prometheus`, or `None` (skipped loudly) outside CI when missing.
+fn diy_tools() -> Option<diy::Tools> {
+    Some(diy::Tools {
+        promtool: tools::require("promtool", &[])?,
+        prometheus: tools::require("prometheus", &[])?,
+    })
+}
+
+#[test]
+fn the_diy_rule_file_passes_promtool_check_rules() {
+    let Some(t) = diy_tools() else { return };
+    let path = format!("{}/../{}", env!("CARGO_MANIFEST_DIR"), diy::RULES_PATH);
+    let out = Command::new(&t.promtool)
+        .args(["check", "rules", &path])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("SUCCESS: {} rules found", diy::RULES.len())),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_diy_error_ratio_rule_catches_a_failing_shard_after_its_for_and_steady_traffic_raises_no_error_or_latency_alert()
+ {
+    let Some(t) = diy_tools() else { return };
+    let plan = Plan {
+        diy: Some(t),
+        threads: 2,
+        ..tiny(&["failing_shard", "steady_zipf"], 4, 20.0)
+    };
+    let figures = run(&plan, |_| {}).unwrap();
+    // failing_shard at its three magnitudes (30%, 80%, 100% failing) at 1,000 req/s on 64 shards.
+    assert_eq!(figures.detection.len(), 3);
+    for row in &figures.detection {
+        let d = row.diy.as_ref().expect("failing_shard has a DIY rule");
+        assert_eq!(d.len(), 4);
+        for delay in d {
+            // The ratio crosses 20% within the first evaluations after the onset; `for: 2m`
+            // then holds it for 120 s more: never sooner, and well within five minutes.
+            let delay = delay.unwrap_or_else(|| panic!("undetected: {:?}", row));
+            assert!((120.0..=180.0).contains(&delay), "{delay}: {row:?}");
+        }
+    }
+    let zipf = &figures.false_alarms[0];
+    let diy_firings = zipf.diy_firings.as_ref().expect("the DIY rules ran");
+    for quiet in ["DiyShardErrorRatio", "DiyErrorSurge", "DiyLatencySkew"] {
+        assert_eq!(diy_firings.get(quiet), None, "{diy_firings:?}");
+    }
+    let md = render(&figures);
+    assert!(
+        md.contains(&format!("{DETECTION_HEADER}{DIY_DETECTION_COLUMNS}")),
+        "{md}"
+    );
+    assert!(md.contains("| DiyShardErrorRatio | "), "{md}");
 }
