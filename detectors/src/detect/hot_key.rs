@@ -921,7 +921,13 @@ mod tests {
         let n = names();
         let quiet = |extra: u64| -> Vec<Rec<'_>> {
             let mut v: Vec<Rec<'_>> = (0..32)
-                .map(|i| (["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"][i / 4], n[i].as_str(), 5))
+                .map(|i| {
+                    (
+                        ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"][i / 4],
+                        n[i].as_str(),
+                        5,
+                    )
+                })
                 .collect();
             v.push(("s5", "tenant:42", extra));
             v
