@@ -55,6 +55,7 @@ use crate::detect::{
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::{Outcome, label_value, quote};
+use crate::sequential::{Binomial, Cusum, Sequential, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// Longest deadline accepted in `deadlines_ms`: one hour, the latency histograms' ceiling.
@@ -63,6 +64,14 @@ const MAX_DEADLINE_MS: f64 = 3_600_000.0;
 /// Fewest successes a shard needs in a window for its own p99 to stand for its crowding: with
 /// 100 a p99 is at most the second-slowest success, not one stray request.
 const MIN_SHARD_OK_SAMPLES: u64 = 100;
+
+/// Fewest successes a window needs to teach the baseline of the successful p99: below 10 a
+/// p99 is the maximum, not a percentile.
+const MIN_OK_SAMPLES: u64 = 10;
+
+/// Standard deviations of the upper bound taken for the baseline timeout ratio (as
+/// `ShardFailing`'s): a baseline measured on few requests is taken as high as it plausibly is.
+const BOUND_Z: f64 = 2.0;
 
 /// `detectors.deadline_pile_up` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,6 +106,10 @@ pub struct DeadlinePileUpConfig {
     pub baseline_tau_secs: f64,
     /// Windows with volume a baseline needs before the detector judges the group.
     pub warmup_windows: u32,
+    /// False alarms per group-hour the evidence test of timeouts among requests allows while
+    /// the timeout ratio stays at its baseline: sets the CUSUM threshold of the path that
+    /// judges groups under the count floors (`consecutive_windows` is its fewest windows).
+    pub false_alarms_per_group_hour: f64,
 }
 
 impl Default for DeadlinePileUpConfig {
@@ -116,6 +129,7 @@ impl Default for DeadlinePileUpConfig {
             shard_timeout_share: 0.6,
             baseline_tau_secs: 3600.0,
             warmup_windows: 30,
+            false_alarms_per_group_hour: 1e-4,
         }
     }
 }
@@ -185,6 +199,12 @@ impl DetectorSettings for DeadlinePileUpConfig {
             30.0 * 86_400.0,
         );
         p.windows("warmup_windows", self.warmup_windows);
+        p.range(
+            "false_alarms_per_group_hour",
+            self.false_alarms_per_group_hour,
+            1e-12,
+            1.0,
+        );
     }
 }
 
@@ -203,6 +223,71 @@ pub struct GroupState {
     /// Requests in flight summed over the shards that report them, in windows with readings.
     #[serde(default)]
     inflight: Ewma,
+    /// Requests and timeouts per window, learned from every window with requests: the
+    /// baseline of the evidence test, which has no volume floor.
+    #[serde(default)]
+    requests: Ewma,
+    #[serde(default)]
+    timeouts: Ewma,
+    /// Evidence of timeouts among requests above the baseline (the path without floors).
+    #[serde(default)]
+    cusum: Cusum,
+    /// Windows in a row with evidence (the CUSUM above zero).
+    #[serde(default)]
+    evidence_windows: u32,
+    /// Windows of an excursion of the evidence, held back from the count baselines.
+    #[serde(default)]
+    pending: Pending,
+    /// The last inferred deadline, ms, and the timeouts pooled across quiet windows until
+    /// they are enough to infer one.
+    #[serde(default)]
+    deadline: DeadlineMemory,
+}
+
+/// The windows of an excursion of the evidence, held back from the count baselines until it
+/// ends: taught once the evidence is back at zero (it was noise) or after `warmup_windows` of
+/// them (a change too small to prove is the new normal), dropped when the evidence reaches
+/// its threshold (it was a pile-up). Teaching only windows without evidence would leave out
+/// the windows with timeouts and bias the baseline low (as in `ShardFailing`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct Pending {
+    requests: f64,
+    timeouts: f64,
+    windows: u32,
+}
+
+/// A deadline inferred from timeouts, remembered for the windows with too few of their own:
+/// a quiet group's callers have the same deadline as a busy one's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct DeadlineMemory {
+    /// The latest inference, ms.
+    ms: Option<f64>,
+    /// Timeouts with a latency pooled over windows with fewer than `min_timeout_samples`,
+    /// and the sum of their windows' medians weighted by count.
+    pooled: u64,
+    weighted_ms: f64,
+}
+
+impl DeadlineMemory {
+    /// Folds in a window's timeouts (`count` of median `p50_ms`), inferring a deadline once
+    /// `min` have been seen in one window or pooled over several.
+    fn learn(&mut self, count: u64, p50_ms: f64, min: u64) {
+        if count >= min {
+            *self = DeadlineMemory {
+                ms: Some(p50_ms),
+                ..DeadlineMemory::default()
+            };
+        } else if count > 0 {
+            self.pooled += count;
+            self.weighted_ms += count as f64 * p50_ms;
+            if self.pooled >= min {
+                *self = DeadlineMemory {
+                    ms: Some(self.weighted_ms / self.pooled as f64),
+                    ..DeadlineMemory::default()
+                };
+            }
+        }
+    }
 }
 
 impl GroupMemory for GroupState {}
@@ -267,8 +352,10 @@ struct Figures {
     top_shard: Option<TimeoutShard>,
     /// `None` when no shard of the group reports in-flight requests.
     inflight: Option<InFlight>,
-    /// Windows in a row the condition has held.
+    /// Windows in a row the condition has held (or the evidence has been building).
     windows: u32,
+    /// The evidence of timeouts among requests, as a fraction of its threshold.
+    evidence: f64,
 }
 
 /// One window's measurements of a group, before any verdict.
@@ -292,12 +379,15 @@ pub struct DeadlinePileUp {
     cfg: DeadlinePileUpConfig,
     alpha: f64,
     persistence: Persistence,
+    /// The evidence test of the path without floors.
+    test: Sequential,
     groups: BTreeMap<String, GroupState>,
 }
 
 impl DeadlinePileUp {
-    /// What the window shows of `g`: its timeouts, successful latency and deadline.
-    fn read(&self, g: &GroupSnapshot) -> Option<Reading> {
+    /// What the window shows of `g`: its timeouts, successful latency and deadline (inferred
+    /// from this window's timeouts, or else `remembered` from earlier ones).
+    fn read(&self, g: &GroupSnapshot, remembered: Option<f64>) -> Option<Reading> {
         let ok = g.traffic.ok_latency?;
         let timeouts = g.traffic.outcome(Outcome::Timeout);
         let deadline = match self.cfg.deadlines_ms.get(&g.group) {
@@ -305,7 +395,9 @@ impl DeadlinePileUp {
             None => g
                 .timeout_latency
                 .filter(|t| t.count >= self.cfg.min_timeout_samples)
-                .map(|t| (t.p50_ms, DeadlineSource::Inferred)),
+                .map(|t| t.p50_ms)
+                .or(remembered)
+                .map(|d| (d, DeadlineSource::Inferred)),
         };
         let top = top_timeout_shard(g, timeouts);
         // A shard that returns the timeouts is where the successes crowd: in a large group its
@@ -317,7 +409,7 @@ impl DeadlinePileUp {
             .map_or(ok.p99_ms, |p| p.max(ok.p99_ms));
         Some(Reading {
             timeouts,
-            ratio: timeouts as f64 / g.requests as f64,
+            ratio: timeouts as f64 / g.requests.max(1) as f64,
             ok_p50: ok.p50_ms,
             ok_p99: ok.p99_ms,
             crowd_p99,
@@ -333,14 +425,57 @@ impl DeadlinePileUp {
     /// True when reading `r` piles up against baselines `(ratio, ok p99)`.
     fn piles_up(&self, r: &Reading, (ratio, p99): (f64, f64)) -> bool {
         let c = &self.cfg;
-        let Some((deadline, _)) = r.deadline else {
-            return false;
-        };
         r.timeouts >= c.min_timeouts
             && r.ratio >= c.min_timeout_ratio
             && r.ratio >= c.ratio_over_baseline * ratio
-            && r.crowd_p99 >= c.crowd_fraction * deadline
-            && r.crowd_p99 >= c.latency_over_baseline * p99
+            && self.crowds(r, p99)
+    }
+
+    /// True when the successes of reading `r` crowd against its deadline and rose over their
+    /// baseline p99.
+    fn crowds(&self, r: &Reading, p99: f64) -> bool {
+        let c = &self.cfg;
+        r.deadline.is_some_and(|(deadline, _)| {
+            r.crowd_p99 >= c.crowd_fraction * deadline
+                && r.crowd_p99 >= c.latency_over_baseline * p99
+        })
+    }
+
+    /// Adds the window's timeouts among its requests to the evidence, once the count
+    /// baselines are warm: the binomial LLR of the ratio the fast path asks for,
+    /// `q1 = max(min_timeout_ratio, ratio_over_baseline × baseline)` (the baseline at its
+    /// upper bound), against half of it. A ratio at the baseline drains the evidence; one at
+    /// `q1` builds it up at any volume.
+    fn weigh(&self, st: &mut GroupState, requests: u64, timeouts: u64) {
+        let warm = self.cfg.warmup_windows;
+        let (Some(n), Some(x)) = (st.requests.value(warm), st.timeouts.value(warm)) else {
+            return;
+        };
+        let span = f64::from(st.requests.samples()).min(1.0 / self.alpha.max(f64::MIN_POSITIVE));
+        let base = wilson_upper(x * span, n * span, BOUND_Z);
+        let q1 = (self.cfg.ratio_over_baseline * base).max(self.cfg.min_timeout_ratio);
+        let llr = Binomial::new(q1 / 2.0, q1).map_or(0.0, |b| b.llr(requests, timeouts));
+        st.cusum.push(llr, &self.test);
+    }
+
+    /// Teaches the count baselines a window, holding back the windows of an excursion of the
+    /// evidence ([`Pending`]); nothing while a pile-up holds or its alert is active.
+    fn learn_counts(&self, st: &mut GroupState, requests: u64, timeouts: u64, frozen: bool) {
+        if frozen || st.cusum.holds(&self.test) {
+            st.pending = Pending::default();
+            return;
+        }
+        st.pending.requests += requests as f64;
+        st.pending.timeouts += timeouts as f64;
+        st.pending.windows += 1;
+        if st.cusum.value() == 0.0 || st.pending.windows >= self.cfg.warmup_windows {
+            let p = std::mem::take(&mut st.pending);
+            let k = f64::from(p.windows);
+            for _ in 0..p.windows {
+                st.requests.update(p.requests / k, self.alpha);
+                st.timeouts.update(p.timeouts / k, self.alpha);
+            }
+        }
     }
 }
 
@@ -395,6 +530,7 @@ fn render(cfg: &DeadlinePileUpConfig, group: &str, shard: Option<&str>, fig: &Fi
             pct(fig.crowd_p99_ms / fig.deadline_ms),
         )
         .annotate("windows", fig.windows.to_string())
+        .annotate("evidence", format!("{:.2}", fig.evidence))
         .annotate("mitigations", MITIGATIONS);
     if let Some(s) = &fig.top_shard {
         f = f
@@ -505,6 +641,11 @@ impl DetectorKind for DeadlinePileUp {
                 tolerated_burst_secs: cfg.tolerated_burst_secs,
                 window_secs,
             },
+            test: Sequential::new(
+                cfg.false_alarms_per_group_hour,
+                window_secs,
+                cfg.consecutive_windows,
+            ),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -537,59 +678,94 @@ impl GroupDetector for DeadlinePileUp {
         if !active {
             st.shard = None;
         }
-        let reading = (g.requests >= self.cfg.min_requests)
-            .then(|| self.read(g))
+        if let Some(t) = g.timeout_latency {
+            st.deadline
+                .learn(t.count, t.p50_ms, self.cfg.min_timeout_samples);
+        }
+        let reading = (g.requests > 0)
+            .then(|| self.read(g, st.deadline.ms))
             .flatten();
         let Some(r) = reading else {
-            // Too little to judge: the streak ends, nothing is learned.
+            // Nothing to judge: the streak ends, nothing is learned.
             st.streak = 0;
             st.evidence = StepEvidence::default();
             return;
         };
         let warm = self.cfg.warmup_windows;
+        // The fast path: a busy window over the count floors, judged as one.
+        let busy = g.requests >= self.cfg.min_requests;
         let base = st.ratio.value(warm).zip(st.ok_p99.value(warm));
-        let over = base.is_some_and(|b| self.piles_up(&r, b));
-        st.streak = if over { st.streak + 1 } else { 0 };
-        let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
-        st.evidence.push(over, r.timeouts as f64 - expected);
+        let over = busy && base.is_some_and(|b| self.piles_up(&r, b));
+        if busy {
+            st.streak = if over { st.streak + 1 } else { 0 };
+            let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
+            st.evidence.push(over, r.timeouts as f64 - expected);
+        } else {
+            st.streak = 0;
+            st.evidence = StepEvidence::default();
+        }
+        // The path without floors: timeouts among requests accumulate across windows, and
+        // the condition holds while the evidence is at its threshold and the successes crowd.
+        self.weigh(st, g.requests, r.timeouts);
+        st.evidence_windows = if st.cusum.value() > 0.0 {
+            st.evidence_windows + 1
+        } else {
+            0
+        };
+        let ok_base = st.ok_p99.value(warm);
+        let proven = st.cusum.holds(&self.test);
+        let slow = proven && ok_base.is_some_and(|p| self.crowds(&r, p));
         if !(over || active) {
-            st.ratio.update(r.ratio, self.alpha);
-            st.ok_p99.update(r.ok_p99, self.alpha);
-            if let Some(n) = r.inflight {
-                st.inflight.update(n, self.alpha);
+            let ok_samples = g.traffic.ok_latency.map_or(0, |l| l.count);
+            if busy || (ok_samples >= MIN_OK_SAMPLES && !proven) {
+                st.ok_p99.update(r.ok_p99, self.alpha);
+            }
+            if busy {
+                st.ratio.update(r.ratio, self.alpha);
+                if let Some(n) = r.inflight {
+                    st.inflight.update(n, self.alpha);
+                }
             }
         }
-        let (Some(b), Some((deadline_ms, source))) = (base, r.deadline) else {
+        self.learn_counts(st, g.requests, r.timeouts, over || active);
+        let Some((deadline_ms, source)) = r.deadline else {
             return;
         };
-        if over && self.persistence.holds(st.streak, &st.evidence) {
-            let fig = Figures {
-                requests: g.requests,
-                timeouts: r.timeouts,
-                timeout_ratio: r.ratio,
-                baseline_ratio: b.0,
-                deadline_ms,
-                source,
-                ok_p50_ms: r.ok_p50,
-                ok_p99_ms: r.ok_p99,
-                baseline_ok_p99_ms: b.1,
-                crowd_p99_ms: r.crowd_p99,
-                top_shard: r.top,
-                inflight: r.inflight.map(|now| InFlight {
-                    now,
-                    baseline: st.inflight.value(warm),
-                }),
-                windows: st.streak,
-            };
-            if !active {
-                st.shard = fig
-                    .top_shard
-                    .as_ref()
-                    .filter(|s| s.timeout_share >= self.cfg.shard_timeout_share)
-                    .map(|s| s.shard.clone());
-            }
-            out.push(render(&self.cfg, &g.group, st.shard.as_deref(), &fig));
+        let fast = over && self.persistence.holds(st.streak, &st.evidence);
+        let (Some(baseline_ok), true) = (ok_base, fast || slow) else {
+            return;
+        };
+        let baseline_ratio = st.ratio.value(warm).unwrap_or_else(|| {
+            let n = st.requests.raw().unwrap_or(0.0);
+            st.timeouts.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
+        });
+        let fig = Figures {
+            requests: g.requests,
+            timeouts: r.timeouts,
+            timeout_ratio: r.ratio,
+            baseline_ratio,
+            deadline_ms,
+            source,
+            ok_p50_ms: r.ok_p50,
+            ok_p99_ms: r.ok_p99,
+            baseline_ok_p99_ms: baseline_ok,
+            crowd_p99_ms: r.crowd_p99,
+            top_shard: r.top,
+            inflight: r.inflight.map(|now| InFlight {
+                now,
+                baseline: st.inflight.value(warm),
+            }),
+            windows: st.streak.max(st.evidence_windows),
+            evidence: st.cusum.value() / self.test.threshold,
+        };
+        if !active {
+            st.shard = fig
+                .top_shard
+                .as_ref()
+                .filter(|s| s.timeout_share >= self.cfg.shard_timeout_share)
+                .map(|s| s.shard.clone());
         }
+        out.push(render(&self.cfg, &g.group, st.shard.as_deref(), &fig));
     }
 }
 
@@ -863,34 +1039,50 @@ mod tests {
     }
 
     #[test]
-    fn the_count_floor_keeps_a_quiet_group_silent() {
-        // 40 requests per shard and window: the ratio jumps to 9%, but 16 timeouts miss the
-        // count floor.
-        let quiet = |timeouts| S {
-            ok: 40,
-            ..piling(timeouts)
+    fn a_quiet_group_under_the_count_floors_is_judged_later_not_never() {
+        // 44 requests per shard and window, 176 for the group (under `min_requests`), 16
+        // timeouts (under `min_timeouts` and `min_timeout_samples`): the fast path cannot
+        // judge it, the evidence of timeouts among requests can. The deadline is pooled from
+        // two windows' timeouts; the evidence takes at least `consecutive_windows` windows.
+        let quiet = |s: S| S { ok: 40, ..s };
+        let ws = |timeouts| -> Vec<Vec<S>> {
+            (1..=60)
+                .map(|i| {
+                    if i > 40 {
+                        vec![quiet(piling(timeouts)); 4]
+                    } else {
+                        vec![quiet(healthy()); 4]
+                    }
+                })
+                .collect()
         };
-        let cfg = DeadlinePileUpConfig {
-            min_requests: 100,
-            min_timeout_samples: 1,
-            ..DeadlinePileUpConfig::default()
-        };
-        let ws: Vec<Vec<S>> = (1..=60)
-            .map(|i| {
-                if i > 40 {
-                    vec![quiet(4); 4]
-                } else {
-                    vec![
-                        S {
-                            ok: 40,
-                            ..healthy()
-                        };
-                        4
-                    ]
-                }
+        let (hits, last) = run(DeadlinePileUpConfig::default(), &ws(4));
+        assert_eq!(hits.first(), Some(&44), "{hits:?}");
+        let a = last.unwrap().annotations;
+        assert_eq!(a["deadline_source"], "inferred");
+        assert_eq!(a["evidence"], "1.00");
+        assert_eq!(a["timeouts"], "16");
+        // Timeouts at their usual ratio while the successes crowd: the evidence drains.
+        let (hits, _) = run(DeadlinePileUpConfig::default(), &ws(1));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_steady_quiet_group_stays_silent_for_hours() {
+        // Four simulated hours of 10 requests per second with 1% of them timing out at random
+        // (binomial draws), successes crowding as in a pile-up: no evidence, no alert.
+        let mut rng = crate::prng::SplitMix64::new(5);
+        let ws: Vec<Vec<S>> = (1..=1440)
+            .map(|_| {
+                let t = (0..100).filter(|_| rng.next_f64() < 0.01).count() as u64;
+                vec![S {
+                    ok: 100 - t,
+                    timeouts: t,
+                    ..piling(0)
+                }]
             })
             .collect();
-        let (hits, _) = run(cfg, &ws);
+        let (hits, _) = run(DeadlinePileUpConfig::default(), &ws);
         assert!(hits.is_empty(), "{hits:?}");
     }
 
@@ -979,6 +1171,7 @@ mod tests {
             shard_timeout_share: 1.1,
             baseline_tau_secs: 0.0,
             warmup_windows: 0,
+            false_alarms_per_group_hour: 0.0,
             ..DeadlinePileUpConfig::default()
         };
         let mut out = Vec::new();
@@ -1001,6 +1194,7 @@ mod tests {
                 "d.shard_timeout_share",
                 "d.baseline_tau_secs",
                 "d.warmup_windows",
+                "d.false_alarms_per_group_hour",
             ]
         );
         let mut out = Vec::new();

@@ -53,7 +53,15 @@ use crate::detect::{
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::quote;
+use crate::sequential::{Binomial, Cusum, Sequential, wilson_upper};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
+
+/// Standard deviations of the upper bounds taken for the reference shares of slow requests
+/// (as `ShardFailing`'s): a share measured on few requests is taken as high as it plausibly is.
+const BOUND_Z: f64 = 2.0;
+
+/// The peers' quantile whose latency bucket marks a request as slow: their p99.
+const SLOW_QUANTILE: f64 = 0.99;
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +89,14 @@ pub struct LatencySkewConfig {
     /// The longest slow spell to tolerate, seconds: the condition also holds as soon as the
     /// shape of the streak proves the change has lasted longer (docs/adr/003).
     pub tolerated_burst_secs: f64,
+    /// The path without a sample floor: the share of a shard's requests slower than its
+    /// peers' p99 must rise to this multiple of its reference (the higher of its peers' share
+    /// and its own baseline share, each at its upper bound).
+    pub slow_share_ratio: f64,
+    /// False alarms per shard-hour the evidence test of slow requests allows while a shard is
+    /// no slower than its reference: sets the CUSUM threshold (`consecutive_windows` is its
+    /// fewest windows).
+    pub false_alarms_per_shard_hour: f64,
 }
 
 impl Default for LatencySkewConfig {
@@ -96,6 +112,8 @@ impl Default for LatencySkewConfig {
             baseline_ratio: 2.0,
             consecutive_windows: 4,
             tolerated_burst_secs: 20.0,
+            slow_share_ratio: 3.0,
+            false_alarms_per_shard_hour: 1e-4,
         }
     }
 }
@@ -143,6 +161,13 @@ impl DetectorSettings for LatencySkewConfig {
             0.0,
             86_400.0,
         );
+        p.range("slow_share_ratio", self.slow_share_ratio, 1.1, 50.0);
+        p.range(
+            "false_alarms_per_shard_hour",
+            self.false_alarms_per_shard_hour,
+            1e-12,
+            1.0,
+        );
     }
 }
 
@@ -154,6 +179,97 @@ pub struct ShardState {
     /// Excess mean latency over the peers' of the streak's windows.
     #[serde(default)]
     evidence: StepEvidence,
+    /// Requests with a latency, and those slower than the peers' p99, per window: the
+    /// baseline of the evidence test, learned from every window with samples.
+    #[serde(default)]
+    samples: Ewma,
+    #[serde(default)]
+    slow: Ewma,
+    /// Evidence of slow requests among requests (the path without a sample floor).
+    #[serde(default)]
+    cusum: Cusum,
+    /// Windows of an excursion of the evidence, held back from the baseline.
+    #[serde(default)]
+    pending: Pending,
+}
+
+/// The windows of an excursion of the evidence, held back from the share baseline until it
+/// ends: taught once the evidence is back at zero (it was noise) or after `warmup_windows` of
+/// them (a change too small to prove is the new normal), dropped when the evidence reaches its
+/// threshold (as in `ShardFailing`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct Pending {
+    samples: f64,
+    slow: f64,
+    windows: u32,
+}
+
+/// A group's latency buckets in one window, pooled over its tracked shards, and the median
+/// p99 over the shards with samples.
+struct Pool {
+    buckets: Vec<u64>,
+    total: u64,
+    /// p99s of the shards with samples, sorted.
+    p99s: Vec<f64>,
+}
+
+impl Pool {
+    fn of(g: &GroupSnapshot) -> Pool {
+        let mut buckets: Vec<u64> = Vec::new();
+        let mut p99s = Vec::new();
+        for s in g.tracked_shards() {
+            if buckets.len() < s.latency_buckets.len() {
+                buckets.resize(s.latency_buckets.len(), 0);
+            }
+            for (b, c) in buckets.iter_mut().zip(&s.latency_buckets) {
+                *b += c;
+            }
+            if let Some(l) = s.traffic.latency.filter(|l| l.count > 0) {
+                p99s.push(l.p99_ms);
+            }
+        }
+        p99s.sort_by(f64::total_cmp);
+        Pool {
+            total: buckets.iter().sum(),
+            buckets,
+            p99s,
+        }
+    }
+
+    /// For shard `s`: the index of the bucket holding its peers' p99 (a request in a later
+    /// bucket is slow), its peers' requests and slow requests, and its own; `None` when the
+    /// peers have no samples or their p99 lies in the last bucket (nothing is above it).
+    fn slow_counts(&self, s: &ShardSnapshot) -> Option<Split> {
+        let own = |i: usize| s.latency_buckets.get(i).copied().unwrap_or(0);
+        let peers = self.total.checked_sub(s.latency_buckets.iter().sum())?;
+        if peers == 0 {
+            return None;
+        }
+        let mut below = 0;
+        for i in 0..self.buckets.len().saturating_sub(1) {
+            below += self.buckets[i] - own(i);
+            if below as f64 >= SLOW_QUANTILE * peers as f64 {
+                let own_n: u64 = s.latency_buckets.iter().sum();
+                let own_below: u64 = (0..=i).map(own).sum();
+                return Some(Split {
+                    peers,
+                    peers_slow: peers - below,
+                    samples: own_n,
+                    slow: own_n - own_below,
+                });
+            }
+        }
+        None
+    }
+}
+
+/// Requests and slow requests of a shard and of its peers in one window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Split {
+    peers: u64,
+    peers_slow: u64,
+    samples: u64,
+    slow: u64,
 }
 
 /// The `LatencySkew` detector. See the module docs.
@@ -162,6 +278,8 @@ pub struct LatencySkew {
     cfg: LatencySkewConfig,
     alpha: f64,
     persistence: Persistence,
+    /// The evidence test of slow requests among requests.
+    test: Sequential,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -181,6 +299,27 @@ impl GroupDetector for LatencySkew {
         ctx: &Context<'_>,
         g: &GroupSnapshot,
         states: &mut Self::State,
+        out: &mut Vec<Finding>,
+    ) {
+        let first = out.len();
+        self.judge_p99s(ctx, g, states, out);
+        // The shards the p99 path reported: the evidence path does not report them twice.
+        let named: BTreeSet<String> = out[first..]
+            .iter()
+            .filter_map(|f| f.labels.get("shard").cloned())
+            .collect();
+        self.judge_slow_requests(ctx, g, states, &named, out);
+    }
+}
+
+impl LatencySkew {
+    /// The p99 path, for shards with `min_samples` in the window: p99 against the peers'
+    /// median p99 and the shard's own baseline, window by window.
+    fn judge_p99s(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut BTreeMap<String, ShardState>,
         out: &mut Vec<Finding>,
     ) {
         let cfg = &self.cfg;
@@ -238,8 +377,91 @@ impl GroupDetector for LatencySkew {
                     cfg,
                     &g.group,
                     &s.shard,
-                    &Figures::of(s, p99, peers, base),
+                    &Figures::of(s, p99, peers, Some(base)),
                 ));
+            }
+        }
+    }
+
+    /// The path without a sample floor: per shard, its requests slower than its peers' p99
+    /// (the bucket their p99 falls in; [`Pool::slow_counts`]) among its requests add the
+    /// binomial LLR of `slow_share_ratio` times its reference share against the square root
+    /// of that ratio times it, the reference being the higher of the Wilson upper bounds of
+    /// its peers' share in the window and its own baseline share. The condition holds while
+    /// the evidence is at its threshold and the shard's p99 exceeds its peers' median p99 by
+    /// `min_excess_ms`.
+    fn judge_slow_requests(
+        &self,
+        ctx: &Context<'_>,
+        g: &GroupSnapshot,
+        states: &mut BTreeMap<String, ShardState>,
+        named: &BTreeSet<String>,
+        out: &mut Vec<Finding>,
+    ) {
+        let cfg = &self.cfg;
+        let pool = Pool::of(g);
+        if pool.p99s.len() < cfg.min_shards {
+            return;
+        }
+        let warm = cfg.warmup_windows;
+        let span_cap = 1.0 / self.alpha.max(f64::MIN_POSITIVE);
+        for s in g.tracked_shards() {
+            let (Some(split), Some(latency)) = (pool.slow_counts(s), s.traffic.latency) else {
+                continue;
+            };
+            if split.samples == 0 {
+                continue;
+            }
+            let st = states.entry(s.shard.clone()).or_default();
+            let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
+            let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
+            let baseline = st.samples.value(warm).zip(st.slow.value(warm));
+            let mut reference = None;
+            if let Some((n, x)) = baseline.filter(|b| b.0 > 0.0) {
+                let span = f64::from(st.samples.samples()).min(span_cap);
+                let own = wilson_upper(x * span, n * span, BOUND_Z);
+                let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
+                let r = own.max(peers);
+                let q1 = cfg.slow_share_ratio * r;
+                let llr = Binomial::new(cfg.slow_share_ratio.sqrt() * r, q1)
+                    .map_or(0.0, |b| b.llr(split.samples, split.slow));
+                st.cusum.push(llr, &self.test);
+                reference = Some(r);
+            }
+            let proven = st.cusum.holds(&self.test);
+            self.learn_share(st, split, active || proven);
+            let Some(reference) = reference else {
+                continue;
+            };
+            let peers = median_without(&pool.p99s, latency.p99_ms);
+            if proven && latency.p99_ms - peers >= cfg.min_excess_ms && !named.contains(&s.shard) {
+                let mut fig = Figures::of(s, latency.p99_ms, peers, st.p99.raw());
+                fig.slow = Some(SlowShare {
+                    share: split.slow as f64 / split.samples as f64,
+                    reference,
+                    evidence: st.cusum.value() / self.test.threshold,
+                });
+                out.push(render(cfg, &g.group, &s.shard, &fig));
+            }
+        }
+    }
+
+    /// Teaches the share baseline a window, holding back the windows of an excursion of the
+    /// evidence ([`Pending`]); nothing while the evidence holds or the alert is active.
+    fn learn_share(&self, st: &mut ShardState, split: Split, frozen: bool) {
+        if frozen {
+            st.pending = Pending::default();
+            return;
+        }
+        st.pending.samples += split.samples as f64;
+        st.pending.slow += split.slow as f64;
+        st.pending.windows += 1;
+        if st.cusum.value() == 0.0 || st.pending.windows >= self.cfg.warmup_windows {
+            let p = std::mem::take(&mut st.pending);
+            let k = f64::from(p.windows);
+            for _ in 0..p.windows {
+                st.samples.update(p.samples / k, self.alpha);
+                st.slow.update(p.slow / k, self.alpha);
             }
         }
     }
@@ -269,8 +491,8 @@ struct Figures {
     p99: f64,
     /// The median p99 of its eligible peers, ms.
     peers: f64,
-    /// Its own baseline p99, ms.
-    baseline: f64,
+    /// Its own baseline p99, ms, once it has one (windows with `min_samples` teach it).
+    baseline: Option<f64>,
     /// Its p50 latency of all responses and p99 of successful ones, ms.
     p50: Option<f64>,
     ok_p99: Option<f64>,
@@ -279,10 +501,23 @@ struct Figures {
     load_share: f64,
     /// Requests that carried a latency.
     samples: u64,
+    /// What the evidence path measured, when it reported.
+    slow: Option<SlowShare>,
+}
+
+/// The evidence path's figures: slow requests (over the peers' p99) among the shard's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SlowShare {
+    /// The window's share of slow requests.
+    share: f64,
+    /// The reference share it was tested against.
+    reference: f64,
+    /// The evidence, as a fraction of the threshold.
+    evidence: f64,
 }
 
 impl Figures {
-    fn of(s: &ShardSnapshot, p99: f64, peers: f64, baseline: f64) -> Figures {
+    fn of(s: &ShardSnapshot, p99: f64, peers: f64, baseline: Option<f64>) -> Figures {
         Figures {
             p99,
             peers,
@@ -292,6 +527,7 @@ impl Figures {
             error_ratio: s.traffic.error_ratio.unwrap_or(0.0),
             load_share: s.share,
             samples: s.latency_samples,
+            slow: None,
         }
     }
 
@@ -300,9 +536,9 @@ impl Figures {
         self.p99 / self.peers.max(f64::MIN_POSITIVE)
     }
 
-    /// The p99 over the shard's own baseline p99.
-    fn baseline_ratio(&self) -> f64 {
-        self.p99 / self.baseline.max(f64::MIN_POSITIVE)
+    /// The p99 over the shard's own baseline p99, once it has one.
+    fn baseline_ratio(&self) -> Option<f64> {
+        self.baseline.map(|b| self.p99 / b.max(f64::MIN_POSITIVE))
     }
 }
 
@@ -311,6 +547,18 @@ fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> F
     let ratio = fig.peer_ratio();
     let labels = [("group", group), ("shard", shard)];
     let (group, shard) = (quote(group), quote(shard));
+    let own = match (fig.baseline_ratio(), fig.baseline) {
+        (Some(r), Some(b)) => format!("{}x its own usual p99 ({} ms)", num(r), num(b)),
+        _ => "its own usual p99 is not known (too few samples per window to learn it)".to_owned(),
+    };
+    let evidence = fig.slow.map_or(String::new(), |e| {
+        format!(
+            "; {} of its requests were slower than its peers' p99 against a reference of {}, \
+             evidence gathered over several windows",
+            pct(e.share),
+            pct(e.reference)
+        )
+    });
     let mut f = Finding::new(LatencySkew::ALERTNAME, cfg.rule.severity, &labels)
         .annotate(
             "summary",
@@ -324,22 +572,27 @@ fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> F
             "description",
             format!(
                 "shard {shard} of {group} has a p99 latency of {} ms, {}x the median p99 of its \
-             peers ({} ms) and {}x its own usual p99 ({} ms); error ratio {}, {} of the group's \
-             load",
+                 peers ({} ms) and {own}{evidence}; error ratio {}, {} of the group's load",
                 num(fig.p99),
                 num(ratio),
                 num(fig.peers),
-                num(fig.baseline_ratio()),
-                num(fig.baseline),
                 pct(fig.error_ratio),
                 pct(fig.load_share)
             ),
         )
         .annotate("p99_ms", format!("{:.1}", fig.p99))
         .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
-        .annotate("baseline_p99_ms", format!("{:.1}", fig.baseline))
         .annotate("ratio", format!("{ratio:.2}"))
         .annotate("samples", fig.samples.to_string());
+    if let Some(b) = fig.baseline {
+        f = f.annotate("baseline_p99_ms", format!("{b:.1}"));
+    }
+    if let Some(e) = fig.slow {
+        f = f
+            .annotate("slow_share", pct(e.share))
+            .annotate("reference_slow_share", pct(e.reference))
+            .annotate("evidence", format!("{:.2}", e.evidence));
+    }
     if let Some(p50) = fig.p50 {
         f = f.annotate("p50_ms", format!("{p50:.1}"));
     }
@@ -362,6 +615,11 @@ impl DetectorKind for LatencySkew {
                 tolerated_burst_secs: cfg.tolerated_burst_secs,
                 window_secs,
             },
+            test: Sequential::new(
+                cfg.false_alarms_per_shard_hour,
+                window_secs,
+                cfg.consecutive_windows,
+            ),
             cfg,
             state: BTreeMap::new(),
         }
@@ -453,15 +711,56 @@ mod tests {
     }
 
     #[test]
-    fn shards_with_few_samples_give_no_verdict() {
+    fn a_shard_with_few_samples_is_judged_later_not_never() {
+        // 20 samples a window (under `min_samples`): the p99 path cannot judge it, its slow
+        // requests among its requests can, from the fourth window (each adds at most a
+        // quarter of the threshold).
         let mut rig = Rig::with_defaults();
         for _ in 0..40 {
             rig.window(&[10.0; 8], 20);
         }
         let mut slow = vec![10.0; 8];
         slow[0] = 500.0;
-        for _ in 0..10 {
+        for _ in 0..3 {
             assert!(rig.window(&slow, 20).is_empty());
+        }
+        let f = rig.window(&slow, 20);
+        assert_eq!(f.len(), 1, "{f:?}");
+        let a = &f[0].annotations;
+        assert_eq!(f[0].labels["shard"], "s0");
+        assert_eq!(a["slow_share"], "100.0%");
+        assert_eq!(a["evidence"], "1.00");
+        assert!(!a.contains_key("baseline_p99_ms"), "{a:?}");
+        assert!(a["description"].contains("not known"), "{a:?}");
+        // Two samples a window: later still, but judged.
+        let mut rig = Rig::with_defaults();
+        for _ in 0..40 {
+            rig.window(&[10.0; 8], 2);
+        }
+        let first = (1..=40).find(|_| !rig.window(&slow, 2).is_empty());
+        assert!(first.is_some_and(|w| (4..=20).contains(&w)), "{first:?}");
+    }
+
+    #[test]
+    fn quiet_shards_with_random_latencies_stay_silent_for_hours() {
+        // Four simulated hours of 8 shards with 5 lognormal (sigma 1) latencies a window each:
+        // their p99s are the maxima of five draws, wildly apart, but none is slow against
+        // its reference share.
+        let mut rng = crate::prng::SplitMix64::new(3);
+        let mut rig = Rig::with_defaults();
+        for w in 0..1440 {
+            for i in 0..8 {
+                let name = format!("s{i}");
+                for _ in 0..5 {
+                    let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
+                    let z = (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos();
+                    let mut o = ObservationRef::new("db", &name);
+                    o.latency_ms = Some(20.0 * z.exp());
+                    rig.record(&o);
+                }
+            }
+            let f = rig.close();
+            assert!(f.is_empty(), "window {w}: {f:?}");
         }
     }
 
@@ -518,8 +817,8 @@ mod tests {
         w.record(&peer);
         let snap = w.close(10.0);
         let a = snap.groups[0].shard("a").unwrap();
-        let fig = Figures::of(a, 400.0, 40.0, 100.0);
-        assert_eq!((fig.peer_ratio(), fig.baseline_ratio()), (10.0, 4.0));
+        let fig = Figures::of(a, 400.0, 40.0, Some(100.0));
+        assert_eq!((fig.peer_ratio(), fig.baseline_ratio()), (10.0, Some(4.0)));
         assert_eq!((fig.error_ratio, fig.load_share), (0.1, 0.25));
         assert_eq!(fig.samples, 100);
         assert!(fig.p50.is_some_and(|p| (p - 20.0).abs() < 0.5), "{fig:?}");
@@ -529,7 +828,7 @@ mod tests {
         );
         // A zero median of peers gives an infinite ratio, never NaN.
         assert_eq!(
-            Figures::of(a, 400.0, 0.0, 100.0).peer_ratio(),
+            Figures::of(a, 400.0, 0.0, Some(100.0)).peer_ratio(),
             f64::INFINITY
         );
     }
