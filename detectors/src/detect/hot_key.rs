@@ -71,7 +71,6 @@ use crate::detect::{
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::{quote, quote_key};
-use crate::sequential::{Cusum, Poisson, Sequential, wilson_upper};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -106,12 +105,6 @@ pub struct HotKeyConfig {
     pub single_shard_share: f64,
     /// Baseline share under which an unreported, quiet key's state is dropped.
     pub forget_share: f64,
-    /// The shard rule without `min_shard_requests`: a key's requests in its shard
-    /// accumulate as evidence across windows (a Poisson count against `min_ratio` times its
-    /// baseline, taken at its upper bound); false alarms per key-hour that test allows while
-    /// the key stays at its baseline. Sets its threshold; `consecutive_windows` is its fewest
-    /// windows.
-    pub false_alarms_per_key_hour: f64,
 }
 
 impl Default for HotKeyConfig {
@@ -130,7 +123,6 @@ impl Default for HotKeyConfig {
             tolerated_burst_secs: 20.0,
             single_shard_share: 0.9,
             forget_share: 0.01,
-            false_alarms_per_key_hour: 1e-4,
         }
     }
 }
@@ -190,12 +182,6 @@ impl DetectorSettings for HotKeyConfig {
                 ),
             );
         }
-        p.range(
-            "false_alarms_per_key_hour",
-            self.false_alarms_per_key_hour,
-            1e-12,
-            1.0,
-        );
         if !(self.forget_share > 0.0 && self.forget_share < 1.0) {
             p.fail(
                 "forget_share",
@@ -242,10 +228,6 @@ struct KeyState {
     evidence: StepEvidence,
     /// The `shard` label of the group rule's alert, once chosen.
     shard: Option<String>,
-    /// Evidence of the key's requests over its baseline (the shard rule's path without
-    /// `min_shard_requests`).
-    #[serde(default)]
-    cusum: Cusum,
 }
 
 /// The keys of one scope and how many windows with keyed traffic it has seen.
@@ -298,8 +280,6 @@ pub struct HotKey {
     cfg: HotKeyConfig,
     alpha: f64,
     persistence: Persistence,
-    /// The evidence test of the shard rule's path without `min_shard_requests`.
-    test: Sequential,
     state: BTreeMap<String, GroupState>,
 }
 
@@ -376,18 +356,6 @@ impl KeyState {
 }
 
 impl HotKey {
-    /// The shard rule's path without `min_shard_requests`: adds the Poisson LLR of the key's
-    /// lower-bound count `lb` against `min_ratio` times its expected count, its baseline share
-    /// of the group's requests at its Wilson upper bound (z = 2, over the requests of the
-    /// windows the baseline spans, taken at this window's volume) times the group's requests.
-    fn weigh(&self, st: &mut KeyState, lb: u64, group_total: f64) {
-        let span = f64::from(st.base.samples).min(1.0 / self.alpha.max(f64::MIN_POSITIVE));
-        let seen = group_total * span;
-        let expected = wilson_upper(st.base.value * seen, seen, 2.0) * group_total;
-        let llr = Poisson::new(self.cfg.min_ratio).map_or(0.0, |p| p.llr(lb, expected));
-        st.cusum.push(llr, &self.test);
-    }
-
     fn group_rule(
         &self,
         ctx: &Context<'_>,
@@ -474,24 +442,16 @@ impl HotKey {
                 };
                 let labels = key_labels(&g.group, &k.key, Some(&s.shard));
                 let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
-                let gates =
-                    warm && fig.share >= cfg.min_shard_share && fig.ratio() >= cfg.min_ratio;
-                let over = gates && lb >= cfg.min_shard_requests;
-                if warm {
-                    self.weigh(st, lb, group_total);
-                }
-                let proven = st.cusum.holds(&self.test);
+                let over = warm
+                    && lb >= cfg.min_shard_requests
+                    && fig.share >= cfg.min_shard_share
+                    && fig.ratio() >= cfg.min_ratio;
                 // The group rule already alerts on this key (with this shard, or spread over
                 // several): one alert per key is enough.
                 let excess = (fig.load - fig.baseline) * group_total;
-                let fast = st.step(
-                    over,
-                    active || proven,
-                    (fig.load, excess),
-                    alpha,
-                    &self.persistence,
-                );
-                if (fast || (proven && gates)) && !hot_keys.contains(&k.key) {
+                if st.step(over, active, (fig.load, excess), alpha, &self.persistence)
+                    && !hot_keys.contains(&k.key)
+                {
                     out.push(render(cfg, &g.group, &shard_figures(ctx, s, k, fig)));
                 }
             }
@@ -523,8 +483,6 @@ fn forget_unreported(
         }
         st.streak = 0;
         st.evidence = StepEvidence::default();
-        // Out of the shard's top keys: no evidence of a hot key.
-        st.cusum.reset();
         let active = is_active(key, st);
         if !active {
             st.base.update(0.0, alpha);
@@ -698,11 +656,6 @@ impl DetectorKind for HotKey {
                 tolerated_burst_secs: cfg.tolerated_burst_secs,
                 window_secs,
             },
-            test: Sequential::new(
-                cfg.false_alarms_per_key_hour,
-                window_secs,
-                cfg.consecutive_windows,
-            ),
             cfg,
             state: BTreeMap::new(),
         }
@@ -914,43 +867,6 @@ mod tests {
     }
 
     #[test]
-    fn a_quiet_key_under_the_count_floor_is_judged_later_not_never() {
-        // 8 shards of 20 requests a window (4 keys of 5); tenant:42 goes from 1 to 40
-        // requests a window on s5 (67% of it), under `min_shard_requests` (200): the evidence
-        // of its count against its baseline fires from the fourth window.
-        let n = names();
-        let quiet = |extra: u64| -> Vec<Rec<'_>> {
-            let mut v: Vec<Rec<'_>> = (0..32)
-                .map(|i| {
-                    (
-                        ["s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"][i / 4],
-                        n[i].as_str(),
-                        5,
-                    )
-                })
-                .collect();
-            v.push(("s5", "tenant:42", extra));
-            v
-        };
-        let mut rig = Rig::new(HotKeyConfig::default());
-        for _ in 0..40 {
-            assert!(rig.window(&quiet(1)).is_empty());
-        }
-        for _ in 0..3 {
-            assert!(rig.window(&quiet(40)).is_empty());
-        }
-        let fired = rig.window(&quiet(40));
-        assert_eq!(fired.len(), 1, "{fired:?}");
-        assert_eq!(fired[0].labels["key"], "tenant:42");
-        assert_eq!(fired[0].labels["shard"], "s5");
-        // A key that always takes 40 a window is its own baseline.
-        let mut rig = Rig::new(HotKeyConfig::default());
-        for _ in 0..400 {
-            assert!(rig.window(&quiet(40)).is_empty());
-        }
-    }
-
-    #[test]
     fn an_uncertain_key_cannot_fire() {
         // A summary with one slot over-counts every key by everything evicted before it.
         let cfg = WindowConfig {
@@ -1046,7 +962,6 @@ mod tests {
             single_shard_share: 0.3,
             forget_share: 0.0,
             consecutive_windows: 0,
-            false_alarms_per_key_hour: 0.0,
             ..HotKeyConfig::default()
         };
         let mut v = Vec::new();
@@ -1061,7 +976,6 @@ mod tests {
             "single_shard_share",
             "forget_share",
             "consecutive_windows",
-            "false_alarms_per_key_hour",
         ] {
             let full = format!("detectors.hot_key.{f}");
             assert!(
