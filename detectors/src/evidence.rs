@@ -86,58 +86,6 @@ impl Persistence {
     }
 }
 
-/// How long a streak of windows over threshold must be, and how many windows' worth of
-/// excess it must hold, before no burst of `tolerated_secs` can explain it at windows of
-/// `window_secs`, whatever the burst's alignment and whatever the window length.
-///
-/// [`StepEvidence::outlasts`] takes the largest excess of a streak for one window fully
-/// covered. That holds for a burst that can fill a window; a burst shorter than a window never
-/// does, and one that straddles a boundary leaves two partial windows whose covered-window
-/// estimate reaches 2 (two halves of one burst look like two full windows). So a burst of at
-/// most `tolerated_secs` holds at most max(d/w, 2) windows' worth by the estimate, and touches
-/// at most ⌈d/w⌉ + 1 windows. A streak outlasts every such burst once its estimate exceeds
-/// max(d/w, 2) by [`STEP_MARGIN_WINDOWS`] or its length exceeds ⌈d/w⌉ + 1 windows. At 10 s
-/// windows and 20 s this is the rule of [`StepEvidence::outlasts`] (2.5 windows' worth) with
-/// four windows as the count; at 5 s windows 4.5 windows' worth or six windows; at 30 s
-/// windows three windows, where the estimate alone could not tell a straddling 15 s burst from
-/// a step in two.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BurstTolerance {
-    /// The longest burst to tolerate, seconds.
-    pub tolerated_secs: f64,
-    /// The window length, seconds.
-    pub window_secs: f64,
-}
-
-impl BurstTolerance {
-    /// Windows in a row that no tolerated burst can fill: ⌈d/w⌉ + 2 (2 when nothing is
-    /// tolerated: a single window is never a verdict).
-    pub fn windows(&self) -> u32 {
-        let w = self.window_secs.max(f64::MIN_POSITIVE);
-        let d = self.tolerated_secs.max(0.0);
-        if d == 0.0 {
-            return 2;
-        }
-        // Bounded by the config's range of d; the cast saturates anyway.
-        ((d / w).ceil() as u32).saturating_add(2)
-    }
-
-    /// Covered windows (Σ excess / max excess) no tolerated burst reaches: max(d/w, 2) plus
-    /// [`STEP_MARGIN_WINDOWS`]; 0 when nothing is tolerated.
-    pub fn covered_windows(&self) -> f64 {
-        let w = self.window_secs.max(f64::MIN_POSITIVE);
-        if self.tolerated_secs <= 0.0 {
-            return 0.0;
-        }
-        (self.tolerated_secs / w).max(2.0) + STEP_MARGIN_WINDOWS
-    }
-
-    /// True when a streak of `streak` windows with evidence `ev` cannot be a tolerated burst.
-    pub fn outlasted_by(&self, streak: u32, ev: &StepEvidence) -> bool {
-        streak >= self.windows() || (streak >= 2 && ev.covered_windows() >= self.covered_windows())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,57 +116,6 @@ mod tests {
         }
         // A 25 s burst has outlasted it.
         assert!(streak(&[200.0, 400.0, 400.0, 100.0]).outlasts(20.0, 10.0));
-    }
-
-    #[test]
-    fn burst_tolerance_in_seconds_holds_at_every_window_length() {
-        let at = |w: f64| BurstTolerance {
-            tolerated_secs: 20.0,
-            window_secs: w,
-        };
-        assert_eq!(
-            (at(5.0).windows(), at(10.0).windows(), at(30.0).windows()),
-            (6, 4, 3)
-        );
-        assert_eq!(at(10.0).covered_windows(), 2.5);
-        assert_eq!(at(5.0).covered_windows(), 4.5);
-        assert_eq!(at(30.0).covered_windows(), 2.5);
-        // Every burst of 1 to 20 s at every alignment, at 5, 10 and 30 s windows: the
-        // excess of each window it touches is the part of the window it covers.
-        for w in [5.0, 10.0, 30.0] {
-            let tol = at(w);
-            for d in 1..=20 {
-                for start in 0..(w as u32) {
-                    let (s, e) = (f64::from(start), f64::from(start) + f64::from(d));
-                    let mut ev = StepEvidence::default();
-                    let mut n = 0;
-                    let mut k = 0.0;
-                    while k * w < e {
-                        let cover = ((k + 1.0) * w).min(e) - (k * w).max(s);
-                        if cover > 0.0 {
-                            ev.push(true, cover);
-                            n += 1;
-                            assert!(!tol.outlasted_by(n, &ev), "w {w} d {d} start {start}");
-                        }
-                        k += 1.0;
-                    }
-                }
-            }
-            // A step on a window boundary is caught by the count at the latest.
-            let mut ev = StepEvidence::default();
-            for n in 1..=tol.windows() {
-                ev.push(true, 1.0);
-                // 4.5 windows' worth at 5 s windows; the third window at 10 and 30 s.
-                let first = if w == 5.0 { 5 } else { 3 };
-                assert_eq!(tol.outlasted_by(n, &ev), n >= first, "{w} {n}");
-            }
-        }
-        let none = BurstTolerance {
-            tolerated_secs: 0.0,
-            window_secs: 10.0,
-        };
-        assert!(!none.outlasted_by(1, &streak(&[5.0])));
-        assert!(none.outlasted_by(2, &streak(&[5.0, 5.0])));
     }
 
     #[test]

@@ -55,7 +55,6 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
@@ -91,10 +90,6 @@ pub struct CapacityHeadroomConfig {
     pub projection_horizon_secs: f64,
     /// Utilisation below which a projection is not acted on.
     pub projection_min_utilisation: f64,
-    /// Standard errors taken off the fitted trend before it is projected: the line must reach
-    /// saturation within the horizon even at this lower bound of its slope (0 projects the
-    /// fitted slope itself).
-    pub projection_sigmas: f64,
 }
 
 /// A shard's capacity.
@@ -126,7 +121,6 @@ impl Default for CapacityHeadroomConfig {
             projection_windows: 10,
             projection_horizon_secs: 600.0,
             projection_min_utilisation: 0.5,
-            projection_sigmas: 4.0,
         }
     }
 }
@@ -178,7 +172,6 @@ impl DetectorSettings for CapacityHeadroomConfig {
             0.0,
             10.0,
         );
-        p.range("projection_sigmas", self.projection_sigmas, 0.0, 10.0);
     }
 }
 
@@ -269,16 +262,11 @@ impl CapacityHeadroomConfig {
             .flatten()
             .map(judged)
             .fold(0.0, f64::max);
-        let poisson_sigma = match by_rate {
-            Some((u_rate, _)) if s.requests > 0 => u_rate / (s.requests as f64).sqrt(),
-            _ => 0.0,
-        };
         Some(Reading {
             u,
             u_judged,
             source,
             capacity: cap.and_then(|c| c.max_requests_per_second),
-            poisson_sigma,
         })
     }
 }
@@ -312,9 +300,6 @@ struct Reading {
     source: Source,
     /// The configured request rate capacity, when there is one.
     capacity: Option<f64>,
-    /// One standard deviation of Poisson noise on the request-rate utilisation, u/√n (0
-    /// without a rate capacity or without requests).
-    poisson_sigma: f64,
 }
 
 /// What the detector remembers about one shard with a capacity.
@@ -326,26 +311,6 @@ pub struct ShardState {
     evidence: StepEvidence,
     /// (window end, utilisation), oldest first, at most `projection_windows`.
     history: VecDeque<(f64, f64)>,
-    /// Half the EWMA of the squared change of utilisation from one window to the next: the
-    /// shard's own window-to-window variance, Poisson or far above it ([`SPREAD_TAU_SECS`]).
-    #[serde(default)]
-    spread: Ewma,
-}
-
-/// Time constant of a shard's own spread of utilisation, seconds: half an hour, long enough
-/// that one incident barely moves it, short enough to follow a shard whose traffic turns
-/// burstier.
-pub const SPREAD_TAU_SECS: f64 = 1800.0;
-
-/// Windows of changes the spread needs before it is used; before that only Poisson noise is
-/// taken off.
-const SPREAD_WARMUP: u32 = 10;
-
-impl ShardState {
-    /// The standard deviation of the shard's utilisation from window to window, once known.
-    fn own_sigma(&self) -> Option<f64> {
-        self.spread.value(SPREAD_WARMUP).map(|v| v.max(0.0).sqrt())
-    }
 }
 
 /// The `CapacityHeadroom` detector. See the module docs.
@@ -353,8 +318,6 @@ impl ShardState {
 pub struct CapacityHeadroom {
     cfg: CapacityHeadroomConfig,
     window_secs: f64,
-    /// EWMA weight of the spread, from [`SPREAD_TAU_SECS`].
-    alpha: f64,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -395,35 +358,18 @@ impl GroupDetector for CapacityHeadroom {
             };
             let st = states.entry(s.shard.clone()).or_default();
             let u = reading.u;
-            let previous = st.history.back().map(|&(_, p)| p);
             st.history.push_back((now, u));
             while st.history.len() > cfg.projection_windows {
                 st.history.pop_front();
             }
-            // The shard's own spread, when known, and Poisson noise: whichever is wider.
-            let own = st.own_sigma();
-            let sigma = own.unwrap_or(0.0).max(reading.poisson_sigma);
-            let fit = (st.history.len() >= cfg.projection_windows)
-                .then(|| Trend::fit(&st.history, now))
+            let eta = (st.history.len() >= cfg.projection_windows)
+                .then(|| saturation_in(&st.history, now))
                 .flatten();
-            let eta = fit.and_then(|f| f.saturation_in(0.0));
-            // Judged at the lower noise bound of the shard's own spread too: a shard whose load
-            // swings far more than Poisson noise crosses a line by chance far more often.
-            let judged = reading
-                .u_judged
-                .min(u - cfg.noise_sigmas * own.unwrap_or(0.0));
-            let cautious_eta = fit.and_then(|f| f.saturation_in(cfg.projection_sigmas * sigma));
+            let judged = reading.u_judged;
             let projected = cfg.projection_horizon_secs > 0.0
                 && judged >= cfg.projection_min_utilisation
-                && cautious_eta.is_some_and(|t| t <= cfg.projection_horizon_secs);
+                && eta.is_some_and(|t| t <= cfg.projection_horizon_secs);
             let over = judged >= cfg.warn_utilisation || projected;
-            if let Some(p) = previous
-                && !over
-                && st.streak == 0
-            {
-                // Learned outside any run over the line, so an incident is not taken for noise.
-                st.spread.update((u - p).powi(2) / 2.0, self.alpha);
-            }
             st.streak = if over { st.streak + 1 } else { 0 };
             st.evidence.push(over, judged);
             if st.streak >= cfg.consecutive_windows
@@ -469,64 +415,33 @@ fn poisson_lower_fraction(requests: u64, z: f64) -> f64 {
     ((n - z * n.sqrt()) / n).max(0.0)
 }
 
-/// The least-squares line through a shard's recent utilisations.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Trend {
-    /// Utilisation per second.
-    slope: f64,
-    /// The line's value at `now`.
-    at_now: f64,
-    /// Σ (t − mean t)²: the standard error of the slope for noise σ per window is σ/√sxx.
-    sxx: f64,
-}
-
-impl Trend {
-    /// The line through `history` (times relative to `now`); `None` with fewer than two
-    /// distinct times.
-    fn fit(history: &VecDeque<(f64, f64)>, now: f64) -> Option<Trend> {
-        let n = history.len() as f64;
-        if n < 2.0 {
-            return None;
-        }
-        // Times relative to `now` keep the sums well conditioned at unix-epoch magnitudes.
-        let (st, su) = history
-            .iter()
-            .fold((0.0, 0.0), |(a, b), (t, u)| (a + (t - now), b + u));
-        let (mt, mu) = (st / n, su / n);
-        let (mut sxy, mut sxx) = (0.0, 0.0);
-        for (t, u) in history {
-            let dt = t - now - mt;
-            sxy += dt * (u - mu);
-            sxx += dt * dt;
-        }
-        if sxx <= 0.0 {
-            return None;
-        }
-        let slope = sxy / sxx;
-        Some(Trend {
-            slope,
-            at_now: mu - slope * mt,
-            sxx,
-        })
-    }
-
-    /// Seconds until the line reaches utilisation 1 with its slope lowered by `sigma`
-    /// standard errors, for noise `sigma` per window; 0 when the line is already there;
-    /// `None` when that slope is flat or falling.
-    fn saturation_in(&self, sigma: f64) -> Option<f64> {
-        if self.at_now >= 1.0 {
-            return Some(0.0);
-        }
-        let slope = self.slope - sigma / self.sxx.sqrt();
-        (slope > 0.0).then(|| (1.0 - self.at_now) / slope)
-    }
-}
-
 /// Seconds from `now` until the least-squares line through `history` reaches utilisation 1;
 /// 0 when the line is already there; `None` when it is flat or falling.
-#[cfg(test)]
 fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64) -> Option<f64> {
-    Trend::fit(history, now)?.saturation_in(0.0)
+    let n = history.len() as f64;
+    if n < 2.0 {
+        return None;
+    }
+    // Times relative to `now` keep the sums well conditioned at unix-epoch magnitudes.
+    let (st, su) = history
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (t, u)| (a + (t - now), b + u));
+    let (mt, mu) = (st / n, su / n);
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for (t, u) in history {
+        let dt = t - now - mt;
+        sxy += dt * (u - mu);
+        sxx += dt * dt;
+    }
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let at_now = mu - slope * mt;
+    if at_now >= 1.0 {
+        return Some(0.0);
+    }
+    (slope > 0.0).then(|| (1.0 - at_now) / slope)
 }
 
 /// Everything a `CapacityHeadroom` finding reports; [`render`] turns it into text.
@@ -655,7 +570,6 @@ impl DetectorKind for CapacityHeadroom {
         CapacityHeadroom {
             cfg,
             window_secs,
-            alpha: alpha_for(window_secs, SPREAD_TAU_SECS),
             state: BTreeMap::new(),
         }
     }
@@ -827,7 +741,6 @@ mod tests {
             u_judged: u,
             source: Source::RequestRate,
             capacity: Some(capacity),
-            poisson_sigma: 0.0,
         };
         let fig = Figures::of(&cfg, s, reading(0.85, 100.0), Some(120.0));
         assert_eq!(fig.severity, cfg.rule.severity);
@@ -951,51 +864,6 @@ mod tests {
             assert!(rig.window(&[150.0]).is_empty());
         }
         assert!(rig.window(&[30.0]).is_empty());
-    }
-
-    /// Fires over `windows` windows of shard `s0` (capacity 100 req/s) at `rps(w)` requests
-    /// per second, Poisson noise added: the first window with a finding.
-    fn first_firing(windows: usize, rps: impl Fn(usize, &mut Rig) -> f64) -> Option<usize> {
-        let mut rig = Rig::with(vec![cap("db", "*", 100.0)]);
-        (0..windows).find(|&w| {
-            let mean = rps(w, &mut rig) * 10.0;
-            let n = rig.noisy(mean) as f64 / 10.0;
-            !rig.window(&[n]).is_empty()
-        })
-    }
-
-    /// The benchmark's `noisy_shards` texture at half the capacity: the load is multiplied by
-    /// e^(0.5·Z − 0.125) for a fresh Z every window. Its fitted slope over ten windows
-    /// projected saturation within ten minutes on every other busy stretch; against the
-    /// shard's own spread it does not, and its level is judged at that spread's lower bound.
-    #[test]
-    fn a_load_varying_by_e_to_the_half_z_does_not_fire() {
-        let fired = first_firing(6000, |_, rig| {
-            let z = crate::stats::normal_quantile(rig.rng.next_f64().clamp(1e-12, 1.0 - 1e-12));
-            50.0 * (0.5 * z - 0.125).exp()
-        });
-        assert_eq!(fired, None);
-    }
-
-    /// The benchmark's compressed day: load 1 ± 0.5 over an hour in one-minute steps, at 65%
-    /// of capacity on average. Its steepest true trend needs a quarter of an hour to reach
-    /// saturation; only noise projected it within the horizon.
-    #[test]
-    fn a_day_compressed_to_an_hour_does_not_fire() {
-        let fired = first_firing(6 * 360, |w, _| {
-            let minute = (w as f64 * 10.0 / 60.0).floor() * 60.0;
-            47.0 * (1.0 + 0.5 * (std::f64::consts::TAU * minute / 3600.0).sin())
-        });
-        assert_eq!(fired, None);
-    }
-
-    /// A step from half to three quarters of capacity stays under the warning line and is
-    /// projected: the rise is many standard errors clear of the shard's own spread.
-    #[test]
-    fn a_step_under_the_line_is_still_projected() {
-        let fired = first_firing(200, |w, _| if w < 100 { 50.0 } else { 75.0 });
-        let w = fired.expect("the step is projected");
-        assert!((102..=106).contains(&w), "fired at window {w}");
     }
 
     #[test]
