@@ -33,6 +33,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::evidence::StepEvidence;
+
 /// Smallest threshold [`threshold_for`] returns: below it a single window could hold as much
 /// evidence as the bound allows noise to give.
 pub const MIN_THRESHOLD: f64 = 1.0;
@@ -186,12 +188,91 @@ impl Cusum {
 
     /// True once the evidence has reached the threshold.
     pub fn holds(&self, s: &Sequential) -> bool {
-        self.sum >= s.threshold
+        // k steps of h/k sum to h only up to rounding: 5 × (h/5) can fall an ulp short, which
+        // would make a k-window test take k + 1.
+        self.sum >= s.threshold * (1.0 - 1e-9)
     }
 
     /// Forgets the evidence (the entity left, or its reference changed for good).
     pub fn reset(&mut self) {
         self.sum = 0.0;
+    }
+}
+
+/// Windows a sequential test must take at the fewest so that no burst of up to
+/// `tolerated_secs` fires it: ⌈d/w⌉ + 3, or 0 when nothing is tolerated.
+///
+/// A burst of d seconds touches at most ⌈d/w⌉ + 1 windows, each adding at most h/k, so with
+/// k = ⌈d/w⌉ + 3 it adds at most (k − 2)·h/k: it can reach h only on top of 2h/k of evidence
+/// that was already there, which the null hypothesis gathers with probability at most
+/// e^(−2h/k) (Ville's inequality; about 0.2% at 10 s windows for 10⁻⁴ false alarms per hour).
+/// With k = ⌈d/w⌉ + 2 the margin was one window, e^(−h/k), and a 20 s pile-up on top of a
+/// little noise fired (`short_pile_ups` in the scenario traces).
+pub fn burst_proof_windows(tolerated_secs: f64, window_secs: f64) -> u32 {
+    if tolerated_secs.is_nan() || tolerated_secs <= 0.0 {
+        return 0;
+    }
+    let covered = (tolerated_secs / window_secs.max(f64::MIN_POSITIVE)).ceil();
+    // Bounded by the configs' ranges; the cast saturates anyway.
+    (covered as u32).saturating_add(3)
+}
+
+/// Windows, beyond the tolerated burst and [`crate::evidence::STEP_MARGIN_WINDOWS`], that the shape of a
+/// streak must cover for [`QuickEvidence`]: failures, timeouts and slow requests lag the
+/// spell that causes them (a queue drains after the backend is fast again), so the window
+/// holding a spell's end reads fuller than the part of the spell it covers.
+pub const QUICK_DRAIN_WINDOWS: f64 = 0.5;
+
+/// The quick way to a verdict, beside a burst-proof [`Cusum`]: the same LLRs in a CUSUM that
+/// may reach its threshold in fewer windows (`consecutive_windows`), which counts only once
+/// the *shape* of the streak of windows with positive LLR shows the change has outlasted a
+/// tolerated burst ([`StepEvidence`]: the excess counts hold more than d/w + ½ windows at
+/// full strength, plus [`QUICK_DRAIN_WINDOWS`] for evidence that drains).
+///
+/// A strong step is then proven in ⌈d/w⌉ + 1 windows when it starts on a window boundary
+/// (30 s at 10 s windows), where the burst-proof CUSUM alone takes ⌈d/w⌉ + 3; a burst of up to
+/// d seconds, whatever evidence came before it, never covers enough windows. Plain data: part
+/// of a detector's saved state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuickEvidence {
+    cusum: Cusum,
+    shape: StepEvidence,
+}
+
+impl QuickEvidence {
+    /// Folds in one window: its LLR under test `s` (the quick test) and its excess count over
+    /// the reference. A window with an LLR of zero or less ends the streak.
+    pub fn push(&mut self, llr: f64, excess: f64, s: &Sequential) {
+        self.cusum.push(llr, s);
+        self.shape.push(llr > 0.0, excess);
+    }
+
+    /// True when the quick CUSUM is at its threshold and the streak has outlasted a burst of
+    /// `tolerated_secs` at windows of `window_secs`, allowing the burst
+    /// [`QUICK_DRAIN_WINDOWS`] more when `drains` (timeouts and slow requests, which lag the
+    /// spell that causes them; fast failures do not).
+    pub fn holds(
+        &self,
+        s: &Sequential,
+        tolerated_secs: f64,
+        window_secs: f64,
+        drains: bool,
+    ) -> bool {
+        let drain = if drains { QUICK_DRAIN_WINDOWS } else { 0.0 };
+        self.cusum.holds(s)
+            && self
+                .shape
+                .outlasts(tolerated_secs + drain * window_secs, window_secs)
+    }
+
+    /// The quick CUSUM, in `0..=h`.
+    pub fn value(&self) -> f64 {
+        self.cusum.value()
+    }
+
+    /// Forgets the evidence.
+    pub fn reset(&mut self) {
+        *self = QuickEvidence::default();
     }
 }
 
@@ -262,6 +343,62 @@ mod tests {
         assert!(p.drift(10.0, p.crossover()).abs() < 1e-12);
         assert!(p.drift(10.0, 1.0) < 0.0 && p.drift(10.0, 2.0) > 0.0);
         assert_eq!(Poisson::new(1.0), None);
+    }
+
+    #[test]
+    fn no_tolerated_burst_fills_a_burst_proof_test_by_itself() {
+        assert_eq!(burst_proof_windows(20.0, 10.0), 5);
+        assert_eq!(burst_proof_windows(20.0, 5.0), 7);
+        assert_eq!(burst_proof_windows(20.0, 30.0), 4);
+        assert_eq!(burst_proof_windows(0.0, 10.0), 0);
+        // A 20 s burst at any alignment, every window it touches at the cap, on top of less
+        // than 2h/k of earlier evidence, stays under h.
+        for w in [1.0, 5.0, 10.0, 30.0] {
+            let k = burst_proof_windows(20.0, w);
+            let s = Sequential::new(1e-4, w, k);
+            let touched = (20.0_f64 / w).ceil() as u32 + 1;
+            let mut c = Cusum::default();
+            c.push(s.max_step() * 0.99, &s);
+            c.push(s.max_step() * 0.99, &s);
+            for _ in 0..touched {
+                c.push(1e9, &s);
+            }
+            assert!(!c.holds(&s), "w {w} k {k}");
+            // One window more, and it is a change that lasted: it holds.
+            c.push(1e9, &s);
+            assert!(c.holds(&s), "w {w} k {k}");
+        }
+    }
+
+    #[test]
+    fn the_quick_path_proves_a_step_in_three_windows_and_never_a_20_s_burst() {
+        let quick = Sequential::new(1e-4, 10.0, 3);
+        // A step on a window boundary: the third window.
+        let mut q = QuickEvidence::default();
+        for (i, holds) in [(1, false), (2, false), (3, true)] {
+            q.push(1e9, 80.0, &quick);
+            assert_eq!(q.holds(&quick, 20.0, 10.0, true), holds, "window {i}");
+        }
+        // A 20 s burst at every alignment, even on top of a full quick CUSUM: never.
+        for tenth in 0..=10 {
+            let a = f64::from(tenth) / 10.0;
+            let mut q = QuickEvidence::default();
+            for _ in 0..3 {
+                q.push(1e9, 0.0, &quick);
+            }
+            q.push(-1.0, 0.0, &quick);
+            for excess in [80.0 * a, 80.0, 80.0 * (1.0 - a)] {
+                q.push(1e9, excess, &quick);
+                assert!(!q.holds(&quick, 20.0, 10.0, true), "{a}");
+            }
+        }
+        // A window without evidence ends the streak.
+        let mut q = QuickEvidence::default();
+        q.push(1e9, 80.0, &quick);
+        q.push(1e9, 80.0, &quick);
+        q.push(-0.1, 80.0, &quick);
+        q.push(1e9, 80.0, &quick);
+        assert!(!q.holds(&quick, 20.0, 10.0, true));
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //! add the binomial log-likelihood ratio of a rise by `margin_points` against a rise by half of
 //! it (`p0 + m` against `p0 + m/2`: a rise under about three quarters of the margin drains
 //! the evidence, one over it builds it up) to a CUSUM whose
-//! threshold gives `false_alarms_per_shard_hour`; a window adds at most 1/`consecutive_windows`
-//! of it, so a failure shorter than that many windows minus one never fires. The condition
+//! threshold gives `false_alarms_per_shard_hour`; a window adds at most 1/k of it, for k the
+//! larger of `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs` (20 s:
+//! 5 windows at 10 s windows), so a failure of up to 20 s never fires on its own. The condition
 //! holds while the CUSUM is at its threshold. No verdict before the baseline has seen
 //! `warmup_windows` windows: a shard born failing learns that as its normal.
 //!
@@ -38,7 +39,9 @@ use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
 use crate::observation::{Outcome, quote};
-use crate::sequential::{Binomial, Cusum, Sequential, wilson_upper};
+use crate::sequential::{
+    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
+};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// Standard deviations of the upper bounds taken for the reference ratios: a baseline or a
@@ -64,6 +67,9 @@ pub struct ShardFailingConfig {
     /// Fewest windows the evidence takes: each window adds at most this fraction of the
     /// threshold.
     pub consecutive_windows: u32,
+    /// The longest failure to tolerate, seconds: the evidence takes at least
+    /// ⌈this/window⌉ + 3 windows, so a failure this short never fires on its own.
+    pub tolerated_burst_secs: f64,
     /// Time constant of the baseline EWMAs, in seconds.
     pub baseline_tau_secs: f64,
     /// Windows a baseline needs before it is used.
@@ -77,6 +83,7 @@ impl Default for ShardFailingConfig {
             margin_points: 0.2,
             false_alarms_per_shard_hour: 1e-4,
             consecutive_windows: 3,
+            tolerated_burst_secs: 20.0,
             baseline_tau_secs: 3600.0,
             warmup_windows: 30,
         }
@@ -100,6 +107,12 @@ impl DetectorSettings for ShardFailingConfig {
         );
         p.windows("consecutive_windows", self.consecutive_windows);
         p.range(
+            "tolerated_burst_secs",
+            self.tolerated_burst_secs,
+            0.0,
+            86_400.0,
+        );
+        p.range(
             "baseline_tau_secs",
             self.baseline_tau_secs,
             1.0,
@@ -117,6 +130,10 @@ pub struct ShardState {
     /// Failures per window.
     errors: Ewma,
     evidence: Cusum,
+    /// The same evidence on the quick path (`consecutive_windows`, once its shape has
+    /// outlasted a tolerated burst).
+    #[serde(default)]
+    quick: QuickEvidence,
     /// Windows in a row with evidence (the CUSUM above zero).
     streak: u32,
     /// Windows seen while evidence was building, not yet taught to the baseline.
@@ -187,6 +204,9 @@ pub struct ShardFailing {
     cfg: ShardFailingConfig,
     alpha: f64,
     test: Sequential,
+    /// The quick path's test: `consecutive_windows` windows at the fewest.
+    quick: Sequential,
+    window_secs: f64,
     /// Group -> shard -> state.
     groups: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
@@ -204,6 +224,8 @@ impl ShardFailing {
         let m = self.cfg.margin_points;
         let llr = Binomial::new(reference + m / 2.0, reference + m).map_or(0.0, |b| b.llr(n, x));
         st.evidence.push(llr, &self.test);
+        st.quick
+            .push(llr, x as f64 - n as f64 * reference, &self.quick);
         Some(Verdict {
             error_ratio: if n > 0 { x as f64 / n as f64 } else { 0.0 },
             peer_error_ratio: if peer_n > 0 {
@@ -213,8 +235,24 @@ impl ShardFailing {
             },
             baseline,
             reference,
-            evidence: st.evidence.value() / self.test.threshold,
+            evidence: (st.evidence.value() / self.test.threshold)
+                .max(st.quick.value() / self.quick.threshold),
         })
+    }
+
+    /// True when shard state `st` has proven a failure: by the burst-proof evidence, or
+    /// quickly by a streak whose shape has outlasted a tolerated burst. Failures that are
+    /// mostly timeouts in `s`'s window are a pile-up's, which drain after the spell that
+    /// caused them ([`crate::sequential::QUICK_DRAIN_WINDOWS`]).
+    fn proven(&self, st: &ShardState, s: &ShardSnapshot) -> bool {
+        let drains = 2 * s.traffic.outcome(Outcome::Timeout) >= s.traffic.errors.max(1);
+        st.evidence.holds(&self.test)
+            || st.quick.holds(
+                &self.quick,
+                self.cfg.tolerated_burst_secs,
+                self.window_secs,
+                drains,
+            )
     }
 }
 
@@ -317,8 +355,15 @@ impl DetectorKind for ShardFailing {
             test: Sequential::new(
                 cfg.false_alarms_per_shard_hour,
                 window_secs,
+                cfg.consecutive_windows
+                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
+            ),
+            quick: Sequential::new(
+                cfg.false_alarms_per_shard_hour,
+                window_secs,
                 cfg.consecutive_windows,
             ),
+            window_secs,
             cfg,
             groups: BTreeMap::new(),
         }
@@ -362,13 +407,14 @@ impl GroupDetector for ShardFailing {
                 ShardFailing::ALERTNAME,
                 &[("group", &g.group), ("shard", &s.shard)],
             );
+            let proven = self.proven(st, s);
             if let Some(v) = verdict
-                && st.evidence.holds(&self.test)
+                && proven
             {
                 let fig = figures(g, s, v, st.streak);
                 out.push(render(&self.cfg, &g.group, &s.shard, &fig));
             }
-            if active || st.evidence.holds(&self.test) {
+            if active || proven {
                 // A failure, proven or being reported, does not become the normal.
                 st.pending = Pending::default();
                 continue;
@@ -488,6 +534,42 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_of_20_s_is_tolerated_at_every_alignment() {
+        // Shard 5 of 128 fails every request for 20 s from `start` s into window 41 (10 s
+        // windows): the windows it touches fail the part of them it covers.
+        for start in 0..10 {
+            let (from, to) = (f64::from(start), f64::from(start) + 20.0);
+            let ws: Vec<Vec<S>> = (1..=60)
+                .map(|i| {
+                    let mut v = vec![ok(80); 128];
+                    let w0 = f64::from(i - 41) * 10.0;
+                    let covered = ((w0 + 10.0).min(to) - w0.max(from)).max(0.0) / 10.0;
+                    if covered > 0.0 {
+                        v[5] = failing(80, (80.0 * covered).round() as u64);
+                    }
+                    v
+                })
+                .collect();
+            let (hits, _) = run(ShardFailingConfig::default(), &ws);
+            assert!(hits.is_empty(), "start {start}: {hits:?}");
+        }
+        // 35 s is not tolerated: it fires on its fourth window.
+        let ws: Vec<Vec<S>> = (1..=60)
+            .map(|i| {
+                let mut v = vec![ok(80); 128];
+                v[5] = match i {
+                    41 => failing(80, 40),
+                    42..=44 => failing(80, 80),
+                    _ => ok(80),
+                };
+                v
+            })
+            .collect();
+        let (hits, _) = run(ShardFailingConfig::default(), &ws);
+        assert_eq!(hits.first(), Some(&44), "{hits:?}");
+    }
+
+    #[test]
     fn a_shard_failing_a_third_of_its_requests_fires_and_a_small_rise_does_not() {
         // 34% against a reference of about 2%: 32 points over it.
         let (hits, last) = run(ShardFailingConfig::default(), &dead_shard(27));
@@ -501,8 +583,8 @@ mod tests {
     #[test]
     fn a_quiet_shard_that_fails_is_judged_later_not_never() {
         // 20 requests per window (2 req/s), then 2 (0.2 req/s), every one failing from window
-        // 41: the first fires at the third window (each adds at most a third of the
-        // threshold), the second once its few failures add up: against a reference of 4.8%
+        // 41: the first fires at the third window (the quick path: a step that has outlasted
+        // a 20 s burst), the second once its few failures add up: against a reference of 4.8%
         // (the upper bound of no failure in 80 requests), each failure adds
         // ln(24.8/14.8) = 0.52, so 15 windows of two (2.5 minutes).
         for (quiet, first) in [(20, 43), (2, 55)] {
