@@ -223,9 +223,12 @@ def main():
         onset_wall = time.time()
 
         fq = f"{PROXY}/{BAD}" if translate else BAD
+        # FastFailureSink first: it needs the sink's share to have risen, but ShardFailing now
+        # waits out a 20 s failure (four and a half 5 s windows of the short run) before it
+        # reports, and the share rises within two or three windows.
         expected = [
-            ("ShardFailing (clients)", "skewwatch", "ShardFailing", {"group": OTLP_GROUP, "shard": BAD}),
             ("FastFailureSink (clients)", "skewwatch", "FastFailureSink", {"group": OTLP_GROUP, "shard": BAD}),
+            ("ShardFailing (clients)", "skewwatch", "ShardFailing", {"group": OTLP_GROUP, "shard": BAD}),
         ]
         if translate:
             expected.append(("ShardFailing (HAProxy exporter)", "skewwatch", "ShardFailing",
