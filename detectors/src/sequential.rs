@@ -33,7 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::StepEvidence;
+use crate::evidence::{DRAIN_WINDOWS, StepEvidence};
 
 /// Smallest threshold [`threshold_for`] returns: below it a single window could hold as much
 /// evidence as the bound allows noise to give.
@@ -217,17 +217,11 @@ pub fn burst_proof_windows(tolerated_secs: f64, window_secs: f64) -> u32 {
     (covered as u32).saturating_add(3)
 }
 
-/// Windows, beyond the tolerated burst and [`crate::evidence::STEP_MARGIN_WINDOWS`], that the shape of a
-/// streak must cover for [`QuickEvidence`]: failures, timeouts and slow requests lag the
-/// spell that causes them (a queue drains after the backend is fast again), so the window
-/// holding a spell's end reads fuller than the part of the spell it covers.
-pub const QUICK_DRAIN_WINDOWS: f64 = 0.5;
-
 /// The quick way to a verdict, beside a burst-proof [`Cusum`]: the same LLRs in a CUSUM that
 /// may reach its threshold in fewer windows (`consecutive_windows`), which counts only once
 /// the *shape* of the streak of windows with positive LLR shows the change has outlasted a
 /// tolerated burst ([`StepEvidence`]: the excess counts hold more than d/w + ½ windows at
-/// full strength, plus [`QUICK_DRAIN_WINDOWS`] for evidence that drains).
+/// full strength, plus [`DRAIN_WINDOWS`] for evidence that drains).
 ///
 /// A strong step is then proven in ⌈d/w⌉ + 1 windows when it starts on a window boundary
 /// (30 s at 10 s windows), where the burst-proof CUSUM alone takes ⌈d/w⌉ + 3; a burst of up to
@@ -249,7 +243,7 @@ impl QuickEvidence {
 
     /// True when the quick CUSUM is at its threshold and the streak has outlasted a burst of
     /// `tolerated_secs` at windows of `window_secs`, allowing the burst
-    /// [`QUICK_DRAIN_WINDOWS`] more when `drains` (timeouts and slow requests, which lag the
+    /// [`DRAIN_WINDOWS`] more when `drains` (timeouts and slow requests, which lag the
     /// spell that causes them; fast failures do not).
     pub fn holds(
         &self,
@@ -258,7 +252,7 @@ impl QuickEvidence {
         window_secs: f64,
         drains: bool,
     ) -> bool {
-        let drain = if drains { QUICK_DRAIN_WINDOWS } else { 0.0 };
+        let drain = if drains { DRAIN_WINDOWS } else { 0.0 };
         self.cusum.holds(s)
             && self
                 .shape

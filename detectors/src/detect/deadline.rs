@@ -55,21 +55,13 @@ use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
 };
-use crate::evidence::{Persistence, StepEvidence};
+use crate::evidence::{DRAIN_WINDOWS, Persistence, StepEvidence};
 use crate::observation::{Outcome, label_value, quote};
 use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// Longest deadline accepted in `deadlines_ms`: one hour, the latency histograms' ceiling.
 const MAX_DEADLINE_MS: f64 = 3_600_000.0;
-
-/// Windows of excess timeouts the shape rule ([`crate::evidence`]) allows a tolerated pile-up
-/// beyond its own length. Its timeouts are not flat over the spell the way a burst's requests
-/// are: they grow as the queue builds and the last of them land after the backend is fast
-/// again, so the window holding its end reads fuller than the part of the spell it covers.
-/// Without it a 20 s pile-up read as 2.6 windows and fired on its third window
-/// (`short_pile_ups`, seed 2, in the scenario traces).
-pub const DRAIN_WINDOWS: f64 = 0.5;
 
 /// Fewest successes a shard needs in a window for its own p99 to stand for its crowding: with
 /// 100 a p99 is at most the second-slowest success, not one stray request.

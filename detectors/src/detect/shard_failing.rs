@@ -243,7 +243,7 @@ impl ShardFailing {
     /// True when shard state `st` has proven a failure: by the burst-proof evidence, or
     /// quickly by a streak whose shape has outlasted a tolerated burst. Failures that are
     /// mostly timeouts in `s`'s window are a pile-up's, which drain after the spell that
-    /// caused them ([`crate::sequential::QUICK_DRAIN_WINDOWS`]).
+    /// caused them ([`crate::evidence::DRAIN_WINDOWS`]).
     fn proven(&self, st: &ShardState, s: &ShardSnapshot) -> bool {
         let drains = 2 * s.traffic.outcome(Outcome::Timeout) >= s.traffic.errors.max(1);
         st.evidence.holds(&self.test)
