@@ -7,8 +7,10 @@
 //! errors rise everywhere. The demo prints the group's distribution statistics every few windows
 //! and each alert as it fires and resolves, with the agent's own summary and description.
 //!
-//! Only the window length differs from the defaults (1 s instead of 10 s, `--window-secs`), so
-//! the whole story (warm-up, incident, recovery) takes about two and a half minutes.
+//! The demo runs on a compressed clock: its windows are 1 s instead of the default 10 s
+//! (`--window-secs`), so the whole story (warm-up, incident, recovery) takes about two and a
+//! half minutes. The detectors' burst tolerances, which are in seconds, are compressed with it
+//! ([`compress_time`]); every other setting is the default.
 
 #![expect(
     clippy::disallowed_types,
@@ -299,7 +301,7 @@ impl Narrator {
 /// Runs the demo.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = Config::embedded();
-    config.startup.window.window_secs = args.window_secs;
+    compress_time(&mut config, args.window_secs);
     config.startup.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.startup.statsd_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -319,9 +321,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Runs `config` on windows of `window_secs` standing for its own window length: the bursts
+/// the detectors tolerate (`tolerated_burst_secs`, 20 s at 10 s windows) shrink in proportion,
+/// so a 1 s-window demo judges bursts in windows as the defaults do. Without it a 15 s
+/// incident played at 0.25 s windows would be a tolerated burst.
+fn compress_time(config: &mut Config, window_secs: f64) {
+    let factor = window_secs / config.startup.window.window_secs;
+    config.startup.window.window_secs = window_secs;
+    let d = &mut config.live.detectors;
+    for secs in [
+        &mut d.hot_shard.tolerated_burst_secs,
+        &mut d.hot_key.tolerated_burst_secs,
+        &mut d.latency_skew.tolerated_burst_secs,
+        &mut d.shard_failing.tolerated_burst_secs,
+        &mut d.deadline_pile_up.tolerated_burst_secs,
+        &mut d.capacity_headroom.tolerated_burst_secs,
+    ] {
+        *secs *= factor;
+    }
+}
+
 fn introduce(http: SocketAddr, args: &Args) {
     let w = args.window_secs;
-    println!("skewwatch demo: the real agent on its defaults, with {w} s windows.");
+    println!(
+        "skewwatch demo: the real agent on its defaults, with {w} s windows standing for 10 s (burst tolerances scaled to match)."
+    );
     println!("  metrics: curl http://{http}/metrics    alerts: curl http://{http}/api/v1/alerts");
     println!("  live view: open http://{http}/ in a browser");
     println!(
