@@ -52,7 +52,8 @@ pub const ONSET_SPREAD_SECS: u64 = 120;
 pub const HORIZONS_SECS: [f64; 3] = [60.0, 120.0, 300.0];
 /// The last horizon: how long after its onset a trial runs.
 const LAST_HORIZON_SECS: f64 = HORIZONS_SECS[HORIZONS_SECS.len() - 1];
-/// Each shard's configured capacity is this multiple of the busiest shard's normal rate.
+/// Each shard's configured capacity is this multiple of the busiest shard's normal rate (at
+/// least; see [`engine_config`]).
 pub const CAPACITY_FACTOR: f64 = 2.0;
 
 /// One point of the sweep.
@@ -527,8 +528,9 @@ pub fn run_trial(
             _ => (family.before)(t - START, i, seed, &traffic),
         }
     };
-    let normal = |i| (family.before)(0.0, i, seed, &traffic);
-    let mut engine = Engine::new(engine_config(c, &traffic, normal), START);
+    let normal = |t: f64, i: usize| (family.before)(t, i, seed, &traffic);
+    let config = engine_config(c, &traffic, normal, onset.min(end) - START);
+    let mut engine = Engine::new(config, START);
     let mut out = Trial {
         onset: onset.is_finite().then_some(onset),
         ..Trial::default()
@@ -576,28 +578,65 @@ pub fn run_trial(
 
 /// The shipped configuration with the condition's window length, and every shard of the
 /// group given a capacity of [`CAPACITY_FACTOR`] times the busiest shard's normal rate (keyed
-/// traffic included) at the start of the run.
+/// traffic included) at the start of the run, and never less than the highest normal rate any
+/// shard sustains for as long as the detector needs to fire (`consecutive_windows` windows,
+/// and longer than `tolerated_burst_secs`) before `normal_until` (run time from the start),
+/// over `warn_utilisation`. `normal(t, i)` is shard `i`'s normal traffic at `t`.
+///
+/// The floor keeps benign traffic benign for `CapacityHeadroom`: a shard whose ordinary peaks
+/// hold over 80% of its capacity for three windows is under-provisioned, and an alert on it is
+/// right, not false. It binds only where ordinary traffic swings far (`noisy_shards`, whose
+/// 10 s levels vary by e^(0.5 Z)); elsewhere twice the starting rate is above it.
 fn engine_config(
     c: &Condition,
     traffic: &Traffic,
-    normal: impl Fn(usize) -> Slice,
+    normal: impl Fn(f64, usize) -> Slice,
+    normal_until: f64,
 ) -> EngineConfig {
     static SHIPPED: OnceLock<EngineConfig> = OnceLock::new();
     let mut cfg = SHIPPED
         .get_or_init(|| skewwatch::app::Config::embedded().engine())
         .clone();
     cfg.window.window_secs = f64::from(c.window_secs);
-    let busiest = (0..traffic.shards.len())
-        .map(|i| {
-            let s = normal(i);
-            traffic.shard_rate(i) * s.load + s.key_rps
-        })
+    let rate = |t: f64, i: usize| {
+        let s = normal(t, i);
+        traffic.shard_rate(i) * s.load + s.key_rps
+    };
+    let shards = 0..traffic.shards.len();
+    let busiest = shards.clone().map(|i| rate(0.0, i)).fold(0.0, f64::max);
+    let headroom = &cfg.detectors.capacity_headroom;
+    // What the detector must see to fire: its windows in a row, longer than a tolerated burst.
+    let hold = f64::from(headroom.consecutive_windows * c.window_secs)
+        .max(headroom.tolerated_burst_secs + SUSTAIN_STEP_SECS);
+    let sustained = shards
+        .map(|i| sustained_peak(|t| rate(t, i), hold, normal_until))
         .fold(0.0, f64::max);
+    let capacity = (CAPACITY_FACTOR * busiest).max(sustained / headroom.warn_utilisation);
     cfg.detectors.capacity_headroom.capacities = vec![Capacity {
         group: GROUP.to_owned(),
         shard: "*".to_owned(),
-        max_requests_per_second: Some(CAPACITY_FACTOR * busiest),
+        max_requests_per_second: Some(capacity),
         max_inflight: None,
     }];
     cfg
 }
+
+/// The highest level `rate` holds throughout `hold` seconds, over stretches starting before
+/// `until`: the maximum over starts t of the minimum of `rate` over [t, t + hold), sampled
+/// every [`SUSTAIN_STEP_SECS`] (the families change their load at most every second, most in
+/// steps of 10 s or more).
+fn sustained_peak(rate: impl Fn(f64) -> f64, hold: f64, until: f64) -> f64 {
+    let samples = (hold / SUSTAIN_STEP_SECS).ceil().max(1.0) as u32;
+    let starts = (until / SUSTAIN_STEP_SECS).floor().max(0.0) as u32;
+    (0..=starts)
+        .map(|s| {
+            let t = f64::from(s) * SUSTAIN_STEP_SECS;
+            (0..samples)
+                .map(|k| rate(t + f64::from(k) * SUSTAIN_STEP_SECS))
+                .fold(f64::INFINITY, f64::min)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Sampling step of [`sustained_peak`], seconds.
+const SUSTAIN_STEP_SECS: f64 = 5.0;
