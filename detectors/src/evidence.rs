@@ -45,17 +45,21 @@ impl StepEvidence {
     /// Folds in one window: its excess when it is over threshold; a window that is not ends
     /// the streak and forgets it. Negative or non-finite excesses count as none.
     pub fn push(&mut self, over: bool, excess: f64) {
+        self.push_bounded(over, excess, excess);
+    }
+
+    /// [`StepEvidence::push`] for an excess known only within noise bounds: the sum takes the
+    /// `low` bound and the peak the `high` one, so noise can make a streak look shorter than
+    /// it is, never longer (a burst read high in its partial windows and low in its full one
+    /// would look like more windows' worth than it holds).
+    pub fn push_bounded(&mut self, over: bool, low: f64, high: f64) {
         if !over {
             *self = StepEvidence::default();
             return;
         }
-        let x = if excess.is_finite() {
-            excess.max(0.0)
-        } else {
-            0.0
-        };
-        self.sum += x;
-        self.peak = self.peak.max(x);
+        let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+        self.sum += clean(low);
+        self.peak = self.peak.max(clean(high));
     }
 
     /// Windows' worth of the change the streak holds: Σ excess / max excess (0 without any).
@@ -68,11 +72,38 @@ impl StepEvidence {
     }
 
     /// True when the streak has outlasted a burst of `tolerated_secs` at windows of
-    /// `window_secs`, by [`STEP_MARGIN_WINDOWS`].
+    /// `window_secs`, by [`STEP_MARGIN_WINDOWS`] over [`burst_covered_windows`].
     pub fn outlasts(&self, tolerated_secs: f64, window_secs: f64) -> bool {
-        let tolerated = tolerated_secs / window_secs.max(f64::MIN_POSITIVE);
-        self.covered_windows() >= tolerated + STEP_MARGIN_WINDOWS
+        self.covered_windows()
+            >= burst_covered_windows(tolerated_secs, window_secs) + STEP_MARGIN_WINDOWS
     }
+}
+
+/// The most windows in a row a burst of `tolerated_secs` can touch at windows of
+/// `window_secs`: ⌈d/w⌉ + 1, a partial window at each end (0 for no burst).
+pub fn longest_burst_streak(tolerated_secs: f64, window_secs: f64) -> u32 {
+    if tolerated_secs.is_nan() || tolerated_secs <= 0.0 {
+        return 0;
+    }
+    let covered = (tolerated_secs / window_secs.max(f64::MIN_POSITIVE)).ceil();
+    // Bounded by the configs' ranges; the cast saturates anyway.
+    (covered as u32).saturating_add(1)
+}
+
+/// The most windows' worth of change a burst of `tolerated_secs` can show at windows of
+/// `window_secs`, as [`StepEvidence::covered_windows`] estimates it: d/w, but never less than 2
+/// for a burst at all.
+///
+/// The estimate takes the fullest window of a streak as one window fully covered. A burst of
+/// at least two windows always covers one fully, and then the estimate is exact. A shorter one
+/// may cover none: 20 s straddling two 30 s windows, 10 s in each, reads as two full windows
+/// (twice its d/w of ⅔). Two partial windows, and nothing else, read at most 2, so that is the
+/// floor: a step then still proves itself on its third window, as the count of windows would.
+pub fn burst_covered_windows(tolerated_secs: f64, window_secs: f64) -> f64 {
+    if tolerated_secs.is_nan() || tolerated_secs <= 0.0 {
+        return 0.0;
+    }
+    (tolerated_secs / window_secs.max(f64::MIN_POSITIVE)).max(2.0)
 }
 
 /// When a streak of windows over threshold is long enough to report: `windows` in a row, or
@@ -124,6 +155,29 @@ mod tests {
         }
         // A 25 s burst has outlasted it.
         assert!(streak(&[200.0, 400.0, 400.0, 100.0]).outlasts(20.0, 10.0));
+    }
+
+    #[test]
+    fn a_burst_shorter_than_two_windows_never_outlasts_itself() {
+        // 20 s at 30 s windows: two partial windows read as two full ones at an even split.
+        for tenth in 0..=10 {
+            let a = f64::from(tenth) / 10.0 * (20.0 / 30.0);
+            let e = streak(&[400.0 * a, 400.0 * (20.0 / 30.0 - a)]);
+            assert!(!e.outlasts(20.0, 30.0), "{a}");
+        }
+        assert!(streak(&[400.0, 400.0]).covered_windows() >= 2.0);
+        // A step on a boundary proves itself on its third window.
+        assert!(!streak(&[400.0, 400.0]).outlasts(20.0, 30.0));
+        assert!(streak(&[400.0, 400.0, 400.0]).outlasts(20.0, 30.0));
+        // No tolerance: any evidence outlasts it.
+        assert!(streak(&[400.0]).outlasts(0.0, 30.0));
+        assert_eq!(burst_covered_windows(20.0, 5.0), 4.0);
+        assert_eq!(burst_covered_windows(20.0, 10.0), 2.0);
+        assert_eq!(burst_covered_windows(20.0, 30.0), 2.0);
+        assert_eq!(longest_burst_streak(20.0, 5.0), 5);
+        assert_eq!(longest_burst_streak(20.0, 10.0), 3);
+        assert_eq!(longest_burst_streak(20.0, 30.0), 2);
+        assert_eq!(longest_burst_streak(0.0, 30.0), 0);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!   other clients), as when the seed's metadata DB was near capacity before the surge.
 //!
 //! Also a least-squares line through the last `projection_windows` (10) utilisations,
-//! projected forward.
+//! projected forward with its slope taken `projection_sigmas` (4) standard errors low, so load
+//! that moves in steps, in noise or in one burst is not read as a trend.
 //!
 //! # Decision
 //!
@@ -21,10 +22,10 @@
 //! `projection_horizon_secs` (10 min; 0 turns projection off) while u is already at least
 //! `projection_min_utilisation` (0.5). For the request-rate signal u is judged at its lower
 //! noise bound: the window's count n less `noise_sigmas` (2) standard deviations of Poisson
-//! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such
-//! windows in a row, once the streak cannot be a burst of `tolerated_burst_secs` (20 s): its
-//! utilisation fills more windows than such a burst could (the shape rule of
-//! [`crate::evidence`]), or it is longer than such a burst can stretch a streak. The finding's
+//! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such windows in a row, once the streak cannot be a
+//! burst of `tolerated_burst_secs` (20 s): its utilisation fills more windows than such a burst
+//! could (the shape rule of [`crate::evidence`], each window's lower bound against the peak's
+//! upper one), or it is longer than such a burst can stretch a streak. The finding's
 //! severity is `critical` while u ≥ `critical_utilisation` (0.9), else the configured severity.
 //!
 //! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is exponential with
@@ -58,7 +59,7 @@ use crate::alert::{Finding, Severity};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
-use crate::evidence::StepEvidence;
+use crate::evidence::{StepEvidence, longest_burst_streak};
 use crate::observation::quote;
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -90,6 +91,9 @@ pub struct CapacityHeadroomConfig {
     pub projection_horizon_secs: f64,
     /// Utilisation below which a projection is not acted on.
     pub projection_min_utilisation: f64,
+    /// The projection uses the fitted slope less this many of its standard errors: a trend
+    /// must be clear, not read into steps or noise (0 projects the fitted slope itself).
+    pub projection_sigmas: f64,
 }
 
 /// A shard's capacity.
@@ -121,6 +125,7 @@ impl Default for CapacityHeadroomConfig {
             projection_windows: 10,
             projection_horizon_secs: 600.0,
             projection_min_utilisation: 0.5,
+            projection_sigmas: 4.0,
         }
     }
 }
@@ -172,6 +177,7 @@ impl DetectorSettings for CapacityHeadroomConfig {
             0.0,
             10.0,
         );
+        p.range("projection_sigmas", self.projection_sigmas, 0.0, 100.0);
     }
 }
 
@@ -243,9 +249,11 @@ impl CapacityHeadroomConfig {
             .and_then(|c| c.max_requests_per_second)
             .map(|m| (s.traffic.requests_per_second / m, Source::RequestRate));
         // Judged on the rate's lower noise bound; the other signals are readings, not counts.
-        let judged = |(u, source): (f64, Source)| match source {
-            Source::RequestRate => u * poisson_lower_fraction(s.requests, self.noise_sigmas),
-            Source::Inflight | Source::Reported => u,
+        let bound = |sigmas: f64| {
+            move |(u, source): (f64, Source)| match source {
+                Source::RequestRate => u * poisson_bound_fraction(s.requests, sigmas),
+                Source::Inflight | Source::Reported => u,
+            }
         };
         let by_inflight = cap
             .and_then(|c| c.max_inflight)
@@ -257,14 +265,17 @@ impl CapacityHeadroomConfig {
             .into_iter()
             .flatten()
             .max_by(|a, b| a.0.total_cmp(&b.0))?;
-        let u_judged = readings
-            .into_iter()
-            .flatten()
-            .map(judged)
-            .fold(0.0, f64::max);
+        let highest = |sigmas: f64| {
+            readings
+                .into_iter()
+                .flatten()
+                .map(bound(sigmas))
+                .fold(0.0, f64::max)
+        };
         Some(Reading {
             u,
-            u_judged,
+            u_judged: highest(-self.noise_sigmas),
+            u_high: highest(self.noise_sigmas),
             source,
             capacity: cap.and_then(|c| c.max_requests_per_second),
         })
@@ -295,8 +306,10 @@ struct Reading {
     /// The highest utilisation, as measured.
     u: f64,
     /// The highest utilisation the window proves: the request rate's share taken at its lower
-    /// noise bound ([`poisson_lower_fraction`]).
+    /// noise bound ([`poisson_bound_fraction`]).
     u_judged: f64,
+    /// The same at the upper noise bound.
+    u_high: f64,
     source: Source,
     /// The configured request rate capacity, when there is one.
     capacity: Option<f64>,
@@ -363,7 +376,7 @@ impl GroupDetector for CapacityHeadroom {
                 st.history.pop_front();
             }
             let eta = (st.history.len() >= cfg.projection_windows)
-                .then(|| saturation_in(&st.history, now))
+                .then(|| saturation_in(&st.history, now, cfg.projection_sigmas))
                 .flatten();
             let judged = reading.u_judged;
             let projected = cfg.projection_horizon_secs > 0.0
@@ -371,7 +384,7 @@ impl GroupDetector for CapacityHeadroom {
                 && eta.is_some_and(|t| t <= cfg.projection_horizon_secs);
             let over = judged >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
-            st.evidence.push(over, judged);
+            st.evidence.push_bounded(over, judged, reading.u_high);
             if st.streak >= cfg.consecutive_windows
                 && outlasts_a_burst(st, cfg.tolerated_burst_secs, window_secs)
             {
@@ -398,26 +411,32 @@ impl GroupDetector for CapacityHeadroom {
 /// is longer than any such burst can stretch a streak (its length in windows, plus a partial
 /// window at each end).
 fn outlasts_a_burst(st: &ShardState, tolerated: f64, w: f64) -> bool {
-    let longest_burst_streak = (tolerated / w.max(f64::MIN_POSITIVE)).ceil() + 1.0;
-    st.evidence.outlasts(tolerated, w) || f64::from(st.streak) > longest_burst_streak
+    st.evidence.outlasts(tolerated, w) || st.streak > longest_burst_streak(tolerated, w)
 }
 
-/// The fraction of a window's `requests` its rate is judged at: (n - z sqrt n) / n for
-/// `noise_sigmas` z, floored at 0. With z = 2, at 10 requests a window it is 0.37 (a handful of
-/// requests proves little), at 100 0.8, at 10,000 0.98: a well-measured rate is judged at
-/// nearly its value. Ordinary Poisson noise crosses a 2-sigma bound in about 2% of windows, so
-/// three such windows in a row about once in 10^5.
-fn poisson_lower_fraction(requests: u64, z: f64) -> f64 {
+/// The fraction of a window's `requests` its rate is judged at: (n + z sqrt n) / n, floored at
+/// 0; z = −`noise_sigmas` for the lower bound. With z = −2, at 10 requests a window it is 0.37
+/// (a handful of requests proves little), at 100 0.8, at 10,000 0.98: a well-measured rate is
+/// judged at nearly its value. Ordinary Poisson noise crosses a 2-sigma bound in about 2% of
+/// windows, so three such windows in a row about once in 10^5. The upper bound (z = +2) is the
+/// peak the shape of a streak is measured against.
+fn poisson_bound_fraction(requests: u64, z: f64) -> f64 {
     if requests == 0 {
         return 0.0;
     }
     let n = requests as f64;
-    ((n - z * n.sqrt()) / n).max(0.0)
+    ((n + z * n.sqrt()) / n).max(0.0)
 }
 
-/// Seconds from `now` until the least-squares line through `history` reaches utilisation 1;
-/// 0 when the line is already there; `None` when it is flat or falling.
-fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64) -> Option<f64> {
+/// Seconds from `now` until the least-squares line through `history` reaches utilisation 1,
+/// its slope taken `sigmas` standard errors low; 0 when the line is already there; `None` when
+/// that slope is not positive.
+///
+/// The standard error is the residuals' (n − 2 degrees of freedom) over √Σ(t − t̄)². A steady
+/// ramp fits its line closely and keeps nearly all its slope; load that moves in steps or noise
+/// fits it badly, and a slope read into a few steps (the benchmark's one-hour "day" rises in
+/// one-minute steps) is not a trend to page on.
+fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64, sigmas: f64) -> Option<f64> {
     let n = history.len() as f64;
     if n < 2.0 {
         return None;
@@ -438,10 +457,23 @@ fn saturation_in(history: &VecDeque<(f64, f64)>, now: f64) -> Option<f64> {
     }
     let slope = sxy / sxx;
     let at_now = mu - slope * mt;
-    if at_now >= 1.0 {
+    // The residuals' standard deviation, and with it the standard errors of the slope and of
+    // the line's value now (s·√(1/n + t̄²/Σ(t − t̄)²), t̄ the mean time before now).
+    let s = if n > 2.0 && sigmas > 0.0 {
+        let rss: f64 = history
+            .iter()
+            .map(|(t, u)| (u - (mu + slope * (t - now - mt))).powi(2))
+            .sum();
+        (rss / (n - 2.0)).sqrt()
+    } else {
+        0.0
+    };
+    // A burst at the end of the history lifts the line's end over 1 but fits it badly.
+    if at_now - sigmas * s * (1.0 / n + mt * mt / sxx).sqrt() >= 1.0 {
         return Some(0.0);
     }
-    (slope > 0.0).then(|| (1.0 - at_now) / slope)
+    let low = slope - sigmas * s / sxx.sqrt();
+    (low > 0.0).then(|| (1.0 - at_now) / low)
 }
 
 /// Everything a `CapacityHeadroom` finding reports; [`render`] turns it into text.
@@ -722,6 +754,22 @@ mod tests {
             let burst = [300.0 + 1200.0 * a, 1500.0, 300.0 + 1200.0 * (1.0 - a)];
             assert_eq!(run(20.0, &burst), None, "alignment {a}");
         }
+        // At 200 requests a window the rate is known to ±14% (2 sigma): the shape is judged on
+        // the partial windows' lower bounds against the full window's upper bound, so no
+        // noise makes a burst read as more windows than it holds; the step waits for the count.
+        let small = |tolerated: f64, windows: &[f64]| {
+            let mut rig = Rig::with(vec![cap("db", "*", 20.0)]);
+            rig.det.cfg.tolerated_burst_secs = tolerated;
+            for _ in 0..20 {
+                assert!(rig.window(&[6.0]).is_empty());
+            }
+            windows
+                .iter()
+                .position(|rps| !rig.window(&[*rps]).is_empty())
+        };
+        // Read high at its edges and low at its peak, a 20 s burst would show 2.6 windows.
+        assert_eq!(small(20.0, &[25.0, 24.0, 25.0, 6.0, 6.0]), None);
+        assert_eq!(small(20.0, &[20.0; 6]), Some(3));
         // Centred, all three windows are over the line: the count alone fires.
         assert_eq!(run(0.0, &[900.0, 1500.0, 900.0]), Some(2));
         assert_eq!(run(20.0, &[1500.0; 6]), Some(2));
@@ -739,6 +787,7 @@ mod tests {
         let reading = |u, capacity| Reading {
             u,
             u_judged: u,
+            u_high: u,
             source: Source::RequestRate,
             capacity: Some(capacity),
         };
@@ -872,9 +921,46 @@ mod tests {
             .map(|i| (i as f64 * 10.0, 0.5 + 0.01 * i as f64))
             .collect();
         // At t = 90 the line is at 0.59, rising 0.001/s: 410 s to go.
-        assert!((saturation_in(&h, 90.0).unwrap() - 410.0).abs() < 1e-6);
+        assert!((saturation_in(&h, 90.0, 0.0).unwrap() - 410.0).abs() < 1e-6);
+        // A perfect line has no standard error: the bound changes nothing.
+        assert!((saturation_in(&h, 90.0, 4.0).unwrap() - 410.0).abs() < 1e-6);
         let flat: VecDeque<(f64, f64)> = (0..10).map(|i| (i as f64, 0.5)).collect();
-        assert_eq!(saturation_in(&flat, 9.0), None);
+        assert_eq!(saturation_in(&flat, 9.0, 4.0), None);
+    }
+
+    #[test]
+    fn a_step_in_the_load_is_not_a_trend_to_project() {
+        // Utilisation 0.7 that steps to 0.75 (a diurnal day compressed into one-minute steps):
+        // the fitted slope would reach saturation within the 600 s horizon, but the line fits
+        // the step badly and its 4-sigma lower bound puts saturation beyond twice the horizon.
+        let h: VecDeque<(f64, f64)> = (0..10)
+            .map(|i| (i as f64 * 10.0, if i < 5 { 0.7 } else { 0.75 }))
+            .collect();
+        let fitted = saturation_in(&h, 90.0, 0.0).unwrap();
+        assert!(fitted < 600.0, "{fitted}");
+        let low = saturation_in(&h, 90.0, 4.0).map_or(f64::INFINITY, |t| t);
+        assert!(low > 2.0 * 600.0, "{low}");
+        // A noisy but steady ramp keeps its projection.
+        let ramp: VecDeque<(f64, f64)> = (0..10)
+            .map(|i| {
+                let wobble = if i % 2 == 0 { 0.005 } else { -0.005 };
+                (i as f64 * 10.0, 0.6 + 0.02 * i as f64 + wobble)
+            })
+            .collect();
+        // At 0.78 and rising 0.002/s it is 110 s from saturation; the bound adds under 20%.
+        let eta = saturation_in(&ramp, 90.0, 4.0).expect("a clear trend");
+        assert!((110.0..132.0).contains(&eta), "{eta}");
+        // A burst in the last windows lifts the line's end over saturation, not its bound.
+        let burst: VecDeque<(f64, f64)> = (0..10)
+            .map(|i| {
+                (
+                    i as f64 * 10.0,
+                    [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 2.75, 5.0, 2.75, 0.5][i],
+                )
+            })
+            .collect();
+        assert_eq!(saturation_in(&burst, 90.0, 0.0), Some(0.0));
+        assert_eq!(saturation_in(&burst, 90.0, 4.0), None);
     }
 
     #[test]

@@ -14,12 +14,18 @@
 //!   shard. The expected count is e_i = b_i·C/N, so diurnal swings in C cancel: no seasonal
 //!   model is needed (see docs/detectors.md, "Baselines").
 //! - **Over-dispersion.** Real counts are burstier than Poisson. Each shard estimates the NB2
-//!   dispersion g_i as the EWMA of ((c − e)² − e)/e², *unclipped* (clipping biases g upward),
-//!   from windows with e ≥ `min_mean_requests` (below it the estimator's own noise, about √2/e,
-//!   swamps it). The variance is e + g·e², floored at e/2 and 1 so a negative g from a quiet
-//!   stretch cannot make noise look significant.
-//! - **Score.** z_i = (c_i − e_i)/√var. The threshold is z* = Φ⁻¹(1 − α/N)
-//!   ([`hot_shard_z_threshold`]), Bonferroni over the group's shards: 4.16 at N = 64, α = 10⁻³.
+//!   dispersion g_i (variance e + g·e²) as the EWMA of ((c − e)² − e)/e², *unclipped* (clipping
+//!   biases g upward), from windows with e ≥ `min_mean_requests` (below it the estimator's own
+//!   noise, about √2/e, swamps it). A shard is judged on the larger of its own g and the
+//!   group's (the shards' estimates averaged, [`group_dispersion`]): one shard's estimate is
+//!   noisy, and at a thousand shards the lowest are far below the truth.
+//! - **Score.** z_i = T(c_i) − T(e_i), where T(x) = 2·asinh(√(g·x))/√g is the negative
+//!   binomial's variance-stabilising transform ([`nb_transform`]; 2√x, Poisson's, for g ≤ 0).
+//!   For bursty traffic it is about ln(x)/√g, so a shard is judged on the log of its ratio: the
+//!   plain (c − e)/√var reads the long tail of multiplicative bursts as many-sigma events (the
+//!   benchmark's `noisy_shards`, whose shards swing by e^(0.5·Z) every 10 s, fired 53 times per
+//!   1,000 shard-hours on it). The threshold is z* = Φ⁻¹(1 − α/N) ([`hot_shard_z_threshold`]),
+//!   Bonferroni over the group's shards: 4.16 at N = 64, α = 10⁻³.
 //!
 //! # Decision
 //!
@@ -29,11 +35,15 @@
 //! 3. s ≥ `fair_share_multiple`/N (2× fair share), so a cold shard doubling, or a stable mildly
 //!    skewed shard, never qualifies.
 //!
-//! The alert condition holds when the shard has been over for `consecutive_windows` (k = 4)
-//! windows in a row, **or** as soon as the excess counts of its run of over windows hold more
-//! than `tolerated_burst_secs` (20 s) plus half a window of excess at full strength (the shape
-//! of the evidence, [`crate::evidence`]: a step on a window boundary holds at its third
-//! window, a 20 s burst at any alignment never holds but for noise), **or** when its CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
+//! The alert condition holds when the shard has been over for k windows in a row, k the larger
+//! of `consecutive_windows` (4) and ⌈d/w⌉ + 2 for d = `tolerated_burst_secs` (20 s) at windows
+//! of w seconds (one more than a burst of d can touch: 6 at 5 s windows); **or** when the streak
+//! is both longer than such a burst can make and at least three windows (at 30 s windows a
+//! 20 s burst touches two); **or** as soon as the excess counts of its run of over windows
+//! hold more than d plus half a window of excess at full strength, and at least 2.5 windows'
+//! worth (the shape of the evidence, [`crate::evidence`]: a step on a window boundary holds at
+//! its third window, a 20 s burst at any alignment never holds but for noise); **or** when its
+//! CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
 //! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
 //! smaller persistent shifts that rarely cross z* in one window.
 //! Only windows that pass gate 2 add to S (others subtract κ, or more for negative z), so a
@@ -56,7 +66,8 @@
 //! scenario does fire with k = 3). The shape rule above wins back one window for a step
 //! (30 s instead of 40 s, docs/adr/003-the-shape-of-the-evidence.md); the count alone would be
 //! 40 s after a step instead of 20 s;
-//! set `consecutive_windows: 2` to trade burst alerts for the faster verdict (see
+//! set `consecutive_windows: 2` and `tolerated_burst_secs: 0` to trade burst alerts for the
+//! faster verdict (see
 //! docs/adr/002-four-windows-before-a-hot-verdict.md). A slow burn is caught sooner than k
 //! windows after it crosses the gates, because the CUSUM has been charging since it passed
 //! 1.25× its usual load.
@@ -84,8 +95,8 @@
 //! - Over-dispersed (bursty) traffic widens the variance through g.
 //! - Diurnal load: shares, and so r and e/C, do not move when the whole group scales.
 //! - A stable skew (Zipf keys hashed onto shards): the baseline *is* the skew, so c/e ≈ 1.
-//! - A short burst: up to 20 s it touches at most three windows, one fewer than k, and the
-//!   capped CUSUM needs k windows too.
+//! - A short burst: up to 20 s it touches at most ⌈20/w⌉ + 1 windows, one fewer than k, and
+//!   the capped CUSUM needs k windows too.
 //! - Low volume (e.g. 256 shards at 2 req/s): the fair-share gate needs a doubling, which at
 //!   λ = 20 is a 4.5σ Poisson event, and it must repeat four windows running.
 //! - Scale-in/out: the baseline is a load ratio, so unaffected shards keep r ≈ b.
@@ -108,7 +119,7 @@ use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
     ratio_2dp,
 };
-use crate::evidence::StepEvidence;
+use crate::evidence::{StepEvidence, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
@@ -306,6 +317,7 @@ impl GroupDetector for HotShard {
             n: loaded.len() as f64,
             total: loaded.iter().map(|s| s.requests as f64).sum(),
             z_star: hot_shard_z_threshold(loaded.len(), cfg.family_alpha),
+            dispersion: group_dispersion(loaded.iter().filter_map(|s| states.get(&s.shard))),
         };
         if gw.total / gw.n < cfg.min_mean_requests {
             // Too little data: no verdict, nothing learned. Streaks restart.
@@ -335,6 +347,25 @@ struct GroupWindow {
     total: f64,
     /// z* = Φ⁻¹(1 − α/N).
     z_star: f64,
+    /// The group's dispersion: its shards' estimates of g, averaged ([`group_dispersion`]).
+    dispersion: f64,
+}
+
+/// The shards' dispersion estimates averaged, each weighted by the windows it has learned
+/// from; 0 when none has any. One shard's g is an average of a few hundred very noisy
+/// squares, and at a thousand shards the lowest of them are far below the truth: judged on
+/// its own low g, a shard's ordinary bursts look significant. The group's average is steady,
+/// and a shard is judged on the larger of its own g and the group's, so a shard burstier than
+/// its peers still widens its own variance.
+fn group_dispersion<'a>(states: impl Iterator<Item = &'a ShardState>) -> f64 {
+    let (sum, weight) = states.fold((0.0, 0.0), |(sum, weight), st| match st.dispersion.raw() {
+        Some(g) => {
+            let w = f64::from(st.dispersion.samples());
+            (sum + w * g, weight + w)
+        }
+        None => (sum, weight),
+    });
+    if weight > 0.0 { sum / weight } else { 0.0 }
 }
 
 /// Judges one shard with `c` requests against its baseline, updates its state (streak, CUSUM,
@@ -356,6 +387,7 @@ fn judge(
         learn(st, r, c, total, n, cfg, alpha);
         return None;
     };
+    let k = windows_needed(cfg, window_secs);
     let mut sc = score(st, b, gw, c);
     let share_ok = share >= cfg.fair_share_multiple / n;
     let practical = sc.ratio >= cfg.min_ratio && share_ok;
@@ -363,13 +395,17 @@ fn judge(
     st.streak = if over { st.streak + 1 } else { 0 };
     st.evidence.push(over, c - sc.expected);
     let step = st.evidence.outlasts(cfg.tolerated_burst_secs, window_secs);
-    st.cusum = (st.cusum + cusum_step(cfg, &sc)).clamp(0.0, cfg.cusum_threshold);
+    st.cusum = (st.cusum + cusum_step(cfg, k, &sc)).clamp(0.0, cfg.cusum_threshold);
     sc.cusum = st.cusum;
     let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
     // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
     let elevated = sc.z >= cfg.clear_z_fraction * z_star;
     let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
-    let holds = st.streak >= cfg.consecutive_windows || step || cusum_holds || holds_on;
+    // A streak longer than any tolerated burst can make is not one, whatever its shape: at
+    // windows longer than half the burst that comes before k (three windows at 30 s windows).
+    let outlasts_by_count = st.streak >= MIN_STREAK
+        && st.streak > longest_burst_streak(cfg.tolerated_burst_secs, window_secs);
+    let holds = st.streak >= k || step || outlasts_by_count || cusum_holds || holds_on;
     let suspicious = sc.ratio >= cfg.min_ratio && elevated;
     st.suspect = if suspicious && !alerting {
         st.suspect + 1
@@ -383,15 +419,41 @@ fn judge(
     holds.then_some(sc)
 }
 
-/// A shard's figures for count `c` against baseline load ratio `b`: expected count, NB2
-/// z-score and ratio. The CUSUM is left at 0 for the caller to fill in.
+/// The fewest windows over threshold in a row that hold by count alone, however long the
+/// windows: one or two windows significant by chance are likelier than three.
+const MIN_STREAK: u32 = 3;
+
+/// Windows over threshold in a row that are always enough: `consecutive_windows`, but never
+/// fewer than one more than the longest streak a tolerated burst can make (⌈d/w⌉ + 1 windows),
+/// so that at short windows the count of windows does not undo the burst tolerance: at 5 s
+/// windows a 20 s burst can touch five.
+fn windows_needed(cfg: &HotShardConfig, window_secs: f64) -> u32 {
+    cfg.consecutive_windows
+        .max(longest_burst_streak(cfg.tolerated_burst_secs, window_secs).saturating_add(1))
+}
+
+/// The negative-binomial variance-stabilising transform: for counts of mean μ and variance
+/// μ + gμ², T(x) = 2·asinh(√(g·x))/√g has a variance of about 1 whatever μ; for g → 0 it is
+/// Poisson's 2√x. Differences of T are a z-score that stays honest in the tail: for bursty
+/// traffic (large gμ) T is about ln(x)/√g, so a shard whose load is multiplied by random
+/// factors is judged on the log of its ratio, where the plain (c − μ)/√var would read a
+/// lognormal tail as a many-sigma event. A negative g (an under-dispersed spell) counts as 0.
+fn nb_transform(x: f64, g: f64) -> f64 {
+    let x = x.max(0.0);
+    if g > 1e-12 {
+        2.0 * (g * x).sqrt().asinh() / g.sqrt()
+    } else {
+        2.0 * x.sqrt()
+    }
+}
+
+/// A shard's figures for count `c` against baseline load ratio `b`: expected count, ratio and
+/// z = T(c) − T(e) on the shard's learned dispersion ([`nb_transform`]). The CUSUM is left at
+/// 0 for the caller to fill in.
 fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
     let (n, total) = (gw.n, gw.total);
     let expected = b / n * total;
-    let g_hat = st.dispersion.raw().unwrap_or(0.0);
-    let var = (expected + g_hat * expected * expected)
-        .max(expected / 2.0)
-        .max(1.0);
+    let g_hat = st.dispersion.raw().unwrap_or(0.0).max(gw.dispersion);
     Score {
         share: c / total,
         fair: 1.0 / n,
@@ -402,7 +464,7 @@ fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
         } else {
             f64::INFINITY
         },
-        z: (c - expected) / var.sqrt(),
+        z: nb_transform(c, g_hat) - nb_transform(expected, g_hat),
         z_star: gw.z_star,
         cusum: 0.0,
     }
@@ -410,12 +472,11 @@ fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
 
 /// This window's CUSUM increment. Only practically significant windows build the sum: a drift
 /// of a few percent at high volume (z > κ, ratio under `min_ratio`) must not charge it for a
-/// later burst. Each step is capped at h/k, so the CUSUM never fires sooner than the
-/// threshold rule.
-fn cusum_step(cfg: &HotShardConfig, sc: &Score) -> f64 {
+/// later burst. Each step is capped at h/k for the `k` of [`windows_needed`], so the CUSUM
+/// never fires sooner than the threshold rule.
+fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
     if sc.ratio >= cfg.min_ratio {
-        (sc.z.min(sc.z_star) - cfg.cusum_slack)
-            .min(cfg.cusum_threshold / f64::from(cfg.consecutive_windows))
+        (sc.z.min(sc.z_star) - cfg.cusum_slack).min(cfg.cusum_threshold / f64::from(k))
     } else {
         sc.z.min(0.0) - cfg.cusum_slack
     }
@@ -643,6 +704,7 @@ mod tests {
             n: 16.0,
             total: 3400.0,
             z_star: hot_shard_z_threshold(16, cfg.family_alpha),
+            dispersion: 0.0,
         };
         // Baseline load ratio 1 (a fair shard), no over-dispersion learned: Poisson variance.
         let sc = score(&ShardState::default(), 1.0, &gw, 400.0);
@@ -652,17 +714,21 @@ mod tests {
             (400.0 / 3400.0, 1.0 / 16.0, 1.0 / 16.0)
         );
         assert!((sc.ratio - 400.0 / 212.5).abs() < 1e-12);
-        assert!((sc.z - 187.5 / 212.5f64.sqrt()).abs() < 1e-12);
+        // No over-dispersion learned: Poisson's transform, 2(√c − √e).
+        assert!((sc.z - 2.0 * (400f64.sqrt() - 212.5f64.sqrt())).abs() < 1e-12);
         // Far over z*: the step is capped at h/k.
-        let cap = cfg.cusum_threshold / f64::from(cfg.consecutive_windows);
-        assert_eq!(cusum_step(&cfg, &sc), cap);
+        let k = windows_needed(&cfg, 10.0);
+        assert_eq!(k, 4);
+        assert_eq!(windows_needed(&cfg, 5.0), 6);
+        assert_eq!(windows_needed(&cfg, 30.0), 4);
+        assert_eq!(cusum_step(&cfg, k, &sc), cfg.cusum_threshold / 4.0);
         // Under min_ratio the sum only drains.
         let calm = Score {
             ratio: 1.1,
             z: 3.0,
             ..sc
         };
-        assert_eq!(cusum_step(&cfg, &calm), -cfg.cusum_slack);
+        assert_eq!(cusum_step(&cfg, k, &calm), -cfg.cusum_slack);
         // A shard that usually takes nothing has an infinite ratio.
         assert_eq!(
             score(&ShardState::default(), 0.0, &gw, 5.0).ratio,
@@ -744,6 +810,92 @@ mod tests {
                 assert!(rig.window(&uniform(16, 300.0), true, None).is_empty());
             }
         }
+    }
+
+    /// The window at which a shard of 16 with `counts` (its share of each window, 1.0 its fair
+    /// share of 300) first holds, at windows of `window_secs`, after a warm-up at its fair share.
+    fn first_hold(window_secs: f64, counts: &[f64]) -> Option<usize> {
+        let cfg = HotShardConfig::default();
+        let alpha = alpha_for(window_secs, cfg.baseline_tau_secs);
+        let mut st = ShardState::default();
+        let gw = |c: f64| GroupWindow {
+            n: 16.0,
+            total: 15.0 * 300.0 + c,
+            z_star: hot_shard_z_threshold(16, cfg.family_alpha),
+            dispersion: 0.0,
+        };
+        for _ in 0..40 {
+            judge(
+                &cfg,
+                (alpha, window_secs),
+                &mut st,
+                &gw(300.0),
+                300.0,
+                false,
+            );
+        }
+        counts.iter().position(|&m| {
+            let c = 300.0 * m;
+            judge(&cfg, (alpha, window_secs), &mut st, &gw(c), c, false).is_some()
+        })
+    }
+
+    #[test]
+    fn bursts_are_tolerated_in_seconds_at_any_window_length() {
+        // 5 s windows: a 5x burst of 20 s touches five windows, at any alignment.
+        for part in [0.1, 0.5, 0.9] {
+            let burst = [1.0 + 4.0 * part, 5.0, 5.0, 5.0, 5.0 - 4.0 * part, 1.0, 1.0];
+            assert_eq!(first_hold(5.0, &burst), None, "{part}");
+        }
+        // ...and a step proves itself once it holds 4.5 windows' worth: its fifth window.
+        assert_eq!(first_hold(5.0, &[5.0; 8]), Some(4));
+        // 30 s windows: a 20 s burst touches two windows, two thirds of one at most.
+        for part in [0.0, 0.33, 0.67] {
+            let burst = [1.0 + 4.0 * part, 1.0 + 4.0 * (2.0 / 3.0 - part), 1.0, 1.0];
+            assert_eq!(first_hold(30.0, &burst), None, "{part}");
+        }
+        // ...and a step holds on its third window, by count: no burst makes three.
+        assert_eq!(first_hold(30.0, &[5.0; 5]), Some(2));
+        // A step that starts half way into a window (3x, then 5x).
+        assert_eq!(first_hold(30.0, &[3.0, 5.0, 5.0, 5.0]), Some(2));
+        // 10 s windows as before: the third window of a step on a boundary.
+        assert_eq!(first_hold(10.0, &[5.0; 5]), Some(2));
+    }
+
+    #[test]
+    fn a_shard_is_judged_on_its_groups_dispersion_when_its_own_is_lower() {
+        let (cfg, alpha) = (HotShardConfig::default(), alpha_for(10.0, 3600.0));
+        let mut st = ShardState::default();
+        let gw = |c: f64, dispersion: f64| GroupWindow {
+            n: 16.0,
+            total: 15.0 * 300.0 + c,
+            z_star: hot_shard_z_threshold(16, cfg.family_alpha),
+            dispersion,
+        };
+        for _ in 0..40 {
+            judge(&cfg, (alpha, 10.0), &mut st, &gw(300.0, 0.0), 300.0, false);
+        }
+        // Its own counts were exact (g < 0): Poisson, a doubling is 10 sigma.
+        let calm = score(&st, 1.0, &gw(600.0, 0.0), 600.0);
+        assert!(calm.z > 9.0, "{calm:?}");
+        // In a group whose shards vary by e^(0.5 Z) (g about 0.28) it is about ln(c/e)/√g:
+        // ln 1.88 / 0.53.
+        let bursty = score(&st, 1.0, &gw(600.0, 0.28), 600.0);
+        assert!((1.0..1.4).contains(&bursty.z), "{bursty:?}");
+        let mut states = BTreeMap::new();
+        for (name, g, n) in [("a", 0.1, 100), ("b", 0.4, 300)] {
+            let mut st = ShardState::default();
+            for _ in 0..n {
+                st.dispersion.update(g, 1.0 / 360.0);
+            }
+            states.insert(name, st);
+        }
+        let pooled = group_dispersion(states.values());
+        assert!(
+            (pooled - (0.1 * 100.0 + 0.4 * 300.0) / 400.0).abs() < 1e-9,
+            "{pooled}"
+        );
+        assert_eq!(group_dispersion(std::iter::empty()), 0.0);
     }
 
     #[test]
