@@ -28,6 +28,14 @@
 //! upper one), or it is longer than such a burst can stretch a streak. The finding's
 //! severity is `critical` while u ≥ `critical_utilisation` (0.9), else the configured severity.
 //!
+//! The condition also holds once the request rate's evidence across windows proves it over the
+//! line ([`crate::sequential`]): a CUSUM of the Poisson LLR of each window's count, the rate
+//! at `warn_utilisation` of capacity against `critical_utilisation`, threshold from
+//! `false_alarms_per_shard_hour`, each window adding at most 1/k of it for k =
+//! ⌈`tolerated_burst_secs`/w⌉ + 3. A quiet shard whose windows are each too small to prove it
+//! over the line at 2 sigma proves it in several (a shard at 0.9 with 280 requests a window:
+//! the ninth window).
+//!
 //! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is exponential with
 //! mean 1/(μ(1 − ρ)), so its p99 is ln(100)/(μ(1 − ρ)): 1/(1 − ρ) times the unloaded p99, 5× at
 //! ρ = 0.8 and 10× at 0.9 (see docs/detectors.md, CapacityHeadroom). Past 0.8 every further
@@ -61,6 +69,7 @@ use crate::detect::{
 };
 use crate::evidence::{StepEvidence, longest_burst_streak};
 use crate::observation::quote;
+use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -94,6 +103,9 @@ pub struct CapacityHeadroomConfig {
     /// The projection uses the fitted slope less this many of its standard errors: a trend
     /// must be clear, not read into steps or noise (0 projects the fitted slope itself).
     pub projection_sigmas: f64,
+    /// False alarms per shard-hour the sequential test of the request rate allows (the rate
+    /// at `warn_utilisation` against `critical_utilisation`, accumulated across windows).
+    pub false_alarms_per_shard_hour: f64,
 }
 
 /// A shard's capacity.
@@ -126,6 +138,7 @@ impl Default for CapacityHeadroomConfig {
             projection_horizon_secs: 600.0,
             projection_min_utilisation: 0.5,
             projection_sigmas: 4.0,
+            false_alarms_per_shard_hour: 1e-4,
         }
     }
 }
@@ -178,6 +191,12 @@ impl DetectorSettings for CapacityHeadroomConfig {
             10.0,
         );
         p.range("projection_sigmas", self.projection_sigmas, 0.0, 100.0);
+        p.range(
+            "false_alarms_per_shard_hour",
+            self.false_alarms_per_shard_hour,
+            1e-12,
+            1.0,
+        );
     }
 }
 
@@ -324,6 +343,9 @@ pub struct ShardState {
     evidence: StepEvidence,
     /// (window end, utilisation), oldest first, at most `projection_windows`.
     history: VecDeque<(f64, f64)>,
+    /// Evidence that the request rate is over the line, accumulated across windows.
+    #[serde(default)]
+    rate_evidence: Cusum,
 }
 
 /// The `CapacityHeadroom` detector. See the module docs.
@@ -331,6 +353,9 @@ pub struct ShardState {
 pub struct CapacityHeadroom {
     cfg: CapacityHeadroomConfig,
     window_secs: f64,
+    /// The sequential test of the request rate: `None` when `critical_utilisation` is not
+    /// above `warn_utilisation` (no alternative to test against).
+    rate_test: Option<(Poisson, Sequential)>,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -385,9 +410,23 @@ impl GroupDetector for CapacityHeadroom {
             let over = judged >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
             st.evidence.push_bounded(over, judged, reading.u_high);
-            if st.streak >= cfg.consecutive_windows
-                && outlasts_a_burst(st, cfg.tolerated_burst_secs, window_secs)
-            {
+            // Beside the windows' own verdicts, the request rate's evidence across windows: a
+            // shard whose windows are each too small to prove it over the line proves it in
+            // a few more.
+            let accumulated = match (self.rate_test, reading.capacity) {
+                (Some((test, seq)), Some(rps)) => {
+                    let expected = cfg.warn_utilisation * rps * window_secs;
+                    st.rate_evidence.push(test.llr(s.requests, expected), &seq);
+                    st.rate_evidence.holds(&seq)
+                }
+                _ => {
+                    st.rate_evidence.reset();
+                    false
+                }
+            };
+            let windows = st.streak >= cfg.consecutive_windows
+                && outlasts_a_burst(st, cfg.tolerated_burst_secs, window_secs);
+            if windows || accumulated {
                 out.push(render(
                     &g.group,
                     &s.shard,
@@ -599,9 +638,19 @@ impl DetectorKind for CapacityHeadroom {
     }
 
     fn new(cfg: CapacityHeadroomConfig, window_secs: f64) -> Self {
+        let rate_test = Poisson::new(cfg.critical_utilisation / cfg.warn_utilisation).map(|t| {
+            let k = cfg
+                .consecutive_windows
+                .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
+            (
+                t,
+                Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+            )
+        });
         CapacityHeadroom {
             cfg,
             window_secs,
+            rate_test,
             state: BTreeMap::new(),
         }
     }
@@ -773,6 +822,29 @@ mod tests {
         // Centred, all three windows are over the line: the count alone fires.
         assert_eq!(run(0.0, &[900.0, 1500.0, 900.0]), Some(2));
         assert_eq!(run(20.0, &[1500.0; 6]), Some(2));
+    }
+
+    #[test]
+    fn a_quiet_shard_near_capacity_is_proven_across_windows_not_by_one() {
+        // 252 requests a window at 0.9 of capacity: one window proves only 0.79 at 2 sigma,
+        // under the line, but the rate's evidence accumulates.
+        let first = |u: f64| {
+            let mut rig = Rig::with(vec![cap("db", "*", 28.0)]);
+            rig.det.cfg.projection_horizon_secs = 0.0;
+            (0..60).position(|_| !rig.window(&[28.0 * u]).is_empty())
+        };
+        assert!(poisson_bound_fraction(252, -2.0) * 0.9 < 0.8);
+        // h = 15.1 at 10 s windows; a window at 0.9 adds 252 ln(9/8) - 224/8 = 1.68: the ninth.
+        assert_eq!(first(0.9), Some(8));
+        // Under the crossover (0.85 of capacity) the evidence drains.
+        assert_eq!(first(0.83), None);
+        // A 20 s burst to any height adds at most two fifths of h.
+        let mut rig = Rig::with(vec![cap("db", "*", 28.0)]);
+        rig.det.cfg.projection_horizon_secs = 0.0;
+        rig.det.cfg.noise_sigmas = 10.0;
+        for rps in [14.0, 280.0, 280.0, 14.0, 14.0, 14.0] {
+            assert!(rig.window(&[rps]).is_empty(), "{rps}");
+        }
     }
 
     #[test]
