@@ -33,7 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::{DRAIN_WINDOWS, StepEvidence};
+use crate::evidence::{DRAIN_WINDOWS, StepEvidence, longest_burst_streak};
 
 /// Smallest threshold [`threshold_for`] returns: below it a single window could hold as much
 /// evidence as the bound allows noise to give.
@@ -209,12 +209,10 @@ impl Cusum {
 /// With k = ⌈d/w⌉ + 2 the margin was one window, e^(−h/k), and a 20 s pile-up on top of a
 /// little noise fired (`short_pile_ups` in the scenario traces).
 pub fn burst_proof_windows(tolerated_secs: f64, window_secs: f64) -> u32 {
-    if tolerated_secs.is_nan() || tolerated_secs <= 0.0 {
-        return 0;
+    match longest_burst_streak(tolerated_secs, window_secs) {
+        0 => 0,
+        touched => touched.saturating_add(2),
     }
-    let covered = (tolerated_secs / window_secs.max(f64::MIN_POSITIVE)).ceil();
-    // Bounded by the configs' ranges; the cast saturates anyway.
-    (covered as u32).saturating_add(3)
 }
 
 /// The quick way to a verdict, beside a burst-proof [`Cusum`]: the same LLRs in a CUSUM that

@@ -22,10 +22,11 @@
 //! `projection_horizon_secs` (10 min; 0 turns projection off) while u is already at least
 //! `projection_min_utilisation` (0.5). For the request-rate signal u is judged at its lower
 //! noise bound: the window's count n less `noise_sigmas` (2) standard deviations of Poisson
-//! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such windows in a row, once the streak cannot be a
-//! burst of `tolerated_burst_secs` (20 s): its utilisation fills more windows than such a burst
-//! could (the shape rule of [`crate::evidence`], each window's lower bound against the peak's
-//! upper one), or it is longer than such a burst can stretch a streak. The finding's
+//! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such
+//! windows in a row, once the streak cannot be a burst of `tolerated_burst_secs` (20 s): its
+//! utilisation fills more windows than such a burst could (the shape rule of
+//! [`crate::evidence`], each window's lower bound against the peak's upper one), or it is
+//! longer than such a burst can stretch a streak. The finding's
 //! severity is `critical` while u ≥ `critical_utilisation` (0.9), else the configured severity.
 //!
 //! The condition also holds once the request rate's evidence across windows proves it over the
