@@ -125,6 +125,49 @@ impl Poisson {
         count as f64 * self.ln_ratio - (self.ratio - 1.0) * expected
     }
 
+    /// The LLR of `count` when `expected` was expected and counts are over-dispersed: negative
+    /// binomial with variance μ + g·μ² at either mean (the test of μ = `expected` against
+    /// `ratio` times it). Per count it adds ln(ratio·(1 + g·e)/(1 + g·ratio·e)) and it subtracts
+    /// ln((1 + g·ratio·e)/(1 + g·e))/g, so at large g·e, where a window's count says little
+    /// about its rate, a window adds little whatever its count. It is a likelihood ratio like
+    /// [`Poisson::llr`], whose value it takes for g ≤ 0, so the false-alarm bound of the module
+    /// holds when the counts are that over-dispersed or less.
+    pub fn llr_overdispersed(&self, count: u64, expected: f64, g: f64) -> f64 {
+        if !(g > 1e-12 && g.is_finite()) {
+            return self.llr(count, expected);
+        }
+        if !(expected > 0.0 && expected.is_finite()) {
+            return 0.0;
+        }
+        let (null, alt) = (1.0 + g * expected, 1.0 + g * self.ratio * expected);
+        count as f64 * (self.ln_ratio + null.ln() - alt.ln()) - (alt.ln() - null.ln()) / g
+    }
+
+    /// The test whose crossover ([`Poisson::crossover`]) is `multiple`: evidence accumulates
+    /// only for a rate above `multiple` times the expectation and drains below it. `None`
+    /// unless `multiple > 1` and finite.
+    pub fn with_crossover(multiple: f64) -> Option<Poisson> {
+        if !(multiple > 1.0 && multiple.is_finite()) {
+            return None;
+        }
+        // (ρ − 1)/ln ρ rises from 1 (at ρ → 1) without bound; it is below ρ, so the root
+        // lies in (1, 2·multiple·(1 + ln multiple)]. Bisection: 200 halvings are plenty.
+        let crossover = |r: f64| (r - 1.0) / r.ln();
+        let (mut lo, mut hi) = (1.0, 2.0 * multiple * (1.0 + multiple.ln()));
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            if crossover(mid) < multiple {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Poisson::new(0.5 * (lo + hi))
+    }
+
     /// The expected LLR of a window expecting `expected` when the true rate is `actual`
     /// times the expectation.
     pub fn drift(&self, expected: f64, actual: f64) -> f64 {
@@ -335,6 +378,67 @@ mod tests {
         assert!(p.drift(10.0, p.crossover()).abs() < 1e-12);
         assert!(p.drift(10.0, 1.0) < 0.0 && p.drift(10.0, 2.0) > 0.0);
         assert_eq!(Poisson::new(1.0), None);
+    }
+
+    /// Natural logarithms of the negative binomial probabilities of 0, 1, 2, … for mean `mu`
+    /// and dispersion `g` (logarithms: far tail terms times large ratios must not be 0 × ∞).
+    fn nb_ln_pmf(mu: f64, g: f64, upto: u64) -> Vec<f64> {
+        let r = 1.0 / g;
+        let mut ln_p = r * (r / (r + mu)).ln();
+        let mut out = Vec::new();
+        for c in 0..=upto {
+            out.push(ln_p);
+            ln_p += ((c as f64 + r) / (c as f64 + 1.0) * mu / (r + mu)).ln();
+        }
+        out
+    }
+
+    #[test]
+    fn the_overdispersed_llr_is_a_likelihood_ratio() {
+        let p = Poisson::new(3.0).unwrap();
+        for (e, g) in [
+            (0.5, 0.3),
+            (2.0, 0.3),
+            (10.0, 0.3),
+            (40.0, 1.0),
+            (5.0, 0.01),
+        ] {
+            // Under the null its exponential has mean exactly 1 (the module's bound), and under
+            // the alternative its mean is the Kullback–Leibler divergence, positive.
+            let upto = 20_000;
+            let null = nb_ln_pmf(e, g, upto);
+            let mean_ratio: f64 = (0..=upto)
+                .map(|c| (null[c as usize] + p.llr_overdispersed(c, e, g)).exp())
+                .sum();
+            assert!((mean_ratio - 1.0).abs() < 1e-9, "e {e} g {g}: {mean_ratio}");
+            let alt = nb_ln_pmf(3.0 * e, g, upto);
+            let kl: f64 = (0..=upto)
+                .map(|c| alt[c as usize].exp() * p.llr_overdispersed(c, e, g))
+                .sum();
+            assert!(kl > 0.0, "e {e} g {g}: {kl}");
+        }
+        // No dispersion is Poisson's; much dispersion makes a window worth little.
+        assert_eq!(p.llr_overdispersed(7, 2.0, 0.0), p.llr(7, 2.0));
+        assert!((p.llr_overdispersed(7, 2.0, 1e-9) - p.llr(7, 2.0)).abs() < 1e-6);
+        assert!(p.llr_overdispersed(300, 100.0, 0.3) < 0.1 * p.llr(300, 100.0));
+        assert_eq!(p.llr_overdispersed(3, 0.0, 0.3), 0.0);
+    }
+
+    #[test]
+    fn a_test_can_be_built_for_its_crossover() {
+        for m in [1.01, 1.25, 2.0, 3.7, 50.0] {
+            let p = Poisson::with_crossover(m).unwrap();
+            assert!(
+                (p.crossover() - m).abs() < 1e-9 * m,
+                "{m}: {}",
+                p.crossover()
+            );
+        }
+        // A crossover of 2 is a test against about 3.5 times the expectation.
+        let p = Poisson::with_crossover(2.0).unwrap();
+        assert!(p.drift(1.0, 1.99) < 0.0 && p.drift(1.0, 2.01) > 0.0);
+        assert_eq!(Poisson::with_crossover(1.0), None);
+        assert_eq!(Poisson::with_crossover(f64::INFINITY), None);
     }
 
     #[test]

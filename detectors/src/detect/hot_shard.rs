@@ -45,7 +45,8 @@
 //! its third window, a 20 s burst at any alignment never holds but for noise); **or** when its
 //! CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
 //! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
-//! smaller persistent shifts that rarely cross z* in one window.
+//! smaller persistent shifts that rarely cross z* in one window; **or** when the request
+//! count's evidence across windows has reached its threshold (below).
 //! Only windows that pass gate 2 add to S (others subtract κ, or more for negative z), so a
 //! drift of a few percent at high volume cannot charge S for a later one-window burst to cash
 //! in. Each window adds at most h/k, so the CUSUM never fires sooner than the threshold rule
@@ -82,10 +83,25 @@
 //!   z ≥ `clear_z_fraction`·z*): a slow burn must not teach the baseline that it is normal
 //!   before it fires. A suspect shard that has not fired after `max_suspect_windows` (15 min)
 //!   is a modest permanent shift, and the baseline learns it again.
-//! - **Too little data.** A window whose mean count per shard C/N is below `min_mean_requests`
-//!   (10) gives no verdict and teaches nothing: Poisson noise alone then moves a shard by ±30%.
-//!   Low-traffic systems should **widen the window** (`window.window_secs`) until there are at
-//!   least 10, better 100, requests per shard per window.
+//! - **Too little data for one window.** A window whose mean count per shard C/N is below
+//!   `min_mean_requests` (10) gives no window verdict (Poisson noise alone then moves a shard by
+//!   ±30%), but it still teaches the baselines and adds to the evidence across windows.
+//!
+//! # Evidence across windows
+//!
+//! Beside the window rules, every window in which a warm shard has requests adds to a CUSUM
+//! ([`crate::sequential`]) the log-likelihood ratio of its count c: expected e against ρ·e,
+//! negative binomial on the group's dispersion (the shard's own too once its windows expect
+//! `min_mean_requests`). ρ is chosen so that the crossover, the rate above which evidence
+//! accumulates, is the practical gate: max(`min_ratio`, `fair_share_multiple`/b) times the
+//! expected count (ρ ≈ 3.5 for a fair shard, whose gate is 2× its share). The threshold comes
+//! from `false_alarms_per_shard_hour` (10⁻⁴: 15.1 at 10 s windows) and a window adds at most
+//! 1/k of it, k = max(the count rule's windows, ⌈`tolerated_burst_secs`/w⌉ + 3) (five at 10 s
+//! windows), so a 20 s burst cannot fill it. A busy hot shard fills it in k windows, after the
+//! window rules; a quiet one later: 64 shards at 10 req/s (1.6 requests per shard-window) are
+//! judged in about 100 s, where the window rules never speak. Below about one request per
+//! shard-window a shard's baseline takes longer than the benchmark's warm-up to learn (a shard
+//! seen in one window of seven needs 30 such windows), and nothing is judged before it.
 //!
 //! # Why it does not false-alarm
 //!
@@ -121,6 +137,7 @@ use crate::detect::{
 };
 use crate::evidence::{StepEvidence, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
+use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 
@@ -160,6 +177,9 @@ pub struct HotShardConfig {
     pub max_suspect_windows: u32,
     /// Lower-bound share of the shard its top key needs for the `hot_key` attribution.
     pub hot_key_share: f64,
+    /// False alarms per shard-hour the sequential test of the shard's request count allows
+    /// (evidence accumulated across windows, for shards too quiet for one window to tell).
+    pub false_alarms_per_shard_hour: f64,
 }
 
 impl Default for HotShardConfig {
@@ -180,6 +200,7 @@ impl Default for HotShardConfig {
             clear_z_fraction: 0.5,
             max_suspect_windows: 90,
             hot_key_share: 0.5,
+            false_alarms_per_shard_hour: 1e-4,
         }
     }
 }
@@ -234,6 +255,12 @@ impl DetectorSettings for HotShardConfig {
         // 0 is valid: a suspect shard then keeps learning at once.
         p.windows_from("max_suspect_windows", self.max_suspect_windows as usize, 0);
         p.range("hot_key_share", self.hot_key_share, 0.0, 1.0);
+        p.range(
+            "false_alarms_per_shard_hour",
+            self.false_alarms_per_shard_hour,
+            1e-12,
+            1.0,
+        );
     }
 }
 
@@ -253,6 +280,9 @@ pub struct ShardState {
     evidence: StepEvidence,
     /// Consecutive suspect windows without an active alert.
     suspect: u32,
+    /// The request count's evidence across windows ([`crate::sequential`]).
+    #[serde(default)]
+    rate_evidence: Cusum,
 }
 
 /// One shard's figures in one window, against its baseline.
@@ -272,8 +302,7 @@ struct Score {
 #[derive(Debug, Clone)]
 pub struct HotShard {
     cfg: HotShardConfig,
-    alpha: f64,
-    window_secs: f64,
+    time: Timing,
     /// Per group, per shard state; sorted maps for deterministic iteration.
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
@@ -319,19 +348,20 @@ impl GroupDetector for HotShard {
             z_star: hot_shard_z_threshold(loaded.len(), cfg.family_alpha),
             dispersion: group_dispersion(loaded.iter().filter_map(|s| states.get(&s.shard))),
         };
-        if gw.total / gw.n < cfg.min_mean_requests {
-            // Too little data: no verdict, nothing learned. Streaks restart.
+        // Too few requests for one window's verdict: streaks restart, and only the evidence
+        // across windows speaks.
+        let quiet = gw.total / gw.n < cfg.min_mean_requests;
+        if quiet {
             for st in states.values_mut() {
                 st.streak = 0;
+                st.evidence = StepEvidence::default();
             }
-            return;
         }
         for s in loaded {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let alerting = ctx.alerts.is_active(HotShard::ALERTNAME, &labels);
-            let time = (self.alpha, self.window_secs);
-            if let Some(score) = judge(cfg, time, st, &gw, s.requests as f64, alerting) {
+            if let Some(score) = judge(cfg, &self.time, st, &gw, s.requests, quiet, alerting) {
                 out.push(render(cfg, &g.group, &s.shard, &figures(cfg, s, &score)));
             }
         }
@@ -368,44 +398,100 @@ fn group_dispersion<'a>(states: impl Iterator<Item = &'a ShardState>) -> f64 {
     if weight > 0.0 { sum / weight } else { 0.0 }
 }
 
-/// Judges one shard with `c` requests against its baseline, updates its state (streak, CUSUM,
-/// baselines unless frozen) and returns its figures when the alert condition holds. `time` is
-/// the baselines' EWMA weight and the window length.
+/// What follows from the settings and the window length: the baselines' EWMA weight, and the
+/// threshold of the evidence across windows with the fewest windows that reach it (those the
+/// count rule needs, and never fewer than a tolerated burst cannot fill,
+/// [`burst_proof_windows`]: five at 10 s windows).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    alpha: f64,
+    window_secs: f64,
+    seq: Sequential,
+}
+
+impl Timing {
+    fn new(cfg: &HotShardConfig, window_secs: f64) -> Timing {
+        let k = windows_needed(cfg, window_secs)
+            .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
+        Timing {
+            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            window_secs,
+            seq: Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+        }
+    }
+}
+
+/// Judges a shard with `count` requests against its baseline, updates its state (streak, CUSUMs, baselines unless
+/// frozen) and returns its figures when the alert condition holds. In a `quiet` window (too
+/// few requests per shard for one window's verdict) only the evidence across windows and an
+/// active alert's hysteresis can hold.
 fn judge(
     cfg: &HotShardConfig,
-    (alpha, window_secs): (f64, f64),
+    time: &Timing,
     st: &mut ShardState,
     gw: &GroupWindow,
-    c: f64,
+    count: u64,
+    quiet: bool,
     alerting: bool,
 ) -> Option<Score> {
     let (n, total, z_star) = (gw.n, gw.total, gw.z_star);
+    let c = count as f64;
     let share = c / total;
     let r = share * n;
     let Some(b) = st.load.value(cfg.warmup_windows) else {
         // Warm-up: learn, no verdict.
-        learn(st, r, c, total, n, cfg, alpha);
+        learn(st, r, c, total, n, time.alpha);
         return None;
     };
-    let k = windows_needed(cfg, window_secs);
     let mut sc = score(st, b, gw, c);
     let share_ok = share >= cfg.fair_share_multiple / n;
     let practical = sc.ratio >= cfg.min_ratio && share_ok;
-    let over = practical && sc.z >= z_star;
-    st.streak = if over { st.streak + 1 } else { 0 };
-    st.evidence.push(over, c - sc.expected);
-    let step = st.evidence.outlasts(cfg.tolerated_burst_secs, window_secs);
-    st.cusum = (st.cusum + cusum_step(cfg, k, &sc)).clamp(0.0, cfg.cusum_threshold);
-    sc.cusum = st.cusum;
-    let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
+    let over = !quiet && practical && sc.z >= z_star;
+    // The request count's evidence across windows, in every window the shard has requests:
+    // its count against the expected one, for a rate at the practical gates (`min_ratio`
+    // times the baseline and `fair_share_multiple` times the fair share), on the shard's
+    // dispersion. A shard too quiet for one window to tell proves itself in several. Its own
+    // dispersion estimate counts only where its windows are busy enough to make one
+    // (`min_mean_requests`): at a few requests a window one shard's estimate is mostly noise
+    // (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; the group's,
+    // pooled over its shards, is steady.
+    let g = if sc.expected >= cfg.min_mean_requests {
+        dispersion(st, gw)
+    } else {
+        gw.dispersion
+    };
+    let accumulated = match Poisson::with_crossover(cfg.min_ratio.max(cfg.fair_share_multiple / b))
+    {
+        Some(test) => {
+            let llr = test.llr_overdispersed(count, sc.expected, g);
+            st.rate_evidence.push(llr, &time.seq);
+            st.rate_evidence.holds(&time.seq)
+        }
+        None => false,
+    };
     // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
     let elevated = sc.z >= cfg.clear_z_fraction * z_star;
     let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
-    // A streak longer than any tolerated burst can make is not one, whatever its shape: at
-    // windows longer than half the burst that comes before k (three windows at 30 s windows).
-    let outlasts_by_count = st.streak >= MIN_STREAK
-        && st.streak > longest_burst_streak(cfg.tolerated_burst_secs, window_secs);
-    let holds = st.streak >= k || step || outlasts_by_count || cusum_holds || holds_on;
+    let holds = if quiet {
+        sc.cusum = st.cusum;
+        accumulated || holds_on
+    } else {
+        st.streak = if over { st.streak + 1 } else { 0 };
+        st.evidence.push(over, c - sc.expected);
+        let step = st
+            .evidence
+            .outlasts(cfg.tolerated_burst_secs, time.window_secs);
+        let k = windows_needed(cfg, time.window_secs);
+        st.cusum = (st.cusum + cusum_step(cfg, k, &sc)).clamp(0.0, cfg.cusum_threshold);
+        sc.cusum = st.cusum;
+        let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
+        // A streak longer than any tolerated burst can make is not one, whatever its shape:
+        // at windows longer than half the burst that comes before k (three windows at 30 s
+        // windows).
+        let outlasts_by_count = st.streak >= MIN_STREAK
+            && st.streak > longest_burst_streak(cfg.tolerated_burst_secs, time.window_secs);
+        st.streak >= k || step || outlasts_by_count || cusum_holds || accumulated || holds_on
+    };
     let suspicious = sc.ratio >= cfg.min_ratio && elevated;
     st.suspect = if suspicious && !alerting {
         st.suspect + 1
@@ -414,7 +500,7 @@ fn judge(
     };
     let frozen = alerting || holds || over || (suspicious && st.suspect <= cfg.max_suspect_windows);
     if !frozen {
-        learn(st, r, c, total, n, cfg, alpha);
+        learn(st, r, c, total, n, time.alpha);
     }
     holds.then_some(sc)
 }
@@ -453,7 +539,7 @@ fn nb_transform(x: f64, g: f64) -> f64 {
 fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
     let (n, total) = (gw.n, gw.total);
     let expected = b / n * total;
-    let g_hat = st.dispersion.raw().unwrap_or(0.0).max(gw.dispersion);
+    let g_hat = dispersion(st, gw);
     Score {
         share: c / total,
         fair: 1.0 / n,
@@ -470,6 +556,11 @@ fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
     }
 }
 
+/// The dispersion a shard is judged on: the larger of its own estimate and its group's.
+fn dispersion(st: &ShardState, gw: &GroupWindow) -> f64 {
+    st.dispersion.raw().unwrap_or(0.0).max(gw.dispersion)
+}
+
 /// This window's CUSUM increment. Only practically significant windows build the sum: a drift
 /// of a few percent at high volume (z > κ, ratio under `min_ratio`) must not charge it for a
 /// later burst. Each step is capped at h/k for the `k` of [`windows_needed`], so the CUSUM
@@ -483,24 +574,22 @@ fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
 }
 
 /// Folds one window into a shard's baselines: the load ratio, and the dispersion against the
-/// baseline as it stood before this window.
-fn learn(
-    st: &mut ShardState,
-    r: f64,
-    c: f64,
-    total: f64,
-    n: f64,
-    cfg: &HotShardConfig,
-    alpha: f64,
-) {
+/// baseline as it stood before this window, from windows expecting at least one request (one
+/// shard's estimate is noisy there, about √(e + 2e²)/e² a window, but it averages out over an
+/// hour of windows and over the group's shards, and the evidence across windows needs the
+/// dispersion of quiet shards too).
+fn learn(st: &mut ShardState, r: f64, c: f64, total: f64, n: f64, alpha: f64) {
     if let Some(b) = st.load.raw() {
         let e = b / n * total;
-        if e >= cfg.min_mean_requests.max(1.0) {
+        if e >= DISPERSION_MIN_EXPECTED {
             st.dispersion.update(((c - e).powi(2) - e) / (e * e), alpha);
         }
     }
     st.load.update(r, alpha);
 }
+
+/// The fewest requests a window must expect of a shard to teach its dispersion.
+const DISPERSION_MIN_EXPECTED: f64 = 1.0;
 
 /// What a hot shard calls for: a hot key (cache, replicate, split or rate-limit the key), or a
 /// hot range (reshard or re-spread the index values).
@@ -622,8 +711,7 @@ impl DetectorKind for HotShard {
 
     fn new(cfg: HotShardConfig, window_secs: f64) -> Self {
         HotShard {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            window_secs,
+            time: Timing::new(&cfg, window_secs),
             cfg,
             state: BTreeMap::new(),
         }
@@ -816,7 +904,7 @@ mod tests {
     /// share of 300) first holds, at windows of `window_secs`, after a warm-up at its fair share.
     fn first_hold(window_secs: f64, counts: &[f64]) -> Option<usize> {
         let cfg = HotShardConfig::default();
-        let alpha = alpha_for(window_secs, cfg.baseline_tau_secs);
+        let time = Timing::new(&cfg, window_secs);
         let mut st = ShardState::default();
         let gw = |c: f64| GroupWindow {
             n: 16.0,
@@ -825,18 +913,11 @@ mod tests {
             dispersion: 0.0,
         };
         for _ in 0..40 {
-            judge(
-                &cfg,
-                (alpha, window_secs),
-                &mut st,
-                &gw(300.0),
-                300.0,
-                false,
-            );
+            judge(&cfg, &time, &mut st, &gw(300.0), 300, false, false);
         }
         counts.iter().position(|&m| {
             let c = 300.0 * m;
-            judge(&cfg, (alpha, window_secs), &mut st, &gw(c), c, false).is_some()
+            judge(&cfg, &time, &mut st, &gw(c), c as u64, false, false).is_some()
         })
     }
 
@@ -864,7 +945,8 @@ mod tests {
 
     #[test]
     fn a_shard_is_judged_on_its_groups_dispersion_when_its_own_is_lower() {
-        let (cfg, alpha) = (HotShardConfig::default(), alpha_for(10.0, 3600.0));
+        let cfg = HotShardConfig::default();
+        let time = Timing::new(&cfg, 10.0);
         let mut st = ShardState::default();
         let gw = |c: f64, dispersion: f64| GroupWindow {
             n: 16.0,
@@ -873,7 +955,7 @@ mod tests {
             dispersion,
         };
         for _ in 0..40 {
-            judge(&cfg, (alpha, 10.0), &mut st, &gw(300.0, 0.0), 300.0, false);
+            judge(&cfg, &time, &mut st, &gw(300.0, 0.0), 300, false, false);
         }
         // Its own counts were exact (g < 0): Poisson, a doubling is 10 sigma.
         let calm = score(&st, 1.0, &gw(600.0, 0.0), 600.0);
@@ -910,17 +992,38 @@ mod tests {
     }
 
     #[test]
-    fn too_little_data_gives_no_verdict() {
+    fn a_quiet_shard_is_judged_across_windows_not_in_one() {
         let mut rig = Rig::new(HotShardConfig::default());
         for _ in 0..40 {
             rig.window(&uniform(16, 200.0), true, None);
         }
-        // The group drops to 5 requests per shard, with one shard 4x: no verdict.
+        // The group drops to 5 requests per shard, too few for one window's verdict, and shard
+        // 0 takes 4x: no window proves it alone (the evidence needs five), five do.
         let mut low = uniform(16, 5.0);
         low[0] = 20.0;
-        for _ in 0..10 {
-            assert!(rig.window(&low, false, None).is_empty());
+        for w in 0..4 {
+            assert!(rig.window(&low, false, None).is_empty(), "window {w}");
         }
+        let f = rig.window(&low, false, None);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].labels["shard"], "s00");
+    }
+
+    #[test]
+    fn quiet_shards_at_their_usual_load_are_never_reported() {
+        // 64 shards at 1.5 requests a window on average, Poisson, one of them usually 3x the
+        // others: nothing in 2,000 windows (5.6 hours), though every window is judged by the
+        // evidence across windows alone.
+        let mut rig = Rig::new(HotShardConfig::default());
+        let mut counts = uniform(64, 1.5);
+        counts[3] = 4.5;
+        for w in 0..2000 {
+            assert!(rig.window(&counts, true, None).is_empty(), "window {w}");
+        }
+        // ...and a shard that goes to 5x its usual share is found within a minute or so.
+        counts[7] = 7.5;
+        let found = (0..12).find(|_| !rig.window(&counts, true, None).is_empty());
+        assert!(found.is_some_and(|w| w >= 4), "{found:?}");
     }
 
     #[test]
