@@ -421,10 +421,10 @@ impl Timing {
     }
 }
 
-/// Judges a shard with `count` requests against its baseline, updates its state (streak, CUSUMs, baselines unless
-/// frozen) and returns its figures when the alert condition holds. In a `quiet` window (too
-/// few requests per shard for one window's verdict) only the evidence across windows and an
-/// active alert's hysteresis can hold.
+/// Judges a shard with `count` requests against its baseline, updates its state (streak,
+/// CUSUMs, baselines unless frozen) and returns its figures when the alert condition holds.
+/// In a `quiet` window (too few requests per shard for one window's verdict) only the
+/// evidence across windows and an active alert's hysteresis can hold.
 fn judge(
     cfg: &HotShardConfig,
     time: &Timing,

@@ -13,11 +13,13 @@
 //! seen) and of its peers' pooled ratio in the window. The window's failures among its requests
 //! add the binomial log-likelihood ratio of a rise by `margin_points` against a rise by half of
 //! it (`p0 + m` against `p0 + m/2`: a rise under about three quarters of the margin drains
-//! the evidence, one over it builds it up) to a CUSUM whose
-//! threshold gives `false_alarms_per_shard_hour`; a window adds at most 1/k of it, for k the
-//! larger of `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs` (20 s:
-//! 5 windows at 10 s windows), so a failure of up to 20 s never fires on its own. The condition
-//! holds while the CUSUM is at its threshold. No verdict before the baseline has seen
+//! the evidence, one over it builds it up) to a CUSUM whose threshold gives half of
+//! `false_alarms_per_shard_hour`; a window adds at most 1/k of it, for k the larger of
+//! `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs` (20 s: 5 windows
+//! at 10 s windows), so a failure of up to 20 s never fires on its own. A second, severe test
+//! ([`severe_ratio`]: halfway from `p0 + m` to every request failing) has the other half of the
+//! rate, so a quiet shard that fails most of its requests is proven sooner. The condition holds
+//! while either CUSUM is at its threshold. No verdict before the baseline has seen
 //! `warmup_windows` windows: a shard born failing learns that as its normal.
 //!
 //! A group-wide failure raises the peers' ratio with the shard's, so it is `ErrorSurge`'s. A
@@ -50,6 +52,21 @@ use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 /// it is and the test's false-alarm bound, stated for a true ratio at most the reference,
 /// holds.
 pub const BOUND_Z: f64 = 2.0;
+
+/// The raised ratio of the severe test: halfway from the margin's `reference + m` to every
+/// request failing. Beside the test of a rise by the margin, whose evidence grows slowly
+/// however badly a quiet shard fails (each failure adds ln((p0 + m)/(p0 + m/2)), 0.68 at a
+/// reference of 0.3%), a shard failing most of its requests proves it two to three times
+/// sooner by this one (1.76 a failure), and a partial failure is still the first test's.
+fn severe_ratio(reference: f64, m: f64) -> f64 {
+    (reference + m + 1.0) / 2.0
+}
+
+/// The sequential tests whose false alarms share `false_alarms_per_shard_hour`: the margin's
+/// (its quick path is the same evidence, capped less) and the severe failure's. Each gets
+/// half the rate, so the two together stay within it (a union bound; the threshold rises by
+/// ln 2, 0.7 on 15.1).
+const TESTS: f64 = 2.0;
 
 /// `detectors.shard_failing` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,6 +151,9 @@ pub struct ShardState {
     /// outlasted a tolerated burst).
     #[serde(default)]
     quick: QuickEvidence,
+    /// The evidence of a severe failure ([`severe_ratio`]), burst-proof like `evidence`.
+    #[serde(default)]
+    severe: Cusum,
     /// Windows in a row with evidence (the CUSUM above zero).
     streak: u32,
     /// Windows seen while evidence was building, not yet taught to the baseline.
@@ -224,6 +244,9 @@ impl ShardFailing {
         let m = self.cfg.margin_points;
         let llr = Binomial::new(reference + m / 2.0, reference + m).map_or(0.0, |b| b.llr(n, x));
         st.evidence.push(llr, &self.test);
+        let severe = Binomial::new(reference + m / 2.0, severe_ratio(reference, m))
+            .map_or(0.0, |b| b.llr(n, x));
+        st.severe.push(severe, &self.test);
         st.quick
             .push(llr, x as f64 - n as f64 * reference, &self.quick);
         Some(Verdict {
@@ -235,7 +258,7 @@ impl ShardFailing {
             },
             baseline,
             reference,
-            evidence: (st.evidence.value() / self.test.threshold)
+            evidence: (st.evidence.value().max(st.severe.value()) / self.test.threshold)
                 .max(st.quick.value() / self.quick.threshold),
         })
     }
@@ -247,6 +270,7 @@ impl ShardFailing {
     fn proven(&self, st: &ShardState, s: &ShardSnapshot) -> bool {
         let drains = 2 * s.traffic.outcome(Outcome::Timeout) >= s.traffic.errors.max(1);
         st.evidence.holds(&self.test)
+            || st.severe.holds(&self.test)
             || st.quick.holds(
                 &self.quick,
                 self.cfg.tolerated_burst_secs,
@@ -353,13 +377,13 @@ impl DetectorKind for ShardFailing {
         ShardFailing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             test: Sequential::new(
-                cfg.false_alarms_per_shard_hour,
+                cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,
                 cfg.consecutive_windows
                     .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
             ),
             quick: Sequential::new(
-                cfg.false_alarms_per_shard_hour,
+                cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,
                 cfg.consecutive_windows,
             ),
@@ -422,7 +446,8 @@ impl GroupDetector for ShardFailing {
             st.pending.requests += s.requests as f64;
             st.pending.errors += s.traffic.errors.min(s.requests) as f64;
             st.pending.windows += 1;
-            if st.evidence.value() == 0.0 || st.pending.windows >= self.cfg.warmup_windows {
+            let quiet = st.evidence.value() == 0.0 && st.severe.value() == 0.0;
+            if quiet || st.pending.windows >= self.cfg.warmup_windows {
                 let p = std::mem::take(&mut st.pending);
                 let k = f64::from(p.windows);
                 for _ in 0..p.windows {
@@ -586,8 +611,10 @@ mod tests {
         // 41: the first fires at the third window (the quick path: a step that has outlasted
         // a 20 s burst), the second once its few failures add up: against a reference of 4.8%
         // (the upper bound of no failure in 80 requests), each failure adds
-        // ln(24.8/14.8) = 0.52, so 15 windows of two (2.5 minutes).
-        for (quiet, first) in [(20, 43), (2, 55)] {
+        // ln(24.8/14.8) = 0.52 to the margin's test, which would take 15 windows of two, and
+        // ln(62.4/14.8) = 1.44 to the severe test (halfway from 24.8% to 100%), which takes
+        // six (a minute: its threshold, 15.8, over 2.88 a window).
+        for (quiet, first) in [(20, 43), (2, 46)] {
             let ws: Vec<Vec<S>> = (1..=80)
                 .map(|i| {
                     let mut v = vec![ok(80); 8];
