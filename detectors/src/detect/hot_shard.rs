@@ -296,6 +296,8 @@ struct Score {
     z: f64,
     z_star: f64,
     cusum: f64,
+    /// The request count's evidence across windows, as a fraction of its threshold.
+    evidence: f64,
 }
 
 /// The `HotShard` detector. See the module docs.
@@ -465,6 +467,7 @@ fn judge(
         Some(test) => {
             let llr = test.llr_overdispersed(count, sc.expected, g);
             st.rate_evidence.push(llr, &time.seq);
+            sc.evidence = st.rate_evidence.value() / time.seq.threshold;
             st.rate_evidence.holds(&time.seq)
         }
         None => false,
@@ -534,8 +537,8 @@ fn nb_transform(x: f64, g: f64) -> f64 {
 }
 
 /// A shard's figures for count `c` against baseline load ratio `b`: expected count, ratio and
-/// z = T(c) − T(e) on the shard's learned dispersion ([`nb_transform`]). The CUSUM is left at
-/// 0 for the caller to fill in.
+/// z = T(c) − T(e) on the shard's learned dispersion ([`nb_transform`]). The CUSUM and the
+/// evidence are left at 0 for the caller to fill in.
 fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
     let (n, total) = (gw.n, gw.total);
     let expected = b / n * total;
@@ -553,6 +556,7 @@ fn score(st: &ShardState, b: f64, gw: &GroupWindow, c: f64) -> Score {
         z: nb_transform(c, g_hat) - nb_transform(expected, g_hat),
         z_star: gw.z_star,
         cusum: 0.0,
+        evidence: 0.0,
     }
 }
 
@@ -667,6 +671,7 @@ fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Find
     .annotate("z", format!("{:.2}", sc.z))
     .annotate("z_threshold", format!("{:.2}", sc.z_star))
     .annotate("cusum", format!("{:.2}", sc.cusum))
+    .annotate("evidence", format!("{:.2}", sc.evidence.min(1.0)))
     .annotate(
         "requests_per_second",
         format!("{:.1}", fig.requests_per_second),
@@ -836,6 +841,7 @@ mod tests {
             z: 10.0,
             z_star: 4.0,
             cusum: 0.0,
+            evidence: 0.0,
         };
         for (hot, attribution) in [(60, Attribution::HotKey), (40, Attribution::HotRange)] {
             let mut w = Windows::new(WindowConfig::default(), 0.0);
@@ -1007,6 +1013,7 @@ mod tests {
         let f = rig.window(&low, false, None);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].labels["shard"], "s00");
+        assert_eq!(f[0].annotations["evidence"], "1.00");
     }
 
     #[test]
