@@ -91,7 +91,8 @@
 //!
 //! Beside the window rules, every window in which a warm shard has requests adds to a CUSUM
 //! ([`crate::sequential`]) the log-likelihood ratio of its count c: expected e against ρ·e,
-//! negative binomial on the group's dispersion (the shard's own too once its windows expect
+//! negative binomial on the group's dispersion (pooled over its shards from every window
+//! expecting a request; the shard's own, the window rules', too once its windows expect
 //! `min_mean_requests`). ρ is chosen so that the crossover, the rate above which evidence
 //! accumulates, is the practical gate: max(`min_ratio`, `fair_share_multiple`/b) times the
 //! expected count (ρ ≈ 3.5 for a fair shard, whose gate is 2× its share). The threshold comes
@@ -99,7 +100,7 @@
 //! 1/k of it, k = max(the count rule's windows, ⌈`tolerated_burst_secs`/w⌉ + 3) (five at 10 s
 //! windows), so a 20 s burst cannot fill it. A busy hot shard fills it in k windows, after the
 //! window rules; a quiet one later: 64 shards at 10 req/s (1.6 requests per shard-window) are
-//! judged in about 100 s, where the window rules never speak. Below about one request per
+//! judged in about 90 s, where the window rules never speak. Below about one request per
 //! shard-window a shard's baseline takes longer than the benchmark's warm-up to learn (a shard
 //! seen in one window of seven needs 30 such windows), and nothing is judged before it.
 //!
@@ -283,6 +284,9 @@ pub struct ShardState {
     /// The request count's evidence across windows ([`crate::sequential`]).
     #[serde(default)]
     rate_evidence: Cusum,
+    /// NB2 dispersion from every window expecting a request, for that evidence.
+    #[serde(default)]
+    quiet_dispersion: Ewma,
 }
 
 /// One shard's figures in one window, against its baseline.
@@ -349,6 +353,12 @@ impl GroupDetector for HotShard {
             total: loaded.iter().map(|s| s.requests as f64).sum(),
             z_star: hot_shard_z_threshold(loaded.len(), cfg.family_alpha),
             dispersion: group_dispersion(loaded.iter().filter_map(|s| states.get(&s.shard))),
+            quiet_dispersion: pooled(
+                loaded
+                    .iter()
+                    .filter_map(|s| states.get(&s.shard))
+                    .map(|st| &st.quiet_dispersion),
+            ),
         };
         // Too few requests for one window's verdict: streaks restart, and only the evidence
         // across windows speaks.
@@ -381,6 +391,8 @@ struct GroupWindow {
     z_star: f64,
     /// The group's dispersion: its shards' estimates of g, averaged ([`group_dispersion`]).
     dispersion: f64,
+    /// The same from every window expecting a request, for the evidence across windows.
+    quiet_dispersion: f64,
 }
 
 /// The shards' dispersion estimates averaged, each weighted by the windows it has learned
@@ -390,9 +402,14 @@ struct GroupWindow {
 /// and a shard is judged on the larger of its own g and the group's, so a shard burstier than
 /// its peers still widens its own variance.
 fn group_dispersion<'a>(states: impl Iterator<Item = &'a ShardState>) -> f64 {
-    let (sum, weight) = states.fold((0.0, 0.0), |(sum, weight), st| match st.dispersion.raw() {
+    pooled(states.map(|st| &st.dispersion))
+}
+
+/// Estimates averaged, each weighted by the windows it has learned from; 0 without any.
+fn pooled<'a>(estimates: impl Iterator<Item = &'a Ewma>) -> f64 {
+    let (sum, weight) = estimates.fold((0.0, 0.0), |(sum, weight), e| match e.raw() {
         Some(g) => {
-            let w = f64::from(st.dispersion.samples());
+            let w = f64::from(e.samples());
             (sum + w * g, weight + w)
         }
         None => (sum, weight),
@@ -442,7 +459,7 @@ fn judge(
     let r = share * n;
     let Some(b) = st.load.value(cfg.warmup_windows) else {
         // Warm-up: learn, no verdict.
-        learn(st, r, c, total, n, time.alpha);
+        learn(st, (r, c), total, n, cfg, time.alpha);
         return None;
     };
     let mut sc = score(st, b, gw, c);
@@ -455,12 +472,12 @@ fn judge(
     // dispersion. A shard too quiet for one window to tell proves itself in several. Its own
     // dispersion estimate counts only where its windows are busy enough to make one
     // (`min_mean_requests`): at a few requests a window one shard's estimate is mostly noise
-    // (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; the group's,
-    // pooled over its shards, is steady.
+    // (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; below it the
+    // group's, pooled over its shards from every window expecting a request, is steady.
     let g = if sc.expected >= cfg.min_mean_requests {
         dispersion(st, gw)
     } else {
-        gw.dispersion
+        gw.dispersion.max(gw.quiet_dispersion)
     };
     let accumulated = match Poisson::with_crossover(cfg.min_ratio.max(cfg.fair_share_multiple / b))
     {
@@ -503,7 +520,7 @@ fn judge(
     };
     let frozen = alerting || holds || over || (suspicious && st.suspect <= cfg.max_suspect_windows);
     if !frozen {
-        learn(st, r, c, total, n, time.alpha);
+        learn(st, (r, c), total, n, cfg, time.alpha);
     }
     holds.then_some(sc)
 }
@@ -578,22 +595,31 @@ fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
 }
 
 /// Folds one window into a shard's baselines: the load ratio, and the dispersion against the
-/// baseline as it stood before this window, from windows expecting at least one request (one
-/// shard's estimate is noisy there, about √(e + 2e²)/e² a window, but it averages out over an
-/// hour of windows and over the group's shards, and the evidence across windows needs the
-/// dispersion of quiet shards too).
-fn learn(st: &mut ShardState, r: f64, c: f64, total: f64, n: f64, alpha: f64) {
+/// baseline as it stood before this window. The window rules' estimate learns from windows
+/// expecting at least `min_mean_requests` (below it the estimator's own noise, about
+/// √(e + 2e²)/e² a window, swamps it); the evidence across windows' from every window expecting
+/// at least one request (noisy for one shard, but averaged over the group's shards it is
+/// steady, and quiet shards need one).
+fn learn(
+    st: &mut ShardState,
+    (r, c): (f64, f64),
+    total: f64,
+    n: f64,
+    cfg: &HotShardConfig,
+    alpha: f64,
+) {
     if let Some(b) = st.load.raw() {
         let e = b / n * total;
-        if e >= DISPERSION_MIN_EXPECTED {
-            st.dispersion.update(((c - e).powi(2) - e) / (e * e), alpha);
+        let g = ((c - e).powi(2) - e) / (e * e);
+        if e >= cfg.min_mean_requests.max(1.0) {
+            st.dispersion.update(g, alpha);
+        }
+        if e >= 1.0 {
+            st.quiet_dispersion.update(g, alpha);
         }
     }
     st.load.update(r, alpha);
 }
-
-/// The fewest requests a window must expect of a shard to teach its dispersion.
-const DISPERSION_MIN_EXPECTED: f64 = 1.0;
 
 /// What a hot shard calls for: a hot key (cache, replicate, split or rate-limit the key), or a
 /// hot range (reshard or re-spread the index values).
@@ -798,6 +824,7 @@ mod tests {
             total: 3400.0,
             z_star: hot_shard_z_threshold(16, cfg.family_alpha),
             dispersion: 0.0,
+            quiet_dispersion: 0.0,
         };
         // Baseline load ratio 1 (a fair shard), no over-dispersion learned: Poisson variance.
         let sc = score(&ShardState::default(), 1.0, &gw, 400.0);
@@ -917,6 +944,7 @@ mod tests {
             total: 15.0 * 300.0 + c,
             z_star: hot_shard_z_threshold(16, cfg.family_alpha),
             dispersion: 0.0,
+            quiet_dispersion: 0.0,
         };
         for _ in 0..40 {
             judge(&cfg, &time, &mut st, &gw(300.0), 300, false, false);
@@ -959,6 +987,7 @@ mod tests {
             total: 15.0 * 300.0 + c,
             z_star: hot_shard_z_threshold(16, cfg.family_alpha),
             dispersion,
+            quiet_dispersion: 0.0,
         };
         for _ in 0..40 {
             judge(&cfg, &time, &mut st, &gw(300.0, 0.0), 300, false, false);
