@@ -51,6 +51,67 @@ impl Ewma {
     }
 }
 
+/// The windows of an excursion of a sequential test's evidence, held back from a ratio
+/// baseline (events among trials: failures among requests, slow responses among samples) until
+/// the excursion ends.
+///
+/// Teaching the baseline only from windows without evidence would leave out exactly the
+/// windows with events and bias it low; teaching it every window would let a slow, quiet
+/// change become its own normal before it is proven. So an excursion's windows wait: they are
+/// taught once the evidence is back at zero (it was noise) or after `warmup` of them (a change
+/// too small to prove is the new normal), and dropped ([`Pending::drop_held`]) when the
+/// evidence proves a change or its alert is active.
+///
+/// Saved state written before the type was shared names its fields after what each detector
+/// counted; the aliases read it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Pending {
+    #[serde(alias = "requests", alias = "samples")]
+    trials: f64,
+    #[serde(alias = "errors", alias = "timeouts", alias = "slow")]
+    events: f64,
+    windows: u32,
+}
+
+/// The two averages of a ratio baseline: trials and events per window.
+pub struct RatioBaseline<'a> {
+    /// Trials per window (requests, samples).
+    pub trials: &'a mut Ewma,
+    /// Events per window (failures, timeouts, slow responses).
+    pub events: &'a mut Ewma,
+}
+
+impl Pending {
+    /// Holds a window of `trials` with `events`; once the evidence is `settled` (back at zero)
+    /// or `warmup` windows are held, teaches them to `baseline` at their mean per window.
+    pub fn hold(
+        &mut self,
+        (trials, events): (u64, u64),
+        settled: bool,
+        warmup: u32,
+        baseline: RatioBaseline<'_>,
+        alpha: f64,
+    ) {
+        self.trials += trials as f64;
+        self.events += events.min(trials) as f64;
+        self.windows += 1;
+        if settled || self.windows >= warmup {
+            let p = std::mem::take(self);
+            let k = f64::from(p.windows);
+            for _ in 0..p.windows {
+                baseline.trials.update(p.trials / k, alpha);
+                baseline.events.update(p.events / k, alpha);
+            }
+        }
+    }
+
+    /// Forgets the held windows: they were part of a change.
+    pub fn drop_held(&mut self) {
+        *self = Pending::default();
+    }
+}
+
 /// Median of `xs` (mean of the middle two for even lengths); `None` when empty. Sorts `xs`.
 pub fn median(xs: &mut [f64]) -> Option<f64> {
     if xs.is_empty() {
@@ -88,6 +149,75 @@ mod tests {
         let a = alpha_for(10.0, 3600.0);
         assert!((a - (1.0 - (-1.0f64 / 360.0).exp())).abs() < 1e-15);
         assert_eq!(alpha_for(10.0, 0.0), 1.0);
+    }
+
+    /// Holds a window in `p`, teaching `n` and `x` (alpha 0.1).
+    fn hold(p: &mut Pending, n: &mut Ewma, x: &mut Ewma, window: (u64, u64), settled: bool) {
+        let baseline = RatioBaseline {
+            trials: n,
+            events: x,
+        };
+        p.hold(window, settled, 4, baseline, 0.1);
+    }
+
+    #[test]
+    fn an_excursion_is_taught_when_it_settles_or_lasts() {
+        let (mut n, mut x, mut p) = (Ewma::default(), Ewma::default(), Pending::default());
+        for w in 0..3 {
+            hold(&mut p, &mut n, &mut x, (100, 10 + w), false);
+        }
+        assert_eq!(n.samples(), 0, "held while the evidence is up");
+        hold(&mut p, &mut n, &mut x, (100, 5), true);
+        // Four windows taught at their mean: 100 trials and 9.5 events each.
+        assert_eq!(n.samples(), 4);
+        assert_eq!((n.raw(), x.raw()), (Some(100.0), Some(9.5)));
+        assert_eq!(p, Pending::default());
+        // A change too small to prove becomes the normal after `warmup` (4) windows; events
+        // are clamped to trials.
+        for _ in 0..4 {
+            hold(&mut p, &mut n, &mut x, (10, 20), false);
+        }
+        assert_eq!(n.samples(), 8);
+        let (n1, x1) = (n.raw().unwrap(), x.raw().unwrap());
+        // The running mean of the eight windows: (4·100 + 4·10)/8 and (4·9.5 + 4·10)/8.
+        assert!(
+            (n1 - 55.0).abs() < 1e-9 && (x1 - 9.75).abs() < 1e-9,
+            "{n1} {x1}"
+        );
+        // A proven change is forgotten.
+        hold(&mut p, &mut n, &mut x, (10, 1), false);
+        p.drop_held();
+        assert_eq!(p, Pending::default());
+        assert_eq!(n.samples(), 8);
+    }
+
+    #[test]
+    fn saved_excursions_of_every_detector_load() {
+        for (json, trials, events) in [
+            (
+                r#"{"requests": 10.0, "errors": 2.0, "windows": 1}"#,
+                10.0,
+                2.0,
+            ),
+            (
+                r#"{"requests": 10.0, "timeouts": 3.0, "windows": 1}"#,
+                10.0,
+                3.0,
+            ),
+            (r#"{"samples": 10.0, "slow": 4.0, "windows": 1}"#, 10.0, 4.0),
+            (
+                r#"{"trials": 10.0, "events": 5.0, "windows": 1}"#,
+                10.0,
+                5.0,
+            ),
+        ] {
+            let p: Pending = serde_json::from_str(json).unwrap();
+            assert_eq!(
+                (p.trials, p.events, p.windows),
+                (trials, events, 1),
+                "{json}"
+            );
+        }
     }
 
     #[test]

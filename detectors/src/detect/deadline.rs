@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
@@ -244,18 +244,6 @@ pub struct GroupState {
     /// they are enough to infer one.
     #[serde(default)]
     deadline: DeadlineMemory,
-}
-
-/// The windows of an excursion of the evidence, held back from the count baselines until it
-/// ends: taught once the evidence is back at zero (it was noise) or after `warmup_windows` of
-/// them (a change too small to prove is the new normal), dropped when the evidence reaches
-/// its threshold (it was a pile-up). Teaching only windows without evidence would leave out
-/// the windows with timeouts and bias the baseline low (as in `ShardFailing`).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-struct Pending {
-    requests: f64,
-    timeouts: f64,
-    windows: u32,
 }
 
 /// A deadline inferred from timeouts, remembered for the windows with too few of their own:
@@ -464,20 +452,21 @@ impl DeadlinePileUp {
     /// evidence ([`Pending`]); nothing while a pile-up holds or its alert is active.
     fn learn_counts(&self, st: &mut GroupState, requests: u64, timeouts: u64, frozen: bool) {
         if frozen || st.cusum.holds(&self.test) {
-            st.pending = Pending::default();
+            st.pending.drop_held();
             return;
         }
-        st.pending.requests += requests as f64;
-        st.pending.timeouts += timeouts as f64;
-        st.pending.windows += 1;
-        if st.cusum.value() == 0.0 || st.pending.windows >= self.cfg.warmup_windows {
-            let p = std::mem::take(&mut st.pending);
-            let k = f64::from(p.windows);
-            for _ in 0..p.windows {
-                st.requests.update(p.requests / k, self.alpha);
-                st.timeouts.update(p.timeouts / k, self.alpha);
-            }
-        }
+        let baseline = RatioBaseline {
+            trials: &mut st.requests,
+            events: &mut st.timeouts,
+        };
+        let settled = st.cusum.value() == 0.0;
+        st.pending.hold(
+            (requests, timeouts),
+            settled,
+            self.cfg.warmup_windows,
+            baseline,
+            self.alpha,
+        );
     }
 }
 

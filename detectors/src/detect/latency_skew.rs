@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
@@ -222,17 +222,6 @@ pub struct ShardState {
     /// Evidence of a severe slowdown ([`SEVERE_POWER`]), burst-proof like `cusum`.
     #[serde(default)]
     severe: Cusum,
-}
-
-/// The windows of an excursion of the evidence, held back from the share baseline until it
-/// ends: taught once the evidence is back at zero (it was noise) or after `warmup_windows` of
-/// them (a change too small to prove is the new normal), dropped when the evidence reaches its
-/// threshold (as in `ShardFailing`).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-struct Pending {
-    samples: f64,
-    slow: f64,
-    windows: u32,
 }
 
 /// A group's latency buckets in one window, pooled over its tracked shards, and the median
@@ -497,21 +486,21 @@ impl LatencySkew {
     /// evidence ([`Pending`]); nothing while the evidence holds or the alert is active.
     fn learn_share(&self, st: &mut ShardState, split: Split, frozen: bool) {
         if frozen {
-            st.pending = Pending::default();
+            st.pending.drop_held();
             return;
         }
-        st.pending.samples += split.samples as f64;
-        st.pending.slow += split.slow as f64;
-        st.pending.windows += 1;
-        let quiet = st.cusum.value() == 0.0 && st.severe.value() == 0.0;
-        if quiet || st.pending.windows >= self.cfg.warmup_windows {
-            let p = std::mem::take(&mut st.pending);
-            let k = f64::from(p.windows);
-            for _ in 0..p.windows {
-                st.samples.update(p.samples / k, self.alpha);
-                st.slow.update(p.slow / k, self.alpha);
-            }
-        }
+        let settled = st.cusum.value() == 0.0 && st.severe.value() == 0.0;
+        let baseline = RatioBaseline {
+            trials: &mut st.samples,
+            events: &mut st.slow,
+        };
+        st.pending.hold(
+            (split.samples, split.slow),
+            settled,
+            self.cfg.warmup_windows,
+            baseline,
+            self.alpha,
+        );
     }
 }
 

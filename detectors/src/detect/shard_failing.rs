@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
@@ -158,21 +158,6 @@ pub struct ShardState {
     streak: u32,
     /// Windows seen while evidence was building, not yet taught to the baseline.
     pending: Pending,
-}
-
-/// The windows of an excursion of the evidence, held back from the baseline until it ends.
-///
-/// Teaching the baseline only from windows without evidence would leave out exactly the
-/// windows with failures and bias it low; teaching it every window would let a slow,
-/// quiet failure become its own normal before it is proven. So an excursion's windows wait:
-/// they are taught once the evidence is back at zero (it was noise) or after
-/// `warmup_windows` of them (a change too small to prove is the new normal), and dropped
-/// when the evidence reaches the threshold (it was a failure).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-struct Pending {
-    requests: f64,
-    errors: f64,
-    windows: u32,
 }
 
 impl ShardState {
@@ -440,21 +425,21 @@ impl GroupDetector for ShardFailing {
             }
             if active || proven {
                 // A failure, proven or being reported, does not become the normal.
-                st.pending = Pending::default();
+                st.pending.drop_held();
                 continue;
             }
-            st.pending.requests += s.requests as f64;
-            st.pending.errors += s.traffic.errors.min(s.requests) as f64;
-            st.pending.windows += 1;
-            let quiet = st.evidence.value() == 0.0 && st.severe.value() == 0.0;
-            if quiet || st.pending.windows >= self.cfg.warmup_windows {
-                let p = std::mem::take(&mut st.pending);
-                let k = f64::from(p.windows);
-                for _ in 0..p.windows {
-                    st.requests.update(p.requests / k, self.alpha);
-                    st.errors.update(p.errors / k, self.alpha);
-                }
-            }
+            let settled = st.evidence.value() == 0.0 && st.severe.value() == 0.0;
+            let baseline = RatioBaseline {
+                trials: &mut st.requests,
+                events: &mut st.errors,
+            };
+            st.pending.hold(
+                (s.requests, s.traffic.errors),
+                settled,
+                self.cfg.warmup_windows,
+                baseline,
+                self.alpha,
+            );
         }
     }
 }
