@@ -95,6 +95,34 @@ impl Binomial {
     pub fn crossover(&self) -> f64 {
         -self.down / (self.up - self.down)
     }
+
+    /// The test of `p0` whose crossover is `c`: evidence accumulates only for a true ratio
+    /// above `c` and drains below it, so a practical gate ("at least 5% failing") is the
+    /// test's own boundary. `None` unless `0 < p0 < c < 1` and the raised ratio is below 1 in
+    /// floating point (it is unless `c` is near 1 and far above `p0`: 0.99 over 0.5 is out of
+    /// reach, 0.97 is not).
+    pub fn with_crossover(p0: f64, c: f64) -> Option<Binomial> {
+        if !(p0 > 0.0 && p0 < c && c < 1.0) {
+            return None;
+        }
+        // The crossover rises with p1, from below c (at p1 → c) to 1 (at p1 → 1): bisection.
+        let crossover = |p1: f64| Binomial::new(p0, p1).map_or(0.0, |b| b.crossover());
+        let (mut lo, mut hi) = (c, 1.0);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if mid <= lo || mid >= hi {
+                break;
+            }
+            if crossover(mid) < c {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        // `lo` and `hi` are adjacent; the midpoint rounds to `hi`, which may be 1. A crossover
+        // near 1 over a high p0 needs a p1 closer to 1 than a float holds: none.
+        Binomial::new(p0, lo).filter(|b| (b.crossover() - c).abs() < 1e-9)
+    }
 }
 
 /// A test of a Poisson rate: `expected` counts in a window against `ratio` times as many.
@@ -439,6 +467,34 @@ mod tests {
         assert!(p.drift(1.0, 1.99) < 0.0 && p.drift(1.0, 2.01) > 0.0);
         assert_eq!(Poisson::with_crossover(1.0), None);
         assert_eq!(Poisson::with_crossover(f64::INFINITY), None);
+    }
+
+    #[test]
+    fn a_ratio_test_can_be_built_for_its_crossover() {
+        for (p0, c) in [
+            (0.001, 0.05),
+            (0.018, 0.05),
+            (0.1, 0.2),
+            (0.3, 0.31),
+            (0.5, 0.9),
+        ] {
+            let b = Binomial::with_crossover(p0, c).unwrap();
+            assert!(
+                (b.crossover() - c).abs() < 1e-9,
+                "{p0} {c}: {}",
+                b.crossover()
+            );
+            assert!(b.drift_per_trial(c - 1e-3) < 0.0 && b.drift_per_trial(c + 1e-3) > 0.0);
+            // Below the reference the evidence drains: the false-alarm bound's hypothesis.
+            assert!(b.drift_per_trial(p0) < 0.0);
+        }
+        // A 0.3% reference gated at 5% is a test against about 20%.
+        let b = Binomial::with_crossover(0.003, 0.05).unwrap();
+        assert!((b.up - (0.2f64 / 0.003).ln()).abs() < 0.1, "{b:?}");
+        assert_eq!(Binomial::with_crossover(0.05, 0.05), None);
+        assert_eq!(Binomial::with_crossover(0.0, 0.05), None);
+        assert_eq!(Binomial::with_crossover(0.01, 1.0), None);
+        assert_eq!(Binomial::with_crossover(0.5, 0.99), None);
     }
 
     #[test]

@@ -10,6 +10,18 @@
 //! relative test catches a jump from 0.1% to 5%; the additive one catches a jump from 10% to 20%
 //! in a group whose normal error ratio is high, where 5x would be out of reach.
 //!
+//! **Under the floor**, errors among requests accumulate as evidence across windows
+//! (`sequential`, docs/adr/006-evidence-that-accumulates.md), so a quiet group is judged later,
+//! never not at all: each window with requests adds the binomial log-likelihood ratio of its
+//! errors to a burst-proof CUSUM whose threshold gives `false_alarms_per_group_hour`. The test
+//! is built for its crossover ([`Binomial::with_crossover`]): its reference is the baseline's
+//! ratio at its upper bound, and its evidence accumulates only above the condition's own gate
+//! (the same floor, multiple and points over the baseline) and drains below it. The count
+//! baseline behind it learns from every window with requests, holding back an excursion of
+//! the evidence until it ends ([`Pending`]). A window adds at most 1/k of the threshold, for k
+//! the larger of `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs`
+//! (5 windows at 10 s), so a burst of up to 20 s never fires on its own.
+//!
 //! **Baselines** are explicit about warm-up: no verdict until a group has `warmup_windows` windows
 //! of volume (5 min), so a group that starts life with 12% `not_found` learns that as normal
 //! instead of paging. They stop learning while the condition holds or the alert is pending or
@@ -31,13 +43,19 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, pct, times,
 };
 use crate::observation::{Outcome, label_value, quote};
+use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
+
+/// Standard deviations of the upper bound taken for the evidence test's reference: a baseline
+/// learned over few requests is taken as high as it plausibly is, so the test's false-alarm
+/// bound, stated for a true ratio at most the reference, holds (as `ShardFailing`'s).
+const BOUND_Z: f64 = 2.0;
 
 /// `detectors.error_surge` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,7 +64,8 @@ pub struct ErrorSurgeConfig {
     /// Alert timing and severity.
     #[serde(rename = "alert")]
     pub rule: RuleSettings,
-    /// Fewest requests a group needs in a window to be judged (and to teach its baseline).
+    /// Fewest requests a group needs in a window to be judged by the window rule (and to teach
+    /// its ratio baseline); quieter windows are weighed together as evidence.
     pub min_requests: u64,
     /// Absolute floor: the error ratio must reach at least this.
     pub min_error_ratio: f64,
@@ -60,6 +79,13 @@ pub struct ErrorSurgeConfig {
     pub baseline_tau_secs: f64,
     /// Windows with volume a baseline needs before the detector judges the group.
     pub warmup_windows: u32,
+    /// False alarms per group-hour the evidence test allows while the error ratio stays at
+    /// its baseline: sets the CUSUM threshold of the path that judges groups under
+    /// `min_requests`.
+    pub false_alarms_per_group_hour: f64,
+    /// The longest error burst to tolerate, seconds: the evidence takes at least
+    /// ⌈this/window⌉ + 3 windows, so a burst this short never fires it on its own.
+    pub tolerated_burst_secs: f64,
 }
 
 impl Default for ErrorSurgeConfig {
@@ -73,6 +99,8 @@ impl Default for ErrorSurgeConfig {
             consecutive_windows: 2,
             baseline_tau_secs: 3600.0,
             warmup_windows: 30,
+            false_alarms_per_group_hour: 1e-4,
+            tolerated_burst_secs: 20.0,
         }
     }
 }
@@ -102,23 +130,67 @@ impl DetectorSettings for ErrorSurgeConfig {
             30.0 * 86_400.0,
         );
         p.windows("warmup_windows", self.warmup_windows);
+        p.range(
+            "false_alarms_per_group_hour",
+            self.false_alarms_per_group_hour,
+            1e-12,
+            1.0,
+        );
+        p.range(
+            "tolerated_burst_secs",
+            self.tolerated_burst_secs,
+            0.0,
+            86_400.0,
+        );
     }
 }
 
 impl ErrorSurgeConfig {
+    /// The lowest ratio that is a surge over baseline `b`: the floor, and the lower of the
+    /// relative and the additive test.
+    fn gate(&self, b: f64) -> f64 {
+        self.min_error_ratio
+            .max((self.ratio_over_baseline * b).min(b + self.points_over_baseline))
+    }
+
     /// True when ratio `e` is a surge over baseline `b`.
     fn surges(&self, e: f64, b: f64) -> bool {
-        e >= self.min_error_ratio
-            && (e >= self.ratio_over_baseline * b || e >= b + self.points_over_baseline)
+        e >= self.gate(b)
     }
 }
 
-/// Baselines and streak of one group.
+/// Baselines, streak and evidence of one group.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GroupState {
     ratio: Ewma,
     by_class: [Ewma; Outcome::COUNT],
     streak: u32,
+    /// Requests and errors per window, learned from every window with requests: the baseline
+    /// of the evidence test, which has no volume floor.
+    #[serde(default)]
+    requests: Ewma,
+    #[serde(default)]
+    errors: Ewma,
+    /// Evidence of errors among requests above the gate (the path under `min_requests`).
+    #[serde(default)]
+    evidence: Cusum,
+    /// Requests and errors since the evidence was last at zero: what it rests on.
+    #[serde(default)]
+    excursion: (u64, u64),
+    /// Windows of an excursion of the evidence, held back from the count baselines.
+    #[serde(default)]
+    pending: Pending,
+}
+
+impl GroupState {
+    /// The count baseline's ratio and the requests it rests on (the mean per window times the
+    /// windows the average spans), once warm.
+    fn counted(&self, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
+        let n = self.requests.value(warmup)?;
+        let x = self.errors.value(warmup)?;
+        let span = f64::from(self.requests.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
+        (n > 0.0).then(|| (x / n, n * span))
+    }
 }
 
 impl GroupMemory for GroupState {}
@@ -128,6 +200,8 @@ impl GroupMemory for GroupState {}
 pub struct ErrorSurge {
     cfg: ErrorSurgeConfig,
     alpha: f64,
+    /// The evidence test of the path without floors.
+    test: Sequential,
     groups: BTreeMap<String, GroupState>,
 }
 
@@ -138,11 +212,15 @@ const LISTED_CLASS_BASELINE: f64 = 0.0005;
 /// Everything an `ErrorSurge` finding reports, as numbers; [`render`] turns it into text.
 #[derive(Debug, Clone, PartialEq)]
 struct Figures {
-    /// The group's error ratio in this window.
+    /// The group's error ratio: in this window, or over the windows of the evidence when
+    /// the window is under `min_requests`.
     ratio: f64,
     /// Its baseline.
     baseline: f64,
+    /// The requests the ratio is of.
     requests: u64,
+    /// The evidence gathered, as a fraction of its threshold.
+    evidence: f64,
     /// The class whose ratio grew most, in points.
     grown: Outcome,
     /// The classes worth listing: failing now, or usually failing.
@@ -170,7 +248,24 @@ struct ErrorShard {
 }
 
 impl ErrorSurge {
-    fn figures(&self, g: &GroupSnapshot, st: &GroupState, e: f64, b: f64) -> Figures {
+    /// Adds the window's `x` errors among `n` requests to the evidence, once the count baseline
+    /// is warm: the test of its ratio at its upper bound whose crossover is the gate over it.
+    fn weigh(&self, st: &mut GroupState, n: u64, x: u64) {
+        let Some((b, seen)) = st.counted(self.cfg.warmup_windows, self.alpha) else {
+            return;
+        };
+        let reference = wilson_upper(b * seen, seen, BOUND_Z);
+        let llr =
+            Binomial::with_crossover(reference, self.cfg.gate(b)).map_or(0.0, |t| t.llr(n, x));
+        st.evidence.push(llr, &self.test);
+        st.excursion = if st.evidence.value() > 0.0 {
+            (st.excursion.0 + n, st.excursion.1 + x)
+        } else {
+            (0, 0)
+        };
+    }
+
+    fn figures(&self, g: &GroupSnapshot, st: &GroupState, (e, b, n): (f64, f64, u64)) -> Figures {
         let requests = g.requests as f64;
         let warm = self.cfg.warmup_windows;
         let all: Vec<ClassRatio> = Outcome::ERRORS
@@ -204,7 +299,8 @@ impl ErrorSurge {
         Figures {
             ratio: e,
             baseline: b,
-            requests: g.requests,
+            requests: n,
+            evidence: st.evidence.value() / self.test.threshold,
             grown,
             classes: all
                 .into_iter()
@@ -225,6 +321,7 @@ fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
     .annotate("error_ratio", pct(fig.ratio))
     .annotate("baseline_error_ratio", pct(fig.baseline))
     .annotate("requests", fig.requests.to_string())
+    .annotate("evidence", format!("{:.2}", fig.evidence))
     .annotate("dominant_class", fig.grown.as_str());
     for c in &fig.classes {
         f = f.annotate(
@@ -284,6 +381,12 @@ impl DetectorKind for ErrorSurge {
     fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
         ErrorSurge {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            test: Sequential::new(
+                cfg.false_alarms_per_group_hour,
+                window_secs,
+                cfg.consecutive_windows
+                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
+            ),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -303,7 +406,7 @@ impl GroupDetector for ErrorSurge {
 
     fn visit(&self, g: &GroupSnapshot) -> Visit {
         // `__other__` mixes unrelated systems; its ratio is nobody's.
-        Visit::when(g.is_tracked() && g.requests >= self.cfg.min_requests)
+        Visit::when(g.is_tracked() && g.requests > 0)
     }
 
     fn judge(
@@ -313,28 +416,56 @@ impl GroupDetector for ErrorSurge {
         st: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        let e = g.traffic.errors as f64 / g.requests as f64;
+        let (n, x) = (g.requests, g.traffic.errors.min(g.requests));
+        let e = x as f64 / n as f64;
+        // The window rule, in a window with the volume to judge it alone.
+        let busy = n >= self.cfg.min_requests;
         let verdict = st
             .ratio
             .value(self.cfg.warmup_windows)
+            .filter(|_| busy)
             .map(|b| (b, self.cfg.surges(e, b)));
         let holds = verdict.is_some_and(|(_, h)| h);
-        st.streak = if holds { st.streak + 1 } else { 0 };
+        if busy {
+            st.streak = if holds { st.streak + 1 } else { 0 };
+        }
+        self.weigh(st, n, x);
+        let proven = st.evidence.holds(&self.test);
         let active = ctx
             .alerts
             .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
-        if let Some((b, true)) = verdict
-            && (st.streak >= self.cfg.consecutive_windows || active)
-        {
-            out.push(render(&self.cfg, &g.group, &self.figures(g, st, e, b)));
+        let ruled = holds && (st.streak >= self.cfg.consecutive_windows || active);
+        if let Some((b, _)) = verdict.filter(|_| ruled) {
+            out.push(render(&self.cfg, &g.group, &self.figures(g, st, (e, b, n))));
+        } else if proven && let Some((b, _)) = st.counted(self.cfg.warmup_windows, self.alpha) {
+            let (rn, rx) = st.excursion;
+            let over = (rx as f64 / rn.max(1) as f64, b, rn);
+            out.push(render(&self.cfg, &g.group, &self.figures(g, st, over)));
         }
         // Learn only from windows that are neither suspect nor part of an incident.
-        if !holds && !active {
+        let frozen = holds || active || proven;
+        if busy && !frozen {
             st.ratio.update(e, self.alpha);
             for c in Outcome::ERRORS {
-                let r = g.traffic.outcome(c) as f64 / g.requests as f64;
+                let r = g.traffic.outcome(c) as f64 / n as f64;
                 st.by_class[c.index()].update(r, self.alpha);
             }
+        }
+        if frozen {
+            st.pending.drop_held();
+        } else {
+            let settled = st.evidence.value() == 0.0;
+            let baseline = RatioBaseline {
+                trials: &mut st.requests,
+                events: &mut st.errors,
+            };
+            st.pending.hold(
+                (n, x),
+                settled,
+                self.cfg.warmup_windows,
+                baseline,
+                self.alpha,
+            );
         }
     }
 }
@@ -432,7 +563,7 @@ mod tests {
             d.evaluate(&ctx, &mut Vec::new());
         }
         let snap = window(&mut w, 410.0, 1000, 210, Outcome::NotFound);
-        let fig = d.figures(&snap.groups[0], &d.groups["g"], 0.21, 0.003);
+        let fig = d.figures(&snap.groups[0], &d.groups["g"], (0.21, 0.003, 1000));
         assert_eq!(fig.grown, Outcome::NotFound);
         // `error` is gone now but listed for its baseline; `not_found` is new.
         let listed: Vec<Outcome> = fig.classes.iter().map(|c| c.class).collect();
@@ -477,11 +608,56 @@ mod tests {
     }
 
     #[test]
-    fn low_volume_windows_are_ignored() {
+    fn low_volume_windows_are_not_judged_alone() {
+        // Four windows under `min_requests` at 50%: the window rule does not judge them, and
+        // the evidence takes at least five windows (a tolerated 20 s burst and three more).
         let mut ws = steady(40, 1000, 3);
-        ws.extend(vec![(100, 50, Outcome::Error); 5]);
+        ws.extend(vec![(100, 50, Outcome::Error); 4]);
+        ws.extend(steady(10, 1000, 3));
         let (hits, _) = run(ErrorSurgeConfig::default(), &ws);
         assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    #[test]
+    fn a_quiet_group_is_judged_across_windows() {
+        // Ten requests a window (1 req/s), none failing, then 30% timing out: no window has
+        // the volume of the window rule, and the evidence proves the surge in the fewest
+        // windows it may take.
+        let mut ws = steady(40, 10, 0);
+        ws.extend(vec![(10, 3, Outcome::Timeout); 10]);
+        let (hits, last) = run(ErrorSurgeConfig::default(), &ws);
+        assert_eq!(hits.first(), Some(&45), "{hits:?}");
+        assert_eq!(hits.len(), 6);
+        let f = last.unwrap();
+        // The ratio over the windows the evidence rests on, not over the last one alone.
+        assert_eq!(f.annotations["error_ratio"], "30.0%");
+        assert_eq!(f.annotations["requests"], "100");
+        assert_eq!(f.annotations["evidence"], "1.00");
+        assert_eq!(f.annotations["dominant_class"], "timeout");
+        // A group of two requests a window failing 10% is proven too, later: once its
+        // baseline rests on enough requests (an hour's) to tell 10% from its 5% gate.
+        let mut ws = steady(400, 2, 0);
+        ws.extend((0..100).map(|i| (2, u64::from(i % 5 == 0), Outcome::Error)));
+        let (hits, _) = run(ErrorSurgeConfig::default(), &ws);
+        assert!(hits.first().is_some_and(|&w| w > 420), "{hits:?}");
+    }
+
+    #[test]
+    fn quiet_groups_at_their_usual_errors_are_never_reported() {
+        // Errors drawn at random at a steady ratio, 2 to 100 requests a window, for 20,000
+        // windows each (about 56 group-hours at 10 s windows, where the stated rate allows
+        // 0.0056 false alarms): the evidence stays under its threshold.
+        let mut rng = crate::prng::SplitMix64::new(20251201);
+        for (n, p) in [(2, 0.003), (10, 0.003), (10, 0.02), (100, 0.03), (10, 0.15)] {
+            let ws: Vec<(u64, u64, Outcome)> = (0..20_000)
+                .map(|_| {
+                    let x = (0..n).filter(|_| rng.next_f64() < p).count() as u64;
+                    (n, x, Outcome::Error)
+                })
+                .collect();
+            let (hits, _) = run(ErrorSurgeConfig::default(), &ws);
+            assert!(hits.is_empty(), "{n} requests at {p}: {hits:?}");
+        }
     }
 
     #[test]
@@ -527,6 +703,8 @@ mod tests {
             consecutive_windows: 0,
             baseline_tau_secs: 0.0,
             warmup_windows: 0,
+            false_alarms_per_group_hour: 0.0,
+            tolerated_burst_secs: -1.0,
             ..ErrorSurgeConfig::default()
         };
         let mut out = Vec::new();
@@ -542,6 +720,8 @@ mod tests {
                 "detectors.error_surge.consecutive_windows",
                 "detectors.error_surge.baseline_tau_secs",
                 "detectors.error_surge.warmup_windows",
+                "detectors.error_surge.false_alarms_per_group_hour",
+                "detectors.error_surge.tolerated_burst_secs",
             ]
         );
         let mut out = Vec::new();
