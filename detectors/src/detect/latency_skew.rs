@@ -65,6 +65,13 @@ const BOUND_Z: f64 = 2.0;
 /// The peers' quantile whose latency bucket marks a request as slow: their p99.
 const SLOW_QUANTILE: f64 = 0.99;
 
+/// The peers' quantile whose latency bucket marks a request as slower than the bulk of its
+/// peers': their median. A shard that is slow throughout (every request some times slower, a
+/// saturated or degraded replica) has few requests past its peers' p99 when most of its
+/// peers' requests are fast (cache hits: 10× a 0.8 ms hit is still under a 12 ms p99), but
+/// nearly all past their median.
+const BULK_QUANTILE: f64 = 0.5;
+
 /// Windows the slow-share evidence takes beyond [`burst_proof_windows`]: its reference, the
 /// share of requests past the peers' p99 bucket, moves with that bucket every window, so the
 /// noise before and after a slow spell charges the evidence more than the bound allows for an
@@ -83,9 +90,10 @@ const SEVERE_POWER: f64 = 2.0;
 const SEVERE_CAP: f64 = 0.9;
 
 /// The sequential tests whose false alarms share `false_alarms_per_shard_hour`: the slow
-/// share's (its quick path is the same evidence, capped less) and the severe slowdown's. Each
-/// gets half the rate (a union bound; the threshold rises by ln 2).
-const TESTS: f64 = 2.0;
+/// share's (its quick path is the same evidence, capped less), the severe slowdown's and the
+/// bulk's ([`BULK_QUANTILE`]). Each gets a third of the rate (a union bound; the threshold
+/// rises by ln 3).
+const TESTS: f64 = 3.0;
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -222,6 +230,18 @@ pub struct ShardState {
     /// Evidence of a severe slowdown ([`SEVERE_POWER`]), burst-proof like `cusum`.
     #[serde(default)]
     severe: Cusum,
+    /// Requests with a latency, and those slower than the peers' median, per window: the
+    /// baseline of the bulk's test ([`BULK_QUANTILE`]).
+    #[serde(default)]
+    bulk_samples: Ewma,
+    #[serde(default)]
+    bulk_slow: Ewma,
+    /// Evidence of requests slower than the peers' median, burst-proof like `cusum`.
+    #[serde(default)]
+    bulk: Cusum,
+    /// Windows of an excursion of the bulk's evidence, held back from its baseline.
+    #[serde(default)]
+    bulk_pending: Pending,
 }
 
 /// A group's latency buckets in one window, pooled over its tracked shards, and the median
@@ -260,6 +280,11 @@ impl Pool {
     /// bucket is slow), its peers' requests and slow requests, and its own; `None` when the
     /// peers have no samples or their p99 lies in the last bucket (nothing is above it).
     fn slow_counts(&self, s: &ShardSnapshot) -> Option<Split> {
+        self.split_at(s, SLOW_QUANTILE)
+    }
+
+    /// As [`Pool::slow_counts`], for the bucket holding the peers' `quantile`.
+    fn split_at(&self, s: &ShardSnapshot, quantile: f64) -> Option<Split> {
         let own = |i: usize| s.latency_buckets.get(i).copied().unwrap_or(0);
         let peers = self.total.checked_sub(s.latency_buckets.iter().sum())?;
         if peers == 0 {
@@ -268,7 +293,7 @@ impl Pool {
         let mut below = 0;
         for i in 0..self.buckets.len().saturating_sub(1) {
             below += self.buckets[i] - own(i);
-            if below as f64 >= SLOW_QUANTILE * peers as f64 {
+            if below as f64 >= quantile * peers as f64 {
                 let own_n: u64 = s.latency_buckets.iter().sum();
                 let own_below: u64 = (0..=i).map(own).sum();
                 return Some(Split {
@@ -409,9 +434,10 @@ impl LatencySkew {
     /// (the bucket their p99 falls in; [`Pool::slow_counts`]) among its requests add the
     /// binomial LLR of `slow_share_ratio` times its reference share against the square root
     /// of that ratio times it, the reference being the higher of the Wilson upper bounds of
-    /// its peers' share in the window and its own baseline share. The condition holds while
-    /// the evidence is at its threshold and the shard's p99 exceeds its peers' median p99 by
-    /// `min_excess_ms`.
+    /// its peers' share in the window and its own baseline share; the severe test does the same
+    /// for [`SEVERE_POWER`], and the bulk's for its requests past its peers' median
+    /// ([`LatencySkew::weigh_bulk`]). The condition holds while any evidence is at its
+    /// threshold and the shard's p99 exceeds its peers' median p99 by `min_excess_ms`.
     fn judge_slow_requests(
         &self,
         ctx: &Context<'_>,
@@ -458,13 +484,19 @@ impl LatencySkew {
                 st.quick.push(llr, excess, &self.quick);
                 reference = Some(r);
             }
+            let bulk = pool.split_at(s, BULK_QUANTILE);
+            let bulk_reference = bulk.and_then(|b| self.weigh_bulk(st, b));
             let p = &self.persistence;
             let proven = st.cusum.holds(&self.test)
                 || st.severe.holds(&self.test)
+                || st.bulk.holds(&self.test)
                 || st
                     .quick
                     .holds(&self.quick, p.tolerated_burst_secs, p.window_secs, true);
             self.learn_share(st, split, active || proven);
+            if let Some(b) = bulk {
+                self.learn_bulk(st, b, active || proven);
+            }
             let Some(reference) = reference else {
                 continue;
             };
@@ -474,12 +506,58 @@ impl LatencySkew {
                 fig.slow = Some(SlowShare {
                     share: split.slow as f64 / split.samples as f64,
                     reference,
-                    evidence: (st.cusum.value().max(st.severe.value()) / self.test.threshold)
+                    evidence: (st.cusum.value().max(st.severe.value()).max(st.bulk.value())
+                        / self.test.threshold)
                         .max(st.quick.value() / self.quick.threshold),
+                    bulk: bulk
+                        .zip(bulk_reference)
+                        .map(|(b, r)| (b.slow as f64 / b.samples.max(1) as f64, r)),
                 });
                 out.push(render(cfg, &g.group, &s.shard, &fig));
             }
         }
+    }
+
+    /// Adds the window's requests past its peers' median ([`BULK_QUANTILE`]) to the bulk's
+    /// evidence, once its baseline is warm: the test of the reference share (the higher of
+    /// its own baseline share and its peers' share in the window, each at its upper bound)
+    /// whose crossover is halfway from the reference to every request. Returns the reference.
+    fn weigh_bulk(&self, st: &mut ShardState, split: Split) -> Option<f64> {
+        let warm = self.cfg.warmup_windows;
+        let (n, x) = st
+            .bulk_samples
+            .value(warm)
+            .zip(st.bulk_slow.value(warm))
+            .filter(|b| b.0 > 0.0)?;
+        let span =
+            f64::from(st.bulk_samples.samples()).min(1.0 / self.alpha.max(f64::MIN_POSITIVE));
+        let own = wilson_upper(x * span, n * span, BOUND_Z);
+        let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
+        let r = own.max(peers);
+        let llr = Binomial::with_crossover(r, (1.0 + r) / 2.0)
+            .map_or(0.0, |t| t.llr(split.samples, split.slow));
+        st.bulk.push(llr, &self.test);
+        Some(r)
+    }
+
+    /// Teaches the bulk's baseline a window, as [`LatencySkew::learn_share`] the share's.
+    fn learn_bulk(&self, st: &mut ShardState, split: Split, frozen: bool) {
+        if frozen {
+            st.bulk_pending.drop_held();
+            return;
+        }
+        let settled = st.bulk.value() == 0.0;
+        let baseline = RatioBaseline {
+            trials: &mut st.bulk_samples,
+            events: &mut st.bulk_slow,
+        };
+        st.bulk_pending.hold(
+            (split.samples, split.slow),
+            settled,
+            self.cfg.warmup_windows,
+            baseline,
+            self.alpha,
+        );
     }
 
     /// Teaches the share baseline a window, holding back the windows of an excursion of the
@@ -551,6 +629,8 @@ struct SlowShare {
     reference: f64,
     /// The evidence, as a fraction of the threshold.
     evidence: f64,
+    /// The window's share of requests past the peers' median, and its reference.
+    bulk: Option<(f64, f64)>,
 }
 
 impl Figures {
@@ -589,9 +669,16 @@ fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> F
         _ => "its own usual p99 is not known (too few samples per window to learn it)".to_owned(),
     };
     let evidence = fig.slow.map_or(String::new(), |e| {
+        let bulk = e.bulk.map_or(String::new(), |(share, reference)| {
+            format!(
+                " and {} slower than their median against a reference of {}",
+                pct(share),
+                pct(reference)
+            )
+        });
         format!(
-            "; {} of its requests were slower than its peers' p99 against a reference of {}, \
-             evidence gathered over several windows",
+            "; {} of its requests were slower than its peers' p99 against a reference of \
+             {}{bulk}, evidence gathered over several windows",
             pct(e.share),
             pct(e.reference)
         )
@@ -629,6 +716,11 @@ fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> F
             .annotate("slow_share", pct(e.share))
             .annotate("reference_slow_share", pct(e.reference))
             .annotate("evidence", format!("{:.2}", e.evidence));
+        if let Some((share, reference)) = e.bulk {
+            f = f
+                .annotate("share_over_peer_median", pct(share))
+                .annotate("reference_share_over_peer_median", pct(reference));
+        }
     }
     if let Some(p50) = fig.p50 {
         f = f.annotate("p50_ms", format!("{p50:.1}"));
@@ -786,6 +878,62 @@ mod tests {
         }
         let first = (1..=40).find(|_| !rig.window(&slow, 2).is_empty());
         assert_eq!(first, Some(10));
+    }
+
+    /// One window of 16 requests per shard of 8 as behind a cache: 15 hits from 0.5 to 1.5 ms
+    /// and one miss at 20 ms (the peers' p99), every latency of shard `s0` times `factor`.
+    fn cached(rig: &mut Rig, factor: f64) -> Vec<Finding> {
+        for i in 0..8 {
+            let name = format!("s{i}");
+            let f = if i == 0 { factor } else { 1.0 };
+            for j in 0..16 {
+                let mut o = ObservationRef::new("db", &name);
+                let ms = if j == 15 { 20.0 } else { 0.5 + j as f64 / 14.0 };
+                o.latency_ms = Some(ms * f);
+                rig.record(&o);
+            }
+        }
+        rig.close()
+    }
+
+    #[test]
+    fn a_shard_slow_throughout_is_proven_by_its_bulk() {
+        // Ten times slower throughout, its hits (5–15 ms) stay under its peers' p99 (the
+        // 20 ms miss): one request in sixteen is past it, too few for the tests of the slow
+        // share, but every one is past its peers' median.
+        let mut rig = Rig::with_defaults();
+        for _ in 0..40 {
+            assert!(cached(&mut rig, 1.0).is_empty());
+        }
+        let mut first = None;
+        for w in 1..=20 {
+            let f = cached(&mut rig, 10.0);
+            if let Some(f) = f.first() {
+                first = Some(w);
+                // One request in sixteen past the peers' p99, all past their median.
+                assert_eq!(f.annotations["slow_share"], "6.2%");
+                assert_eq!(f.annotations["share_over_peer_median"], "100.0%");
+                assert!(f.annotations["description"].contains("slower than their median"));
+                break;
+            }
+        }
+        // Six windows at the fewest (a tolerated 20 s spell, three more, and one for the
+        // reference's noise).
+        assert_eq!(first, Some(6));
+        let st = &rig.det.state["db"]["s0"];
+        assert!(st.bulk.holds(&rig.det.test));
+        assert!(!st.cusum.holds(&rig.det.test) && !st.severe.holds(&rig.det.test));
+        // Back to normal, it drains at once.
+        assert!(cached(&mut rig, 1.0).is_empty());
+    }
+
+    #[test]
+    fn a_shard_slow_throughout_from_the_start_is_its_own_normal() {
+        let mut rig = Rig::with_defaults();
+        for w in 0..400 {
+            let f = cached(&mut rig, 10.0);
+            assert!(f.is_empty(), "window {w}: {f:?}");
+        }
     }
 
     #[test]
