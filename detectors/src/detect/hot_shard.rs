@@ -425,16 +425,19 @@ fn pooled<'a>(estimates: impl Iterator<Item = &'a Ewma>) -> f64 {
 struct Timing {
     alpha: f64,
     window_secs: f64,
+    /// Windows over threshold in a row that are always enough ([`windows_needed`]).
+    windows_needed: u32,
     seq: Sequential,
 }
 
 impl Timing {
     fn new(cfg: &HotShardConfig, window_secs: f64) -> Timing {
-        let k = windows_needed(cfg, window_secs)
-            .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
+        let needed = windows_needed(cfg, window_secs);
+        let k = needed.max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
         Timing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             window_secs,
+            windows_needed: needed,
             seq: Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
         }
     }
@@ -501,7 +504,7 @@ fn judge(
         let step = st
             .evidence
             .outlasts(cfg.tolerated_burst_secs, time.window_secs);
-        let k = windows_needed(cfg, time.window_secs);
+        let k = time.windows_needed;
         st.cusum = (st.cusum + cusum_step(cfg, k, &sc)).clamp(0.0, cfg.cusum_threshold);
         sc.cusum = st.cusum;
         let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
