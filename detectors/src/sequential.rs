@@ -105,20 +105,9 @@ impl Binomial {
         if !(p0 > 0.0 && p0 < c && c < 1.0) {
             return None;
         }
-        // The crossover rises with p1, from below c (at p1 → c) to 1 (at p1 → 1): bisection.
+        // The crossover rises with p1, from below c (at p1 → c) to 1 (at p1 → 1).
         let crossover = |p1: f64| Binomial::new(p0, p1).map_or(0.0, |b| b.crossover());
-        let (mut lo, mut hi) = (c, 1.0);
-        for _ in 0..200 {
-            let mid = 0.5 * (lo + hi);
-            if mid <= lo || mid >= hi {
-                break;
-            }
-            if crossover(mid) < c {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
+        let (lo, _) = bisect((c, 1.0), |p1| crossover(p1) < c);
         // `lo` and `hi` are adjacent; the midpoint rounds to `hi`, which may be 1. A crossover
         // near 1 over a high p0 needs a p1 closer to 1 than a float holds: none.
         Binomial::new(p0, lo).filter(|b| (b.crossover() - c).abs() < 1e-9)
@@ -179,20 +168,11 @@ impl Poisson {
             return None;
         }
         // (ρ − 1)/ln ρ rises from 1 (at ρ → 1) without bound; it is below ρ, so the root
-        // lies in (1, 2·multiple·(1 + ln multiple)]. Bisection: 200 halvings are plenty.
+        // lies in (1, 2·multiple·(1 + ln multiple)].
         let crossover = |r: f64| (r - 1.0) / r.ln();
-        let (mut lo, mut hi) = (1.0, 2.0 * multiple * (1.0 + multiple.ln()));
-        for _ in 0..200 {
-            let mid = 0.5 * (lo + hi);
-            if mid <= lo || mid >= hi {
-                break;
-            }
-            if crossover(mid) < multiple {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
+        let (lo, hi) = bisect((1.0, 2.0 * multiple * (1.0 + multiple.ln())), |r| {
+            crossover(r) < multiple
+        });
         Poisson::new(0.5 * (lo + hi))
     }
 
@@ -206,6 +186,23 @@ impl Poisson {
     pub fn crossover(&self) -> f64 {
         (self.ratio - 1.0) / self.ln_ratio
     }
+}
+
+/// Where `below` turns from true to false in `(lo, hi)` (true at `lo`, false at `hi`, one
+/// change between), narrowed by bisection to two adjacent floats (200 halvings are plenty).
+fn bisect((mut lo, mut hi): (f64, f64), below: impl Fn(f64) -> bool) -> (f64, f64) {
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        if below(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo, hi)
 }
 
 /// Page's CUSUM of per-window LLRs with the two caps of the module's formula. Plain data: it is

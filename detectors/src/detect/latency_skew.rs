@@ -493,9 +493,20 @@ impl LatencySkew {
                 || st
                     .quick
                     .holds(&self.quick, p.tolerated_burst_secs, p.window_secs, true);
-            self.learn_share(st, split, active || proven);
+            let frozen = active || proven;
+            let settled = st.cusum.value() == 0.0 && st.severe.value() == 0.0;
+            let share = RatioBaseline {
+                trials: &mut st.samples,
+                events: &mut st.slow,
+            };
+            self.learn(&mut st.pending, share, split, (frozen, settled));
             if let Some(b) = bulk {
-                self.learn_bulk(st, b, active || proven);
+                let settled = st.bulk.value() == 0.0;
+                let share = RatioBaseline {
+                    trials: &mut st.bulk_samples,
+                    events: &mut st.bulk_slow,
+                };
+                self.learn(&mut st.bulk_pending, share, b, (frozen, settled));
             }
             let Some(reference) = reference else {
                 continue;
@@ -540,39 +551,21 @@ impl LatencySkew {
         Some(r)
     }
 
-    /// Teaches the bulk's baseline a window, as [`LatencySkew::learn_share`] the share's.
-    fn learn_bulk(&self, st: &mut ShardState, split: Split, frozen: bool) {
+    /// Teaches a share baseline (the slow share's or the bulk's) a window, holding back the
+    /// windows of an excursion of its evidence ([`Pending`]) until the evidence is `settled`;
+    /// nothing while the evidence holds or the alert is active (`frozen`).
+    fn learn(
+        &self,
+        pending: &mut Pending,
+        baseline: RatioBaseline<'_>,
+        split: Split,
+        (frozen, settled): (bool, bool),
+    ) {
         if frozen {
-            st.bulk_pending.drop_held();
+            pending.drop_held();
             return;
         }
-        let settled = st.bulk.value() == 0.0;
-        let baseline = RatioBaseline {
-            trials: &mut st.bulk_samples,
-            events: &mut st.bulk_slow,
-        };
-        st.bulk_pending.hold(
-            (split.samples, split.slow),
-            settled,
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
-    }
-
-    /// Teaches the share baseline a window, holding back the windows of an excursion of the
-    /// evidence ([`Pending`]); nothing while the evidence holds or the alert is active.
-    fn learn_share(&self, st: &mut ShardState, split: Split, frozen: bool) {
-        if frozen {
-            st.pending.drop_held();
-            return;
-        }
-        let settled = st.cusum.value() == 0.0 && st.severe.value() == 0.0;
-        let baseline = RatioBaseline {
-            trials: &mut st.samples,
-            events: &mut st.slow,
-        };
-        st.pending.hold(
+        pending.hold(
             (split.samples, split.slow),
             settled,
             self.cfg.warmup_windows,
