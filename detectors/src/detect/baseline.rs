@@ -74,6 +74,16 @@ pub struct Pending {
     windows: u32,
 }
 
+/// What a ratio baseline rests on, once warm: its events and its trials over the windows its
+/// averages span (each mean per window times those windows, at most `1/alpha`), in the order
+/// `sequential::wilson_upper` takes them; `None` before `warmup` windows or without trials.
+pub fn ratio_seen(trials: &Ewma, events: &Ewma, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
+    let n = trials.value(warmup)?;
+    let x = events.value(warmup)?;
+    let span = f64::from(trials.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
+    (n > 0.0).then_some((x * span, n * span))
+}
+
 /// The two averages of a ratio baseline: trials and events per window.
 pub struct RatioBaseline<'a> {
     /// Trials per window (requests, samples).

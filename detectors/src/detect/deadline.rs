@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
@@ -438,11 +438,10 @@ impl DeadlinePileUp {
     /// `q1` builds it up at any volume.
     fn weigh(&self, st: &mut GroupState, requests: u64, timeouts: u64) {
         let warm = self.cfg.warmup_windows;
-        let (Some(n), Some(x)) = (st.requests.value(warm), st.timeouts.value(warm)) else {
+        let Some((x, n)) = ratio_seen(&st.requests, &st.timeouts, warm, self.alpha) else {
             return;
         };
-        let span = f64::from(st.requests.samples()).min(1.0 / self.alpha.max(f64::MIN_POSITIVE));
-        let base = wilson_upper(x * span, n * span, BOUND_Z);
+        let base = wilson_upper(x, n, BOUND_Z);
         let q1 = (self.cfg.ratio_over_baseline * base).max(self.cfg.min_timeout_ratio);
         let llr = Binomial::new(q1 / 2.0, q1).map_or(0.0, |b| b.llr(requests, timeouts));
         st.cusum.push(llr, &self.test);

@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, pct, times,
@@ -183,13 +183,11 @@ pub struct GroupState {
 }
 
 impl GroupState {
-    /// The count baseline's ratio and the requests it rests on (the mean per window times the
-    /// windows the average spans), once warm.
-    fn counted(&self, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
-        let n = self.requests.value(warmup)?;
-        let x = self.errors.value(warmup)?;
-        let span = f64::from(self.requests.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
-        (n > 0.0).then(|| (x / n, n * span))
+    /// The count baseline's ratio, and its errors and requests over the windows it spans, once
+    /// warm.
+    fn counted(&self, warmup: u32, alpha: f64) -> Option<(f64, (f64, f64))> {
+        let (x, n) = ratio_seen(&self.requests, &self.errors, warmup, alpha)?;
+        Some((x / n, (x, n)))
     }
 }
 
@@ -251,10 +249,10 @@ impl ErrorSurge {
     /// Adds the window's `x` errors among `n` requests to the evidence, once the count baseline
     /// is warm: the test of its ratio at its upper bound whose crossover is the gate over it.
     fn weigh(&self, st: &mut GroupState, n: u64, x: u64) {
-        let Some((b, seen)) = st.counted(self.cfg.warmup_windows, self.alpha) else {
+        let Some((b, (errors, seen))) = st.counted(self.cfg.warmup_windows, self.alpha) else {
             return;
         };
-        let reference = wilson_upper(b * seen, seen, BOUND_Z);
+        let reference = wilson_upper(errors, seen, BOUND_Z);
         let llr =
             Binomial::with_crossover(reference, self.cfg.gate(b)).map_or(0.0, |t| t.llr(n, x));
         st.evidence.push(llr, &self.test);

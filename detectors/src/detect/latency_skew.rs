@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
@@ -452,7 +452,6 @@ impl LatencySkew {
             return;
         }
         let warm = cfg.warmup_windows;
-        let span_cap = 1.0 / self.alpha.max(f64::MIN_POSITIVE);
         for s in g.tracked_shards() {
             let (Some(split), Some(latency)) = (pool.slow_counts(s), s.traffic.latency) else {
                 continue;
@@ -463,11 +462,9 @@ impl LatencySkew {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
-            let baseline = st.samples.value(warm).zip(st.slow.value(warm));
             let mut reference = None;
-            if let Some((n, x)) = baseline.filter(|b| b.0 > 0.0) {
-                let span = f64::from(st.samples.samples()).min(span_cap);
-                let own = wilson_upper(x * span, n * span, BOUND_Z);
+            if let Some((x, n)) = ratio_seen(&st.samples, &st.slow, warm, self.alpha) {
+                let own = wilson_upper(x, n, BOUND_Z);
                 let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
                 let r = own.max(peers);
                 let q1 = cfg.slow_share_ratio * r;
@@ -535,14 +532,8 @@ impl LatencySkew {
     /// whose crossover is halfway from the reference to every request. Returns the reference.
     fn weigh_bulk(&self, st: &mut ShardState, split: Split) -> Option<f64> {
         let warm = self.cfg.warmup_windows;
-        let (n, x) = st
-            .bulk_samples
-            .value(warm)
-            .zip(st.bulk_slow.value(warm))
-            .filter(|b| b.0 > 0.0)?;
-        let span =
-            f64::from(st.bulk_samples.samples()).min(1.0 / self.alpha.max(f64::MIN_POSITIVE));
-        let own = wilson_upper(x * span, n * span, BOUND_Z);
+        let (x, n) = ratio_seen(&st.bulk_samples, &st.bulk_slow, warm, self.alpha)?;
+        let own = wilson_upper(x, n, BOUND_Z);
         let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
         let r = own.max(peers);
         let llr = Binomial::with_crossover(r, (1.0 + r) / 2.0)

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for};
+use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
@@ -160,17 +160,6 @@ pub struct ShardState {
     pending: Pending,
 }
 
-impl ShardState {
-    /// The baseline ratio and the requests it rests on (the mean per window times the windows
-    /// the average spans), once warm.
-    fn baseline(&self, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
-        let r = self.requests.value(warmup)?;
-        let e = self.errors.value(warmup)?;
-        let span = f64::from(self.requests.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
-        (r > 0.0).then(|| (e / r, r * span))
-    }
-}
-
 /// What the detector measured about a shard in one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Verdict {
@@ -220,10 +209,16 @@ impl ShardFailing {
     /// Adds shard `s`'s window to its evidence, given the errors and requests of the whole
     /// group's tracked shards; `None` while its baseline is cold.
     fn weigh(&self, s: &ShardSnapshot, st: &mut ShardState, group: (u64, u64)) -> Option<Verdict> {
-        let (baseline, seen) = st.baseline(self.cfg.warmup_windows, self.alpha)?;
+        let (errors, seen) = ratio_seen(
+            &st.requests,
+            &st.errors,
+            self.cfg.warmup_windows,
+            self.alpha,
+        )?;
+        let baseline = errors / seen;
         let (n, x) = (s.requests, s.traffic.errors.min(s.requests));
         let (peer_n, peer_x) = (group.0 - n, group.1 - x);
-        let own = wilson_upper(baseline * seen, seen, BOUND_Z);
+        let own = wilson_upper(errors, seen, BOUND_Z);
         let peers = wilson_upper(peer_x as f64, peer_n as f64, BOUND_Z);
         let reference = own.max(peers);
         let m = self.cfg.margin_points;
