@@ -74,6 +74,13 @@ pub struct Pending {
     windows: u32,
 }
 
+/// Standard deviations of the upper bounds the sequential tests take for their reference
+/// ratios (`sequential::wilson_upper`): a baseline or a peers' ratio measured on few requests is
+/// taken as high as it plausibly is (about 2.3% of true ratios lie above the bound), so a quiet
+/// entity's reference is not taken for lower than it is and a test's false-alarm bound, stated
+/// for a true ratio at most the reference, holds.
+pub const BOUND_Z: f64 = 2.0;
+
 /// What a ratio baseline rests on, once warm: its events and its trials over the windows its
 /// averages span (each mean per window times those windows, at most `1/alpha`), in the order
 /// `sequential::wilson_upper` takes them; `None` before `warmup` windows or without trials.

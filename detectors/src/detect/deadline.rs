@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
@@ -70,10 +70,6 @@ const MIN_SHARD_OK_SAMPLES: u64 = 100;
 /// Fewest successes a window needs to teach the baseline of the successful p99: below 10 a
 /// p99 is the maximum, not a percentile.
 const MIN_OK_SAMPLES: u64 = 10;
-
-/// Standard deviations of the upper bound taken for the baseline timeout ratio (as
-/// `ShardFailing`'s): a baseline measured on few requests is taken as high as it plausibly is.
-const BOUND_Z: f64 = 2.0;
 
 /// `detectors.deadline_pile_up` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, pct, times,
@@ -51,11 +51,6 @@ use crate::detect::{
 use crate::observation::{Outcome, label_value, quote};
 use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
-
-/// Standard deviations of the upper bound taken for the evidence test's reference: a baseline
-/// learned over few requests is taken as high as it plausibly is, so the test's false-alarm
-/// bound, stated for a true ratio at most the reference, holds (as `ShardFailing`'s).
-const BOUND_Z: f64 = 2.0;
 
 /// `detectors.error_surge` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
@@ -57,10 +57,6 @@ use crate::sequential::{
     Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
 };
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
-
-/// Standard deviations of the upper bounds taken for the reference shares of slow requests
-/// (as `ShardFailing`'s): a share measured on few requests is taken as high as it plausibly is.
-const BOUND_Z: f64 = 2.0;
 
 /// The peers' quantile whose latency bucket marks a request as slow: their p99.
 const SLOW_QUANTILE: f64 = 0.99;

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
@@ -45,13 +45,6 @@ use crate::sequential::{
     Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
 };
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
-
-/// Standard deviations of the upper bounds taken for the reference ratios: a baseline or a
-/// peers' ratio measured on few requests is taken as high as it plausibly is (about 2.3% of
-/// true ratios lie above the bound), so a quiet shard's reference is not taken for lower than
-/// it is and the test's false-alarm bound, stated for a true ratio at most the reference,
-/// holds.
-pub const BOUND_Z: f64 = 2.0;
 
 /// The raised ratio of the severe test: halfway from the margin's `reference + m` to every
 /// request failing. Beside the test of a rise by the margin, whose evidence grows slowly
