@@ -119,6 +119,20 @@ pub struct Persistence {
 }
 
 impl Persistence {
+    /// The persistence of a rule asking for `consecutive_windows` in a row, tolerating bursts of
+    /// `tolerated_burst_secs` at windows of `window_secs`: the windows in a row that are always
+    /// enough are never fewer than one more than the longest streak such a burst can make, so
+    /// that at short windows the count does not undo the tolerance (at 5 s windows a 20 s burst
+    /// touches five windows, more than the usual four).
+    pub fn new(consecutive_windows: u32, tolerated_burst_secs: f64, window_secs: f64) -> Self {
+        let longest = longest_burst_streak(tolerated_burst_secs, window_secs);
+        Persistence {
+            windows: consecutive_windows.max(longest.saturating_add(1)),
+            tolerated_burst_secs,
+            window_secs,
+        }
+    }
+
     /// True when a streak of `streak` windows with evidence `ev` is long enough.
     pub fn holds(&self, streak: u32, ev: &StepEvidence) -> bool {
         streak >= self.windows || ev.outlasts(self.tolerated_burst_secs, self.window_secs)
@@ -135,6 +149,15 @@ mod tests {
             e.push(true, x);
         }
         e
+    }
+
+    #[test]
+    fn the_count_of_windows_never_undoes_the_burst_tolerance() {
+        // A 20 s burst touches at most 3 windows of 10 s or 30 s, but 5 of 5 s.
+        for (w, needed) in [(5.0, 6), (10.0, 4), (30.0, 4)] {
+            assert_eq!(Persistence::new(4, 20.0, w).windows, needed, "{w}");
+        }
+        assert_eq!(Persistence::new(8, 20.0, 5.0).windows, 8);
     }
 
     #[test]

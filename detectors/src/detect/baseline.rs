@@ -23,6 +23,15 @@ pub struct Ewma {
 }
 
 impl Ewma {
+    /// The average of `windows` windows that each held zero: what a count of something first
+    /// seen now was in the windows before (it was not seen).
+    pub fn zeros(windows: u32) -> Ewma {
+        Ewma {
+            value: 0.0,
+            samples: windows,
+        }
+    }
+
     /// Folds in `x` with weight `alpha`. The first sample sets the value; until the average has
     /// seen `1/alpha` samples it uses the running mean, so early samples are not over-weighted
     /// toward zero.

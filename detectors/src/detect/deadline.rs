@@ -622,10 +622,15 @@ impl DetectorKind for DeadlinePileUp {
     fn new(cfg: DeadlinePileUpConfig, window_secs: f64) -> Self {
         DeadlinePileUp {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
+            // The count of windows tolerates the burst itself (six at 5 s windows); the shape,
+            // which weighs the streak's timeouts, allows them half a window to drain.
             persistence: Persistence {
-                windows: cfg.consecutive_windows,
                 tolerated_burst_secs: cfg.tolerated_burst_secs + DRAIN_WINDOWS * window_secs,
-                window_secs,
+                ..Persistence::new(
+                    cfg.consecutive_windows,
+                    cfg.tolerated_burst_secs,
+                    window_secs,
+                )
             },
             test: Sequential::new(
                 cfg.false_alarms_per_group_hour,

@@ -23,6 +23,23 @@
 //!   staying under the group rule's 20% (the empty key of the metadata-database incident: 1% ->
 //!   6% of the group, 40% -> 80% of its shard).
 //!
+//! - **Evidence across windows** (both rules, no volume floor). Each window adds, for every key
+//!   with state in a scope, the binomial LLR of its certain requests among the *group's*
+//!   requests ([`crate::sequential`], docs/adr/006-evidence-that-accumulates.md): the reference
+//!   is the key's count baseline (its requests and the group's per window) at its upper bound,
+//!   and the test is built for the crossover `min_ratio` times that, so evidence grows only
+//!   while the key's load is over the rules' own ratio. A window in which the key is not
+//!   reported counts as none of its requests, which only drains evidence. It holds once the
+//!   burst-proof CUSUM (at least ⌈`tolerated_burst_secs`/w⌉ + 3 windows) or the quick one
+//!   (`consecutive_windows`, once the streak's shape outlasts a tolerated burst) reaches the
+//!   threshold for `false_alarms_per_key_hour` (half each), **and** the key holds at least
+//!   `min_group_share` (group rule, and the fair-share multiple) or `min_shard_share` (shard
+//!   rule) of its scope's requests over the windows the evidence rests on. The second gate is
+//!   what makes the baseline sound: a key's baseline learns zero in every window the summary
+//!   does not report it, which for a key under a shard's top three that still had requests is
+//!   too low; a key with half of its shard (or a fifth of its group) is always reported, so the
+//!   keys the gate lets through are exactly those whose baselines are not censored.
+//!
 //! A key *lives on one shard* when one shard's summary holds at least `single_shard_share` of
 //! the key's group-wide lower bound; the alert then carries that `shard` label (kept while the
 //! alert is active, so labels do not flap). When the group rule fires for a key, the shard rule
@@ -57,20 +74,28 @@
 //!   window at full strength, which a 20 s burst at any alignment does not
 //!   ([`crate::evidence`]).
 //! - Diurnal load changes every key's rate alike; shares do not move.
-//! - Low-volume shards (a few requests per second) stay under `min_shard_requests`.
+//! - Low-volume shards (a few requests per second) stay under `min_shard_requests`; their keys
+//!   are judged by the evidence across windows, whose false alarms are bounded whatever the
+//!   volume, and whose gate on the scope's share rests on every request of the excursion. A
+//!   key's count baseline starts with its scope: a key first seen on a shard had none of the
+//!   group's requests since the shard appeared, and a shard that expired and came back knows
+//!   only its windows since (a key of an intermittent shard is not taken for new).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::alpha_for;
+use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     num, pct, ratio_2dp,
 };
 use crate::evidence::{Persistence, StepEvidence};
 use crate::observation::{quote, quote_key};
+use crate::sequential::{
+    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
+};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -105,6 +130,9 @@ pub struct HotKeyConfig {
     pub single_shard_share: f64,
     /// Baseline share under which an unreported, quiet key's state is dropped.
     pub forget_share: f64,
+    /// False alarms per key and scope-hour the evidence across windows allows while a key
+    /// stays at its baseline share (the rules' path without volume floors).
+    pub false_alarms_per_key_hour: f64,
 }
 
 impl Default for HotKeyConfig {
@@ -123,6 +151,7 @@ impl Default for HotKeyConfig {
             tolerated_burst_secs: 20.0,
             single_shard_share: 0.9,
             forget_share: 0.01,
+            false_alarms_per_key_hour: 1e-4,
         }
     }
 }
@@ -191,6 +220,12 @@ impl DetectorSettings for HotKeyConfig {
                 ),
             );
         }
+        p.range(
+            "false_alarms_per_key_hour",
+            self.false_alarms_per_key_hour,
+            1e-12,
+            1.0,
+        );
     }
 }
 
@@ -228,6 +263,47 @@ struct KeyState {
     evidence: StepEvidence,
     /// The `shard` label of the group rule's alert, once chosen.
     shard: Option<String>,
+    /// The key's requests as evidence across windows.
+    #[serde(default)]
+    counted: Counted,
+}
+
+/// A key's certain requests among the group's, as evidence across windows: the rules' path
+/// without volume floors.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Counted {
+    /// The group's requests per window: the trials of the key's count baseline.
+    requests: Ewma,
+    /// The key's certain requests in its scope per window: the events.
+    lower: Ewma,
+    /// Windows of an excursion of the evidence, held back from the count baseline.
+    pending: Pending,
+    /// Burst-proof evidence.
+    evidence: Cusum,
+    /// The same evidence on the quick path.
+    quick: QuickEvidence,
+    /// What the evidence rests on since it was last at zero.
+    excursion: Excursion,
+}
+
+/// The requests an excursion of a key's evidence rests on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+struct Excursion {
+    /// The key's certain requests in its scope.
+    key: u64,
+    /// Its scope's requests (the group's or the shard's).
+    scope: u64,
+    /// The group's requests.
+    group: u64,
+    windows: u32,
+}
+
+impl Counted {
+    /// No evidence on either path.
+    fn idle(&self) -> bool {
+        self.evidence.value() == 0.0 && self.quick.value() == 0.0
+    }
 }
 
 /// The keys of one scope and how many windows with keyed traffic it has seen.
@@ -235,6 +311,10 @@ struct KeyState {
 struct Scope {
     windows: u32,
     keys: BTreeMap<String, KeyState>,
+    /// The group's requests per window, from every window with requests since the scope (the
+    /// group, or the shard) appeared: where the count baseline of a key first seen now starts.
+    #[serde(default)]
+    requests: Ewma,
 }
 
 /// The group scope and each shard's scope.
@@ -261,6 +341,10 @@ struct KeyFigures {
     load: f64,
     /// The key's baseline share of the group's requests.
     baseline: f64,
+    /// The windows the figures span: 1 for a window's verdict, more for the evidence's.
+    windows: u32,
+    /// The key's evidence across windows, as a fraction of its threshold.
+    evidence: f64,
 }
 
 impl KeyFigures {
@@ -280,6 +364,11 @@ pub struct HotKey {
     cfg: HotKeyConfig,
     alpha: f64,
     persistence: Persistence,
+    /// The evidence test, burst-proof.
+    test: Sequential,
+    /// The quick path's test: `consecutive_windows` windows at the fewest.
+    quick: Sequential,
+    window_secs: f64,
     state: BTreeMap<String, GroupState>,
 }
 
@@ -324,11 +413,18 @@ fn home_shard<'a>(g: &'a GroupSnapshot, key: &str, lb: u64, frac: f64) -> Option
 
 impl Scope {
     /// The state of `key`; a key seen for the first time had a share of zero in every earlier
-    /// window of the scope.
+    /// window of the scope: it had none of the group's requests since the scope appeared (a
+    /// shard that expired and came back knows only its windows since).
     fn key(&mut self, key: &str) -> &mut KeyState {
         let prior = self.windows;
+        let requests = self.requests;
         self.keys.entry(key.to_owned()).or_insert_with(|| KeyState {
             base: ShareBaseline::after(prior),
+            counted: Counted {
+                requests,
+                lower: Ewma::zeros(requests.samples()),
+                ..Counted::default()
+            },
             ..KeyState::default()
         })
     }
@@ -336,19 +432,20 @@ impl Scope {
 
 impl KeyState {
     /// Extends or ends the key's run of over windows (with `excess` requests over its
-    /// baseline) and teaches its baseline `load` unless the key's alert is active or its
-    /// condition is building up. True once the run is long enough for `needed`.
+    /// baseline) and teaches its baseline `load` unless `frozen` (the key's alert is active or
+    /// its evidence proves a change) or its condition is building up. True once the run is
+    /// long enough for `needed`.
     fn step(
         &mut self,
         over: bool,
-        active: bool,
+        frozen: bool,
         (load, excess): (f64, f64),
         alpha: f64,
         needed: &Persistence,
     ) -> bool {
         self.streak = if over { self.streak + 1 } else { 0 };
         self.evidence.push(over, excess);
-        if !(active || self.streak > 0) {
+        if !(frozen || self.streak > 0) {
             self.base.update(load, alpha);
         }
         needed.holds(self.streak, &self.evidence)
@@ -356,6 +453,92 @@ impl KeyState {
 }
 
 impl HotKey {
+    /// Adds one window to a key's evidence across windows: its `key` certain requests among
+    /// the group's `group`, with `scope` requests in its scope. The test's reference is the
+    /// key's count baseline at its upper bound, and it is built for the crossover `min_ratio`
+    /// times that, so evidence grows only while the key's load is over the rules' own ratio.
+    /// Then teaches the window to the count baseline, holding an excursion of the evidence
+    /// back, or forgets the held windows when `active` or proven. True when the evidence holds
+    /// and, over the windows it rests on, the key holds at least `floor` of its scope's
+    /// requests.
+    fn weigh(
+        &self,
+        c: &mut Counted,
+        (key, scope, group): (u64, u64, u64),
+        floor: f64,
+        active: bool,
+    ) -> bool {
+        // A window without the key's requests only drains evidence, and there is none.
+        if key > 0 || !c.idle() {
+            let warmup = self.cfg.warmup_windows;
+            if let Some((x, n)) = ratio_seen(&c.requests, &c.lower, warmup, self.alpha) {
+                let p0 = wilson_upper(x, n, BOUND_Z);
+                let llr = Binomial::with_crossover(p0, self.cfg.min_ratio * p0)
+                    .map_or(0.0, |t| t.llr(group, key));
+                c.evidence.push(llr, &self.test);
+                c.quick
+                    .push(llr, key as f64 - p0 * group as f64, &self.quick);
+            }
+        }
+        let e = c.excursion;
+        c.excursion = if c.idle() {
+            Excursion::default()
+        } else {
+            Excursion {
+                key: e.key + key,
+                scope: e.scope + scope,
+                group: e.group + group,
+                windows: e.windows + 1,
+            }
+        };
+        let proven = c.evidence.holds(&self.test)
+            || c.quick.holds(
+                &self.quick,
+                self.cfg.tolerated_burst_secs,
+                self.window_secs,
+                false,
+            );
+        let e = c.excursion;
+        let holds = proven && e.scope > 0 && e.key as f64 >= floor * e.scope as f64;
+        if active || holds {
+            c.pending.drop_held();
+        } else {
+            let settled = c.idle();
+            let baseline = RatioBaseline {
+                trials: &mut c.requests,
+                events: &mut c.lower,
+            };
+            c.pending.hold(
+                (group, key),
+                settled,
+                self.cfg.warmup_windows,
+                baseline,
+                self.alpha,
+            );
+        }
+        holds
+    }
+
+    /// The figures of the windows a key's evidence rests on.
+    fn accumulated(&self, c: &Counted) -> KeyFigures {
+        let e = c.excursion;
+        let baseline = ratio_seen(&c.requests, &c.lower, self.cfg.warmup_windows, self.alpha)
+            .map_or(0.0, |(x, n)| x / n);
+        KeyFigures {
+            lower: e.key,
+            share: e.key as f64 / e.scope.max(1) as f64,
+            load: e.key as f64 / e.group.max(1) as f64,
+            baseline,
+            windows: e.windows,
+            evidence: self.evidence(c),
+        }
+    }
+
+    /// A key's evidence as a fraction of its threshold: the higher of the two paths.
+    fn evidence(&self, c: &Counted) -> f64 {
+        (c.evidence.value() / self.test.threshold).max(c.quick.value() / self.quick.threshold)
+    }
+
     fn group_rule(
         &self,
         ctx: &Context<'_>,
@@ -366,50 +549,71 @@ impl HotKey {
     ) {
         let cfg = &self.cfg;
         let alpha = self.alpha;
-        if g.requests == 0 || g.keyed_requests == 0 {
+        let floor = cfg
+            .min_group_share
+            .max(cfg.fair_share_multiple * g.fair_share);
+        let is_active = |key: &str, st: &KeyState| {
+            ctx.alerts.is_active(
+                HotKey::ALERTNAME,
+                &key_labels(&g.group, key, st.shard.as_deref()),
+            )
+        };
+        if g.keyed_requests == 0 {
+            // No key this window: the evidence of each hears that it had no request.
+            self.weigh_absent(scope, (g.requests, g.requests), floor, is_active);
+            scope.requests.update(g.requests as f64, alpha);
             return;
         }
         let warm = scope.windows >= cfg.warmup_windows;
         let total = g.requests as f64;
-        let floor = cfg
-            .min_group_share
-            .max(cfg.fair_share_multiple * g.fair_share);
         let mut reported = BTreeSet::new();
         for k in &g.top_keys {
             reported.insert(k.key.as_str());
             let st = scope.key(&k.key);
             let lb = k.lower_bound();
+            let active = is_active(&k.key, st);
+            let accumulated =
+                self.weigh(&mut st.counted, (lb, g.requests, g.requests), floor, active);
             let fig = KeyFigures {
                 lower: lb,
                 share: lb as f64 / total,
                 load: lb as f64 / total,
                 baseline: st.base.value,
+                windows: 1,
+                evidence: self.evidence(&st.counted),
             };
-            let labels = key_labels(&g.group, &k.key, st.shard.as_deref());
-            let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
             let over = warm
                 && lb >= cfg.min_requests
                 && fig.share >= floor
                 && fig.ratio() >= cfg.min_ratio;
-            if over && !active {
+            if (over || accumulated) && !active {
                 // The `shard` label is chosen when the condition builds up and kept while the
                 // alert is active, so the alert's identity does not flap.
                 st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
             }
             let excess = (fig.load - fig.baseline) * total;
-            if st.step(over, active, (fig.load, excess), alpha, &self.persistence) {
+            let frozen = active || accumulated;
+            let ruled = st.step(over, frozen, (fig.load, excess), alpha, &self.persistence);
+            let fig = if ruled {
+                fig
+            } else {
+                self.accumulated(&st.counted)
+            };
+            if ruled || accumulated {
                 hot_keys.insert(k.key.clone());
                 let home = st.shard.as_deref().and_then(|s| g.shard(s));
                 out.push(render(cfg, &g.group, &group_figures(ctx, k, home, fig)));
             }
         }
-        forget_unreported(scope, &reported, cfg.forget_share, alpha, |key, st| {
-            ctx.alerts.is_active(
-                HotKey::ALERTNAME,
-                &key_labels(&g.group, key, st.shard.as_deref()),
-            )
-        });
+        self.forget_unreported(
+            scope,
+            &reported,
+            (g.requests, g.requests),
+            (floor, cfg.forget_share),
+            is_active,
+        );
         scope.windows = scope.windows.saturating_add(1);
+        scope.requests.update(g.requests as f64, alpha);
     }
 
     fn shard_rule(
@@ -423,72 +627,117 @@ impl HotKey {
         let cfg = &self.cfg;
         let alpha = self.alpha;
         let group_total = g.requests.max(1) as f64;
+        let floor = cfg.min_shard_share;
         for s in g.tracked_shards() {
+            let is_active = |key: &str, _: &KeyState| {
+                let labels = key_labels(&g.group, key, Some(&s.shard));
+                ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
+            };
+            // Every shard has a scope, keyed traffic or not, so that a key first seen on it
+            // knows how long the shard has been there without it.
+            let scope = shards.entry(s.shard.clone()).or_default();
             if s.requests == 0 || s.top_keys.is_empty() {
+                // No key on the shard this window: its keys' evidence hears that they had no
+                // request.
+                self.weigh_absent(scope, (s.requests, g.requests), floor, is_active);
+                scope.requests.update(g.requests as f64, alpha);
                 continue;
             }
-            let scope = shards.entry(s.shard.clone()).or_default();
             let warm = scope.windows >= cfg.warmup_windows;
             let mut reported = BTreeSet::new();
             for k in &s.top_keys {
                 reported.insert(k.key.as_str());
                 let st = scope.key(&k.key);
                 let lb = k.lower_bound();
+                let active = is_active(&k.key, st);
+                let accumulated =
+                    self.weigh(&mut st.counted, (lb, s.requests, g.requests), floor, active);
                 let fig = KeyFigures {
                     lower: lb,
                     share: lb as f64 / s.requests as f64,
                     load: lb as f64 / group_total,
                     baseline: st.base.value,
+                    windows: 1,
+                    evidence: self.evidence(&st.counted),
                 };
-                let labels = key_labels(&g.group, &k.key, Some(&s.shard));
-                let active = ctx.alerts.is_active(HotKey::ALERTNAME, &labels);
                 let over = warm
                     && lb >= cfg.min_shard_requests
-                    && fig.share >= cfg.min_shard_share
+                    && fig.share >= floor
                     && fig.ratio() >= cfg.min_ratio;
+                let excess = (fig.load - fig.baseline) * group_total;
+                let frozen = active || accumulated;
+                let ruled = st.step(over, frozen, (fig.load, excess), alpha, &self.persistence);
+                let fig = if ruled {
+                    fig
+                } else {
+                    self.accumulated(&st.counted)
+                };
                 // The group rule already alerts on this key (with this shard, or spread over
                 // several): one alert per key is enough.
-                let excess = (fig.load - fig.baseline) * group_total;
-                if st.step(over, active, (fig.load, excess), alpha, &self.persistence)
-                    && !hot_keys.contains(&k.key)
-                {
+                if (ruled || accumulated) && !hot_keys.contains(&k.key) {
                     out.push(render(cfg, &g.group, &shard_figures(ctx, s, k, fig)));
                 }
             }
             // Shard scopes forget relative to the shard's load, so a shard keeps about
             // 1/forget_share keys too.
             let forget_below = cfg.forget_share * s.requests as f64 / group_total;
-            forget_unreported(scope, &reported, forget_below, alpha, |key, _| {
-                let labels = key_labels(&g.group, key, Some(&s.shard));
-                ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
-            });
+            self.forget_unreported(
+                scope,
+                &reported,
+                (s.requests, g.requests),
+                (floor, forget_below),
+                is_active,
+            );
             scope.windows = scope.windows.saturating_add(1);
+            scope.requests.update(g.requests as f64, alpha);
         }
     }
-}
 
-/// Keys of `scope` not reported this window had a share of (about) zero: their baselines learn
-/// it unless frozen, their streaks end, and those whose baseline falls under `forget_below`
-/// are dropped unless alerting.
-fn forget_unreported(
-    scope: &mut Scope,
-    reported: &BTreeSet<&str>,
-    forget_below: f64,
-    alpha: f64,
-    is_active: impl Fn(&str, &KeyState) -> bool,
-) {
-    scope.keys.retain(|key, st| {
-        if reported.contains(key.as_str()) {
-            return true;
+    /// Keys of `scope` not reported this window had a share of (about) zero: their evidence
+    /// hears no request among the group's (a key under the summary's top is counted as
+    /// absent, which only drains evidence), their baselines learn zero unless frozen, their
+    /// streaks end, and those whose baseline falls under `forget_below` are dropped unless
+    /// alerting.
+    fn forget_unreported(
+        &self,
+        scope: &mut Scope,
+        reported: &BTreeSet<&str>,
+        (scope_requests, group): (u64, u64),
+        (floor, forget_below): (f64, f64),
+        is_active: impl Fn(&str, &KeyState) -> bool,
+    ) {
+        let alpha = self.alpha;
+        scope.keys.retain(|key, st| {
+            if reported.contains(key.as_str()) {
+                return true;
+            }
+            st.streak = 0;
+            st.evidence = StepEvidence::default();
+            let active = is_active(key, st);
+            let accumulated =
+                self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
+            if !(active || accumulated) {
+                st.base.update(0.0, alpha);
+            }
+            active || st.base.value >= forget_below
+        });
+    }
+
+    /// A window in which `scope` had no keyed request: every key's evidence hears that it had
+    /// none among the group's `group` requests. The window rules' baselines and the scope's
+    /// count of windows with keyed traffic do not move.
+    fn weigh_absent(
+        &self,
+        scope: &mut Scope,
+        (scope_requests, group): (u64, u64),
+        floor: f64,
+        is_active: impl Fn(&str, &KeyState) -> bool,
+    ) {
+        for (key, st) in &mut scope.keys {
+            let active = is_active(key, st);
+            self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
         }
-        st.streak = 0;
-        st.evidence = StepEvidence::default();
-        let active = is_active(key, st);
-        if !active {
-            st.base.update(0.0, alpha);
-        }
-        active || st.base.value >= forget_below
-    });
+    }
 }
 
 /// Which rule found a hot key, and where the key sits.
@@ -513,9 +762,11 @@ struct Figures {
     place: Place,
 }
 
-/// The lower-bound requests per second of `lower` requests in the window of `ctx`.
-fn rate(ctx: &Context<'_>, lower: u64) -> f64 {
-    lower as f64 / ctx.snapshot.duration().max(f64::MIN_POSITIVE)
+/// The lower-bound requests per second of the key over the windows its figures span (windows
+/// as long as that of `ctx`).
+fn rate(ctx: &Context<'_>, fig: KeyFigures) -> f64 {
+    let secs = ctx.snapshot.duration() * f64::from(fig.windows.max(1));
+    fig.lower as f64 / secs.max(f64::MIN_POSITIVE)
 }
 
 /// Figures of a key the group rule found, living on `home` when it lives on one shard.
@@ -537,7 +788,7 @@ fn group_figures(
         key: k.key.clone(),
         shares,
         error_bound: k.error,
-        requests_per_second: rate(ctx, shares.lower),
+        requests_per_second: rate(ctx, shares),
         place: Place::Group { home },
     }
 }
@@ -553,7 +804,7 @@ fn shard_figures(
         key: k.key.clone(),
         shares,
         error_bound: k.error,
-        requests_per_second: rate(ctx, shares.lower),
+        requests_per_second: rate(ctx, shares),
         place: Place::Shard {
             shard: s.shard.clone(),
             shard_share: s.share,
@@ -636,6 +887,8 @@ fn annotate_figures(f: Finding, fig: &Figures) -> Finding {
         .annotate("baseline_share", format!("{:.4}", shares.baseline))
         .annotate("ratio", ratio_2dp(shares.ratio()))
         .annotate("requests", shares.lower.to_string())
+        .annotate("windows", shares.windows.to_string())
+        .annotate("evidence", format!("{:.2}", shares.evidence.min(1.0)))
         .annotate("error_bound", fig.error_bound.to_string())
         .annotate(
             "requests_per_second",
@@ -649,13 +902,23 @@ impl DetectorKind for HotKey {
     type Config = HotKeyConfig;
 
     fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
+        // Two tests share the stated false-alarm rate: the burst-proof one and the quick one.
+        let per_test = cfg.false_alarms_per_key_hour / 2.0;
         HotKey {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            persistence: Persistence {
-                windows: cfg.consecutive_windows,
-                tolerated_burst_secs: cfg.tolerated_burst_secs,
+            persistence: Persistence::new(
+                cfg.consecutive_windows,
+                cfg.tolerated_burst_secs,
                 window_secs,
-            },
+            ),
+            test: Sequential::new(
+                per_test,
+                window_secs,
+                cfg.consecutive_windows
+                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
+            ),
+            quick: Sequential::new(per_test, window_secs, cfg.consecutive_windows),
+            window_secs,
             cfg,
             state: BTreeMap::new(),
         }
@@ -680,6 +943,9 @@ impl GroupDetector for HotKey {
         st: &mut GroupState,
         out: &mut Vec<Finding>,
     ) {
+        if g.requests == 0 {
+            return;
+        }
         let mut hot = BTreeSet::new();
         self.group_rule(ctx, g, &mut st.group, &mut hot, out);
         self.shard_rule(ctx, g, &mut st.shards, &hot, out);
@@ -707,6 +973,30 @@ mod tests {
                 o.key = Some(key);
                 o.count = *n;
                 self.record(&o);
+            }
+            self.close()
+        }
+    }
+
+    impl Rig {
+        /// A window of `keyless` requests (about, Poisson) on each of `shards` shards, plus
+        /// `keyed`: (shard, key, mean requests), each about Poisson too.
+        fn quiet_window(&mut self, shards: usize, keyless: f64, keyed: &[Rec<'_>]) -> Vec<Finding> {
+            let names: Vec<String> = (0..shards).map(|i| format!("s{i}")).collect();
+            for s in &names {
+                let mut o = ObservationRef::new("db", s);
+                o.count = self.noisy(keyless);
+                if o.count > 0 {
+                    self.record(&o);
+                }
+            }
+            for (shard, key, mean) in keyed {
+                let mut o = ObservationRef::new("db", shard);
+                o.key = Some(key);
+                o.count = self.noisy(*mean as f64);
+                if o.count > 0 {
+                    self.record(&o);
+                }
             }
             self.close()
         }
@@ -780,6 +1070,8 @@ mod tests {
             share: k.lower_bound() as f64 / g.requests as f64,
             load: k.lower_bound() as f64 / g.requests as f64,
             baseline: 0.1,
+            windows: 1,
+            evidence: 0.0,
         };
         // 3000 of 11000 requests, against a usual 10%.
         assert_eq!(shares.lower, 3000);
@@ -815,8 +1107,14 @@ mod tests {
             windows: 9,
             ..Scope::default()
         };
+        let requests = Ewma::zeros(12);
+        scope.requests = requests;
         let st = scope.key("k");
         assert_eq!(st.base.samples, 9);
+        // Its count baseline: the group's requests over the windows the group has seen, and no
+        // request of the key in any of them.
+        assert_eq!(st.counted.requests, requests);
+        assert_eq!(st.counted.lower, Ewma::zeros(12));
         // The running mean over ten windows: nine zeros and 0.5.
         // Two windows in a row; the shape rule tolerates no less than a day here.
         let two = Persistence {
@@ -864,6 +1162,82 @@ mod tests {
         assert_eq!(f.annotations["scope"], "shard");
         let ratio: f64 = f.annotations["ratio"].parse().unwrap();
         assert!(ratio > 10.0, "{ratio}");
+    }
+
+    #[test]
+    fn a_quiet_key_taking_over_its_shard_is_proven_across_windows() {
+        // 8 shards of 20 requests a window; tenant:42 goes from about one request in 20
+        // windows to 30 a window on s5, 60% of the shard: far under the window rule's 200.
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..60 {
+            let f = rig.quiet_window(8, 20.0, &[("s5", "tenant:42", 0)]);
+            assert!(f.is_empty(), "{f:?}");
+        }
+        let hot = [("s5", "tenant:42", 30)];
+        let mut fired = None;
+        for w in 1..=10 {
+            if let Some(f) = rig.quiet_window(8, 20.0, &hot).pop() {
+                fired = Some((w, f));
+                break;
+            }
+        }
+        let (w, f) = fired.expect("proven within 10 windows");
+        // At least the quick path's four windows.
+        assert!(w >= 4, "{w}");
+        assert_eq!(f.labels["key"], "tenant:42");
+        assert_eq!(f.labels["shard"], "s5");
+        assert_eq!(f.annotations["scope"], "shard");
+        assert_eq!(f.annotations["evidence"], "1.00");
+        // The figures are those of the windows the evidence rests on.
+        let windows: u32 = f.annotations["windows"].parse().unwrap();
+        assert!(windows >= 4, "{windows}");
+        let share: f64 = f.annotations["share"].parse().unwrap();
+        assert!((0.5..0.7).contains(&share), "{share}");
+        // It holds while the key stays, and lets go once it is back to normal.
+        for _ in 0..30 {
+            assert_eq!(rig.quiet_window(8, 20.0, &hot).len(), 1);
+        }
+        let mut quiet = 0;
+        for _ in 0..20 {
+            if rig.quiet_window(8, 20.0, &[]).is_empty() {
+                quiet += 1;
+            }
+        }
+        assert!(quiet >= 18, "{quiet}");
+    }
+
+    #[test]
+    fn a_quiet_key_taking_a_group_is_proven_across_windows() {
+        // 4 shards of 5 requests a window; the empty key takes 10 a window on s1: a third of
+        // the group, far under the window rule's 100 requests.
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..60 {
+            assert!(rig.quiet_window(4, 5.0, &[]).is_empty());
+        }
+        let mut fired = None;
+        for w in 1..=10 {
+            if let Some(f) = rig.quiet_window(4, 5.0, &[("s1", "", 10)]).pop() {
+                fired = Some((w, f));
+                break;
+            }
+        }
+        let (w, f) = fired.expect("proven within 10 windows");
+        assert!(w >= 4, "{w}");
+        assert_eq!(f.labels["key"], "(empty)");
+        assert_eq!(f.labels["shard"], "s1");
+        assert_eq!(f.annotations["scope"], "group");
+        assert_eq!(f.annotations["ratio"], "+Inf");
+    }
+
+    #[test]
+    fn a_steady_key_holding_most_of_a_quiet_shard_is_not_hot() {
+        // 55% of s3 and 6 requests a window, for ten hours: its own baseline, whatever the
+        // Poisson noise of so few requests does.
+        let mut rig = Rig::new(HotKeyConfig::default());
+        for _ in 0..3600 {
+            let f = rig.quiet_window(8, 5.0, &[("s3", "steady", 6)]);
+            assert!(f.is_empty(), "{f:?}");
+        }
     }
 
     #[test]

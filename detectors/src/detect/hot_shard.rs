@@ -136,7 +136,7 @@ use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
     ratio_2dp,
 };
-use crate::evidence::{StepEvidence, longest_burst_streak};
+use crate::evidence::{Persistence, StepEvidence, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
 use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
@@ -537,8 +537,12 @@ const MIN_STREAK: u32 = 3;
 /// so that at short windows the count of windows does not undo the burst tolerance: at 5 s
 /// windows a 20 s burst can touch five.
 fn windows_needed(cfg: &HotShardConfig, window_secs: f64) -> u32 {
-    cfg.consecutive_windows
-        .max(longest_burst_streak(cfg.tolerated_burst_secs, window_secs).saturating_add(1))
+    Persistence::new(
+        cfg.consecutive_windows,
+        cfg.tolerated_burst_secs,
+        window_secs,
+    )
+    .windows
 }
 
 /// The negative-binomial variance-stabilising transform: for counts of mean μ and variance

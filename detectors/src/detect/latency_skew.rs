@@ -719,11 +719,11 @@ impl DetectorKind for LatencySkew {
     fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
         LatencySkew {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            persistence: Persistence {
-                windows: cfg.consecutive_windows,
-                tolerated_burst_secs: cfg.tolerated_burst_secs,
+            persistence: Persistence::new(
+                cfg.consecutive_windows,
+                cfg.tolerated_burst_secs,
                 window_secs,
-            },
+            ),
             test: Sequential::new(
                 cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,

@@ -286,18 +286,40 @@ pub const FAMILIES: &[Family] = &[
         about: "each shard's load varies ×e^(0.5·N(0,1)) every 10 s (overdispersed)",
         incident: None,
         weights: equal,
-        before: |t, i, seed, _| {
-            let step = (t / 10.0).floor() as u64;
-            let h = mix(seed ^ mix(step ^ ((i as u64) << 32)));
-            let u = ((h >> 11) as f64 / (1u64 << 53) as f64).clamp(1e-9, 1.0 - 1e-9);
-            let z = skewwatch_detectors::stats::normal_quantile(u);
+        before: |t, i, seed, _| Slice {
+            load: noise(t, i, seed),
+            ..Slice::normal()
+        },
+    },
+    Family {
+        name: "noisy_key",
+        about: "`noisy_shards`, and a key that is 3/4 of shard 0 varies with it",
+        incident: None,
+        weights: equal,
+        before: |t, i, seed, tr| {
+            let load = noise(t, i, seed);
             Slice {
-                load: (0.5 * z - 0.125).exp(),
+                load,
+                key_rps: if i == 0 {
+                    3.0 * tr.shard_rate(0) * load
+                } else {
+                    0.0
+                },
                 ..Slice::normal()
             }
         },
     },
 ];
+
+/// The load factor of shard `i` at `t` in `noisy_shards`: e^(0.5·Z − 0.125) for a fresh normal
+/// Z every 10 s (mean 1).
+fn noise(t: f64, i: usize, seed: u64) -> f64 {
+    let step = (t / 10.0).floor() as u64;
+    let h = mix(seed ^ mix(step ^ ((i as u64) << 32)));
+    let u = ((h >> 11) as f64 / (1u64 << 53) as f64).clamp(1e-9, 1.0 - 1e-9);
+    let z = skewwatch_detectors::stats::normal_quantile(u);
+    (0.5 * z - 0.125).exp()
+}
 
 /// Seconds between two bursts of `short_bursts`.
 const BURST_EVERY_SECS: f64 = 120.0;

@@ -609,7 +609,13 @@ fn engine_config(
     let hold = f64::from(headroom.consecutive_windows * c.window_secs)
         .max(headroom.tolerated_burst_secs + SUSTAIN_STEP_SECS);
     let sustained = shards
-        .map(|i| sustained_peak(|t| rate(t, i), hold, normal_until))
+        .map(|i| {
+            sustained_peak(
+                |t| rate(t, i),
+                (hold, f64::from(c.window_secs)),
+                normal_until,
+            )
+        })
         .fold(0.0, f64::max);
     let capacity = (CAPACITY_FACTOR * busiest).max(sustained / headroom.warn_utilisation);
     cfg.detectors.capacity_headroom.capacities = vec![Capacity {
@@ -621,18 +627,27 @@ fn engine_config(
     cfg
 }
 
-/// The highest level `rate` holds throughout `hold` seconds, over stretches starting before
-/// `until`: the maximum over starts t of the minimum of `rate` over [t, t + hold), sampled
-/// every [`SUSTAIN_STEP_SECS`] (the families change their load at most every second, most in
-/// steps of 10 s or more).
-fn sustained_peak(rate: impl Fn(f64) -> f64, hold: f64, until: f64) -> f64 {
-    let samples = (hold / SUSTAIN_STEP_SECS).ceil().max(1.0) as u32;
+/// The highest level `rate` holds throughout `hold` seconds as the detector sees it, in windows
+/// of `window` seconds: the maximum over starts t (before `until`) of the lowest window mean
+/// among the windows from t that cover `hold`, each mean sampled every [`SUSTAIN_STEP_SECS`]
+/// (the families change their load at most every second, most in steps of 10 s or more). A
+/// window mean, not the lowest instant: at 30 s windows a window averages three of
+/// `noisy_shards`' 10 s levels, and is above the lowest of them.
+fn sustained_peak(rate: impl Fn(f64) -> f64, (hold, window): (f64, f64), until: f64) -> f64 {
+    let windows = (hold / window).ceil().max(1.0) as u32;
+    let per_window = (window / SUSTAIN_STEP_SECS).ceil().max(1.0) as u32;
+    let mean = |from: f64| {
+        (0..per_window)
+            .map(|k| rate(from + f64::from(k) * SUSTAIN_STEP_SECS))
+            .sum::<f64>()
+            / f64::from(per_window)
+    };
     let starts = (until / SUSTAIN_STEP_SECS).floor().max(0.0) as u32;
     (0..=starts)
         .map(|s| {
             let t = f64::from(s) * SUSTAIN_STEP_SECS;
-            (0..samples)
-                .map(|k| rate(t + f64::from(k) * SUSTAIN_STEP_SECS))
+            (0..windows)
+                .map(|k| mean(t + f64::from(k) * window))
                 .fold(f64::INFINITY, f64::min)
         })
         .fold(0.0, f64::max)
