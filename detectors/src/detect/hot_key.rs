@@ -285,6 +285,10 @@ struct Counted {
     quick: QuickEvidence,
     /// What the evidence rests on since it was last at zero.
     excursion: Excursion,
+    /// The test last built, for the reference it was built for: the reference stays put while
+    /// the evidence is up (its windows are held back), so most windows reuse it.
+    #[serde(skip)]
+    test: Option<(f64, Option<Binomial>)>,
 }
 
 /// The requests an excursion of a key's evidence rests on.
@@ -468,13 +472,20 @@ impl HotKey {
         floor: f64,
         active: bool,
     ) -> bool {
-        // A window without the key's requests only drains evidence, and there is none.
-        if key > 0 || !c.idle() {
-            let warmup = self.cfg.warmup_windows;
-            if let Some((x, n)) = ratio_seen(&c.requests, &c.lower, warmup, self.alpha) {
-                let p0 = wilson_upper(x, n, BOUND_Z);
-                let llr = Binomial::with_crossover(p0, self.cfg.min_ratio * p0)
-                    .map_or(0.0, |t| t.llr(group, key));
+        let warmup = self.cfg.warmup_windows;
+        if let Some((x, n)) = ratio_seen(&c.requests, &c.lower, warmup, self.alpha) {
+            let p0 = wilson_upper(x, n, BOUND_Z);
+            let crossover = self.cfg.min_ratio * p0;
+            // A window at or under the crossover adds no evidence, and without evidence to
+            // drain it changes nothing: most windows of most keys, which skip the test's
+            // construction (a bisection).
+            if !c.idle() || key as f64 > crossover * group as f64 {
+                let test = match c.test {
+                    Some((built_for, test)) if built_for == p0 => test,
+                    _ => Binomial::with_crossover(p0, crossover),
+                };
+                c.test = Some((p0, test));
+                let llr = test.map_or(0.0, |t| t.llr(group, key));
                 c.evidence.push(llr, &self.test);
                 c.quick
                     .push(llr, key as f64 - p0 * group as f64, &self.quick);
