@@ -110,15 +110,21 @@ pub struct RatioBaseline<'a> {
 
 impl Pending {
     /// Holds a window of `trials` with `events`; once the evidence is `settled` (back at zero)
-    /// or `warmup` windows are held, teaches them to `baseline` at their mean per window.
+    /// or `warmup` windows are held, teaches them to `baseline` at their mean per window. When
+    /// `frozen` (the evidence proves a change, or its alert is active) teaches nothing and
+    /// forgets the held windows instead ([`Pending::drop_held`]).
     pub fn hold(
         &mut self,
         (trials, events): (u64, u64),
-        settled: bool,
+        (frozen, settled): (bool, bool),
         warmup: u32,
         baseline: RatioBaseline<'_>,
         alpha: f64,
     ) {
+        if frozen {
+            self.drop_held();
+            return;
+        }
         self.trials += trials as f64;
         self.events += events.min(trials) as f64;
         self.windows += 1;
@@ -183,7 +189,7 @@ mod tests {
             trials: n,
             events: x,
         };
-        p.hold(window, settled, 4, baseline, 0.1);
+        p.hold(window, (false, settled), 4, baseline, 0.1);
     }
 
     #[test]
@@ -210,9 +216,13 @@ mod tests {
             (n1 - 55.0).abs() < 1e-9 && (x1 - 9.75).abs() < 1e-9,
             "{n1} {x1}"
         );
-        // A proven change is forgotten.
+        // A proven change is forgotten, and teaches nothing.
         hold(&mut p, &mut n, &mut x, (10, 1), false);
-        p.drop_held();
+        let baseline = RatioBaseline {
+            trials: &mut n,
+            events: &mut x,
+        };
+        p.hold((10, 1), (true, false), 4, baseline, 0.1);
         assert_eq!(p, Pending::default());
         assert_eq!(n.samples(), 8);
     }

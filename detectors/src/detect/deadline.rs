@@ -446,18 +446,15 @@ impl DeadlinePileUp {
     /// Teaches the count baselines a window, holding back the windows of an excursion of the
     /// evidence ([`Pending`]); nothing while a pile-up holds or its alert is active.
     fn learn_counts(&self, st: &mut GroupState, requests: u64, timeouts: u64, frozen: bool) {
-        if frozen || st.cusum.holds(&self.test) {
-            st.pending.drop_held();
-            return;
-        }
+        let frozen = frozen || st.cusum.holds(&self.test);
+        let settled = st.cusum.value() == 0.0;
         let baseline = RatioBaseline {
             trials: &mut st.requests,
             events: &mut st.timeouts,
         };
-        let settled = st.cusum.value() == 0.0;
         st.pending.hold(
             (requests, timeouts),
-            settled,
+            (frozen, settled),
             self.cfg.warmup_windows,
             baseline,
             self.alpha,

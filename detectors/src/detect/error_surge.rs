@@ -444,22 +444,18 @@ impl GroupDetector for ErrorSurge {
                 st.by_class[c.index()].update(r, self.alpha);
             }
         }
-        if frozen {
-            st.pending.drop_held();
-        } else {
-            let settled = st.evidence.value() == 0.0;
-            let baseline = RatioBaseline {
-                trials: &mut st.requests,
-                events: &mut st.errors,
-            };
-            st.pending.hold(
-                (n, x),
-                settled,
-                self.cfg.warmup_windows,
-                baseline,
-                self.alpha,
-            );
-        }
+        let settled = st.evidence.value() == 0.0;
+        let baseline = RatioBaseline {
+            trials: &mut st.requests,
+            events: &mut st.errors,
+        };
+        st.pending.hold(
+            (n, x),
+            (frozen, settled),
+            self.cfg.warmup_windows,
+            baseline,
+            self.alpha,
+        );
     }
 }
 

@@ -511,22 +511,18 @@ impl HotKey {
             );
         let e = c.excursion;
         let holds = proven && e.scope > 0 && e.key as f64 >= floor * e.scope as f64;
-        if active || holds {
-            c.pending.drop_held();
-        } else {
-            let settled = c.idle();
-            let baseline = RatioBaseline {
-                trials: &mut c.requests,
-                events: &mut c.lower,
-            };
-            c.pending.hold(
-                (group, key),
-                settled,
-                self.cfg.warmup_windows,
-                baseline,
-                self.alpha,
-            );
-        }
+        let settled = c.idle();
+        let baseline = RatioBaseline {
+            trials: &mut c.requests,
+            events: &mut c.lower,
+        };
+        c.pending.hold(
+            (group, key),
+            (active || holds, settled),
+            self.cfg.warmup_windows,
+            baseline,
+            self.alpha,
+        );
         holds
     }
 
@@ -1011,6 +1007,23 @@ mod tests {
             }
             self.close()
         }
+
+        /// The first of up to 10 quiet windows with `keyed` that has a finding, and which
+        /// window it is (1-based).
+        fn first_finding(
+            &mut self,
+            shards: usize,
+            keyless: f64,
+            keyed: &[Rec<'_>],
+        ) -> (u32, Finding) {
+            (1..=10)
+                .find_map(|w| {
+                    self.quiet_window(shards, keyless, keyed)
+                        .pop()
+                        .map(|f| (w, f))
+                })
+                .expect("proven within 10 windows")
+        }
     }
 
     /// 8 shards, 40 keys each of 25 requests (1000 per shard), plus `extra`.
@@ -1185,14 +1198,7 @@ mod tests {
             assert!(f.is_empty(), "{f:?}");
         }
         let hot = [("s5", "tenant:42", 30)];
-        let mut fired = None;
-        for w in 1..=10 {
-            if let Some(f) = rig.quiet_window(8, 20.0, &hot).pop() {
-                fired = Some((w, f));
-                break;
-            }
-        }
-        let (w, f) = fired.expect("proven within 10 windows");
+        let (w, f) = rig.first_finding(8, 20.0, &hot);
         // At least the quick path's four windows.
         assert!(w >= 4, "{w}");
         assert_eq!(f.labels["key"], "tenant:42");
@@ -1225,14 +1231,7 @@ mod tests {
         for _ in 0..60 {
             assert!(rig.quiet_window(4, 5.0, &[]).is_empty());
         }
-        let mut fired = None;
-        for w in 1..=10 {
-            if let Some(f) = rig.quiet_window(4, 5.0, &[("s1", "", 10)]).pop() {
-                fired = Some((w, f));
-                break;
-            }
-        }
-        let (w, f) = fired.expect("proven within 10 windows");
+        let (w, f) = rig.first_finding(4, 5.0, &[("s1", "", 10)]);
         assert!(w >= 4, "{w}");
         assert_eq!(f.labels["key"], "(empty)");
         assert_eq!(f.labels["shard"], "s1");

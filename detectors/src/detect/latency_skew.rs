@@ -548,13 +548,9 @@ impl LatencySkew {
         split: Split,
         (frozen, settled): (bool, bool),
     ) {
-        if frozen {
-            pending.drop_held();
-            return;
-        }
         pending.hold(
             (split.samples, split.slow),
-            settled,
+            (frozen, settled),
             self.cfg.warmup_windows,
             baseline,
             self.alpha,

@@ -411,11 +411,8 @@ impl GroupDetector for ShardFailing {
                 let fig = figures(g, s, v, st.streak);
                 out.push(render(&self.cfg, &g.group, &s.shard, &fig));
             }
-            if active || proven {
-                // A failure, proven or being reported, does not become the normal.
-                st.pending.drop_held();
-                continue;
-            }
+            // A failure, proven or being reported, does not become the normal.
+            let frozen = active || proven;
             let settled = st.evidence.value() == 0.0 && st.severe.value() == 0.0;
             let baseline = RatioBaseline {
                 trials: &mut st.requests,
@@ -423,7 +420,7 @@ impl GroupDetector for ShardFailing {
             };
             st.pending.hold(
                 (s.requests, s.traffic.errors),
-                settled,
+                (frozen, settled),
                 self.cfg.warmup_windows,
                 baseline,
                 self.alpha,
