@@ -194,17 +194,22 @@ impl Engine {
             self.next_window_secs = Some(secs);
         }
         self.windows.set_config(cfg.window);
-        let saved: BTreeMap<&'static str, serde_json::Value> = self
-            .detectors
-            .iter()
-            .map(|d| (d.alertname(), d.save_state()))
-            .collect();
+        let mut old: BTreeMap<&'static str, Box<dyn Detector>> =
+            std::mem::take(&mut self.detectors)
+                .into_iter()
+                .map(|d| (d.alertname(), d))
+                .collect();
         self.detectors = cfg.detectors.build(secs);
         let mut failed = Vec::new();
+        // One detector at a time, the old one dropped as soon as its state is taken: the
+        // state's JSON is the largest thing a reload makes, and the allocator keeps the peak.
         for d in &mut self.detectors {
-            if let Some(state) = saved.get(d.alertname())
-                && let Err(why) = d.restore_state(state.clone())
-            {
+            let Some(prev) = old.remove(d.alertname()) else {
+                continue;
+            };
+            let state = prev.save_state();
+            drop(prev);
+            if let Err(why) = d.restore_state(state) {
                 failed.push((d.alertname(), why));
             }
         }

@@ -278,12 +278,16 @@ struct Counted {
     /// The key's certain requests in its scope per window: the events.
     lower: Ewma,
     /// Windows of an excursion of the evidence, held back from the count baseline.
+    #[serde(skip_serializing_if = "is_default")]
     pending: Pending,
     /// Burst-proof evidence.
+    #[serde(skip_serializing_if = "is_default")]
     evidence: Cusum,
     /// The same evidence on the quick path.
+    #[serde(skip_serializing_if = "is_default")]
     quick: QuickEvidence,
     /// What the evidence rests on since it was last at zero.
+    #[serde(skip_serializing_if = "is_default")]
     excursion: Excursion,
     /// The test last built, for the reference it was built for: the reference stays put while
     /// the evidence is up (its windows are held back), so most windows reuse it.
@@ -301,6 +305,12 @@ struct Excursion {
     /// The group's requests.
     group: u64,
     windows: u32,
+}
+
+/// True for a value that is its type's default: what the saved state leaves out (most keys
+/// have no evidence and hold no window back, and a reload saves every key).
+fn is_default<T: Default + PartialEq>(x: &T) -> bool {
+    *x == T::default()
 }
 
 impl Counted {
