@@ -578,7 +578,6 @@ impl HotKey {
         if g.keyed_requests == 0 {
             // No key this window: the evidence of each hears that it had no request.
             self.weigh_absent(scope, (g.requests, g.requests), floor, is_active);
-            scope.requests.update(g.requests as f64, alpha);
             return;
         }
         let warm = scope.windows >= cfg.warmup_windows;
@@ -630,7 +629,6 @@ impl HotKey {
             is_active,
         );
         scope.windows = scope.windows.saturating_add(1);
-        scope.requests.update(g.requests as f64, alpha);
     }
 
     fn shard_rule(
@@ -657,7 +655,6 @@ impl HotKey {
                 // No key on the shard this window: its keys' evidence hears that they had no
                 // request.
                 self.weigh_absent(scope, (s.requests, g.requests), floor, is_active);
-                scope.requests.update(g.requests as f64, alpha);
                 continue;
             }
             let warm = scope.windows >= cfg.warmup_windows;
@@ -706,7 +703,6 @@ impl HotKey {
                 is_active,
             );
             scope.windows = scope.windows.saturating_add(1);
-            scope.requests.update(g.requests as f64, alpha);
         }
     }
 
@@ -966,6 +962,12 @@ impl GroupDetector for HotKey {
         let mut hot = BTreeSet::new();
         self.group_rule(ctx, g, &mut st.group, &mut hot, out);
         self.shard_rule(ctx, g, &mut st.shards, &hot, out);
+        // Every scope was judged this window (a shard's on every tracked shard, and only
+        // those are kept): each learns the group's requests once its keys have been weighed.
+        let requests = g.requests as f64;
+        for scope in std::iter::once(&mut st.group).chain(st.shards.values_mut()) {
+            scope.requests.update(requests, self.alpha);
+        }
     }
 }
 
