@@ -14,11 +14,13 @@ use std::time::Duration;
 
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::{Engine, EngineConfig, Evaluation};
+use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::ingest::fleet::Gate;
 use crate::ingest::{IngestQueue, Queued};
 use crate::state::StateStore;
 use crate::telemetry::SelfMetrics;
@@ -130,6 +132,8 @@ pub struct Pipeline<C: Clock> {
     state: Option<StateStore>,
     windows_since_save: u32,
     saving: Option<tokio::task::JoinHandle<bool>>,
+    /// On a fleet instance, which windows the fleet input has fed: one it has not is skipped.
+    gate: Option<Gate>,
 }
 
 impl<C: Clock> Pipeline<C> {
@@ -163,6 +167,7 @@ impl<C: Clock> Pipeline<C> {
                 state,
                 windows_since_save: 0,
                 saving: None,
+                gate: None,
             },
             PipelineChannels {
                 queue: tx,
@@ -178,6 +183,32 @@ impl<C: Clock> Pipeline<C> {
     /// published.
     pub fn set_delivery(&mut self, f: EvaluationHook) {
         self.delivery = Some(f);
+    }
+
+    /// Judges only the windows `gate` says were fed (a fleet instance): a window the fleet
+    /// input has no answer for is skipped, not judged empty.
+    pub fn set_gate(&mut self, gate: Gate) {
+        self.gate = Some(gate);
+    }
+
+    /// Judges windows of the past before the live ones (the fleet input's backfill), oldest
+    /// first: each batch is recorded into the window that ends at its time, which is closed,
+    /// evaluated and published like a live one, through every hook registered so far. Windows
+    /// that end at or before the engine's open window began are left out.
+    pub fn prime(&mut self, windows: Vec<(f64, Batch)>) {
+        let secs = self.engine.window_secs();
+        for (end, batch) in windows {
+            if end <= self.engine.window_start() + 1e-6 {
+                continue;
+            }
+            for ev in self.engine.advance(end - secs) {
+                self.publish(ev);
+            }
+            self.engine.record_batch(&batch);
+            for ev in self.engine.advance(end) {
+                self.publish(ev);
+            }
+        }
     }
 
     /// Adds a hook called for every closed window, after delivery's; hooks run in the order
@@ -236,6 +267,19 @@ impl<C: Clock> Pipeline<C> {
         let now = self.clock.now();
         let end = self.engine.window_end();
         let window = self.engine.window_secs();
+        if let Some(gate) = &self.gate {
+            // The fleet input queues a window's batch before it opens the gate: take it first.
+            while let Ok(q) = self.batches.try_recv() {
+                self.engine.record_batch(&q.batch);
+            }
+            if !gate.is_fed(end) {
+                // No answer for this window: it is not judged, and alert times move on with it
+                // as if it had not passed, so missing data neither fires nor resolves anything.
+                self.heartbeat.beat();
+                self.engine.realign(end);
+                return;
+            }
+        }
         let ev = self.engine.close_window();
         self.publish(ev);
         let step = now - end;

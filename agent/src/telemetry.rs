@@ -21,11 +21,19 @@ pub enum Source {
     Otlp,
     /// `scrape:` jobs (Prometheus targets).
     Scrape,
+    /// The fleet input (`fleet:`, sums read from a PromQL API).
+    Fleet,
 }
 
 impl Source {
     /// Every source, in [`Source::index`] order.
-    pub const ALL: [Source; 4] = [Source::Statsd, Source::Http, Source::Otlp, Source::Scrape];
+    pub const ALL: [Source; 5] = [
+        Source::Statsd,
+        Source::Http,
+        Source::Otlp,
+        Source::Scrape,
+        Source::Fleet,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
@@ -34,6 +42,7 @@ impl Source {
             Source::Http => "http",
             Source::Otlp => "otlp",
             Source::Scrape => "scrape",
+            Source::Fleet => "fleet",
         }
     }
 
@@ -193,7 +202,7 @@ impl SourceMetrics {
                     .map(|r| m.skipped.with_label_values(&[s, r.as_str()]))
                     .collect(),
                 // StatsD's `unmapped` and the scrape jobs' reasons are resolved where they count.
-                Source::Statsd | Source::Http | Source::Scrape => Vec::new(),
+                Source::Statsd | Source::Http | Source::Scrape | Source::Fleet => Vec::new(),
             },
         }
     }

@@ -174,6 +174,8 @@ type AlertKey = (String, Labels);
 pub struct AlertBook {
     rules: BTreeMap<String, AlertRule>,
     alerts: BTreeMap<AlertKey, Alert>,
+    /// The `scope` label every alert carries, if any (`fleet` for a fleet instance).
+    scope: Option<String>,
 }
 
 impl AlertBook {
@@ -182,7 +184,15 @@ impl AlertBook {
         AlertBook {
             rules,
             alerts: BTreeMap::new(),
+            scope: None,
         }
+    }
+
+    /// Every alert from now on carries the label `scope` with this value (`fleet` on a fleet
+    /// instance, so receivers can route and inhibit by it); `None` adds none. The label is not
+    /// part of an alert's identity within the book.
+    pub fn set_scope(&mut self, scope: Option<String>) {
+        self.scope = scope;
     }
 
     /// True when the alert named `alertname` with exactly these identifying labels is pending or
@@ -232,6 +242,7 @@ impl AlertBook {
                 let mut key = a.labels.clone();
                 key.remove("alertname");
                 key.remove("severity");
+                key.remove("scope");
                 ((a.alertname().to_owned(), key), a)
             })
             .collect();
@@ -260,6 +271,9 @@ impl AlertBook {
             let mut labels = f.labels;
             labels.insert("alertname".into(), f.alertname.into());
             labels.insert("severity".into(), f.severity.as_str().into());
+            if let Some(scope) = &self.scope {
+                labels.insert("scope".into(), scope.clone());
+            }
             let alert = self.alerts.entry(key.clone()).or_insert_with(|| Alert {
                 labels: labels.clone(),
                 annotations: Labels::new(),
@@ -377,6 +391,16 @@ mod tests {
                 .count();
         }
         assert_eq!(firing, 1);
+    }
+
+    #[test]
+    fn a_scope_labels_every_alert_without_changing_its_identity() {
+        let mut b = book(0.0, 0.0);
+        b.set_scope(Some("fleet".to_owned()));
+        let t = b.update(10.0, vec![hot("a")]);
+        assert_eq!(t[0].labels["scope"], "fleet");
+        assert!(b.is_active("HotShard", &[("group", "g"), ("shard", "a")]));
+        assert_eq!(b.active().next().unwrap().labels["scope"], "fleet");
     }
 
     #[test]

@@ -100,6 +100,11 @@ impl Engine {
         }
     }
 
+    /// Every alert from now on carries `scope="<scope>"` ([`AlertBook::set_scope`]).
+    pub fn set_scope(&mut self, scope: Option<String>) {
+        self.alerts.set_scope(scope);
+    }
+
     /// Window length in seconds.
     pub fn window_secs(&self) -> f64 {
         self.window_secs

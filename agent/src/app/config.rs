@@ -19,6 +19,7 @@ use crate::config::{
     ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, Problem, RawConfig, Secret, process_env,
 };
 use crate::http::config::HttpConfig;
+use crate::ingest::fleet::{self, FleetConfig};
 use crate::ingest::otlp;
 use crate::ingest::scrape::{self, ScrapeJob};
 use crate::ingest::statsd::{self, StatsdMapping};
@@ -64,6 +65,9 @@ crate::config_part! {
         pub statsd_mappings: Vec<StatsdMapping> => "statsd.mappings",
         /// Prometheus targets read as input; one task per job, started with them.
         pub scrape: Vec<ScrapeJob> => "scrape",
+        /// The fleet input, on a fleet instance: the task, the backfill and the window gate
+        /// are set up at start.
+        pub fleet: Option<FleetConfig> => "fleet",
         /// A listener off loopback may run without a token.
         pub allow_unauthenticated: bool => "auth.allow_unauthenticated",
         /// Where alert state and baselines are kept across restarts, if anywhere; the
@@ -306,6 +310,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     let limits = c.limits(raw.limits.unwrap_or_default());
     let statsd = statsd::config::validate(&mut c, raw.statsd.unwrap_or_default());
     let scrape = scrape::config::validate(&mut c, raw.scrape.unwrap_or_default());
+    let fleet = fleet::config::validate(&mut c, raw.fleet.unwrap_or_default(), window.window_secs);
     let http = crate::http::config::validate(
         &mut c,
         raw.http.unwrap_or_default(),
@@ -343,6 +348,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
             statsd_receive_buffer_bytes: statsd.receive_buffer_bytes,
             statsd_mappings: statsd.mappings,
             scrape,
+            fleet,
             allow_unauthenticated,
             state,
             exposition,

@@ -38,7 +38,7 @@ use crate::http::config::HttpConfig;
 use crate::http::server::{self, Server, Stopped};
 use crate::http::{self, AppState};
 use crate::ingest::statsd::receiver;
-use crate::ingest::{IngestQueue, scrape};
+use crate::ingest::{IngestQueue, fleet, scrape};
 use crate::outputs::history::{History, Recorder};
 use crate::outputs::totals::{Accumulator, Totals, TotalsConfig};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
@@ -95,6 +95,17 @@ pub struct Bound {
     registry: Registry,
     metrics: SelfMetrics,
     receivers: Receivers,
+    /// The fleet input, prepared (its history read) on a fleet instance.
+    fleet: Option<FleetPrepared>,
+}
+
+/// The fleet input as [`bind`] prepares it: its counters registered, its history read.
+#[derive(Debug)]
+struct FleetPrepared {
+    config: fleet::FleetConfig,
+    counters: fleet::Counters,
+    status: fleet::Status,
+    backfill: fleet::Backfill,
 }
 
 /// The outputs stage: the HTTP server (which serves the views, the ingest endpoints and the
@@ -178,6 +189,10 @@ pub async fn bind(config: Config) -> anyhow::Result<Bound> {
         http: http.local_addr()?,
         statsd: statsd.as_ref().map(|s| s.local_addr()).transpose()?,
     };
+    let fleet = match &config.startup.fleet {
+        Some(fleet) => Some(prepare_fleet(fleet, &config, &registry, &metrics).await?),
+        None => None,
+    };
     Ok(Bound {
         config,
         addrs,
@@ -186,6 +201,34 @@ pub async fn bind(config: Config) -> anyhow::Result<Bound> {
         registry,
         metrics,
         receivers,
+        fleet,
+    })
+}
+
+/// Registers the fleet input's metrics and reads its history (bounded by its timeout per
+/// query); a TSDB that does not answer costs the backfill, never the start.
+async fn prepare_fleet(
+    fleet: &fleet::FleetConfig,
+    config: &Config,
+    registry: &Registry,
+    metrics: &SelfMetrics,
+) -> anyhow::Result<FleetPrepared> {
+    let counters = fleet::Counters::register(registry, metrics)
+        .context("registering the fleet input's metrics")?;
+    let status = fleet::Status::default();
+    let backfill = fleet::backfill(
+        fleet,
+        config.startup.window.window_secs,
+        SystemClock.now(),
+        &status,
+        &counters,
+    )
+    .await;
+    Ok(FleetPrepared {
+        config: fleet.clone(),
+        counters,
+        status,
+        backfill,
     })
 }
 
@@ -211,13 +254,20 @@ impl Bound {
             registry,
             metrics,
             receivers,
+            fleet,
         } = self;
+        let mut fleet = fleet;
+        let backfill = fleet
+            .as_mut()
+            .map(|f| std::mem::take(&mut f.backfill.windows))
+            .unwrap_or_default();
+        let gate = fleet.as_ref().map(|_| fleet::Gate::default());
         let Built {
             mut pipeline,
             channels,
             totals,
             history,
-        } = build_pipeline(&config, &metrics);
+        } = build_pipeline(&config, &metrics, backfill, gate.clone());
 
         let mut delivery = Stage::new("delivery");
         start_delivery(
@@ -232,7 +282,27 @@ impl Bound {
         let mut pipeline_stage = Stage::new("pipeline");
         let stop = pipeline_stage.stop_token();
         pipeline_stage.spawn("pipeline", pipeline.run(stop));
-        let ingest = spawn_ingest(&config.startup, statsd, &channels.queue, &metrics)?;
+        let mut ingest = spawn_ingest(&config.startup, statsd, &channels.queue, &metrics)?;
+        let fleet_status = match (fleet, gate) {
+            (Some(f), Some(gate)) => {
+                let status = f.status.clone();
+                let cx = fleet::Context {
+                    queue: channels.queue.clone(),
+                    gate,
+                    status: f.status,
+                    counters: f.counters,
+                    clock: SystemClock,
+                    window_secs: config.startup.window.window_secs,
+                    last_eval: f.backfill.last_eval,
+                };
+                ingest.watch(
+                    "fleet input",
+                    fleet::spawn(f.config, cx, ingest.stop_token()),
+                );
+                Some(status)
+            }
+            _ => None,
+        };
 
         let ready = Arc::new(AtomicBool::new(false));
         let (token_tx, token) = watch::channel(config.live.token.clone());
@@ -253,6 +323,7 @@ impl Bound {
                 ready: ready.clone(),
                 heartbeat: channels.heartbeat,
                 reload: reload_tx,
+                fleet: fleet_status,
             },
         };
         let server = spawn_http(&config.startup.http, http, state, &metrics)?;
@@ -342,11 +413,24 @@ struct Built {
 
 /// The pipeline around an engine that carries on from the state file (when one is set), with
 /// the cumulative counters and the live view's history hooked in.
-fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
+fn build_pipeline(
+    config: &Config,
+    metrics: &SelfMetrics,
+    backfill: Vec<(f64, skewwatch_detectors::observation::Batch)>,
+    gate: Option<fleet::Gate>,
+) -> Built {
     let clock = SystemClock;
-    let mut engine = Engine::new(config.engine(), clock.now());
+    // A backfill starts the engine at its first window, in the past.
+    let window_secs = config.startup.window.window_secs;
+    let start = backfill
+        .first()
+        .map_or(clock.now(), |(end, _)| end - window_secs);
+    let mut engine = Engine::new(config.engine(), start);
     if let Some(store) = &config.startup.state {
         restore_state(&mut engine, store, clock.now());
+    }
+    if gate.is_some() {
+        engine.set_scope(Some("fleet".to_owned()));
     }
     let (mut pipeline, channels) = Pipeline::new(
         engine,
@@ -366,6 +450,11 @@ fn build_pipeline(config: &Config, metrics: &SelfMetrics) -> Built {
         config.startup.window.dispersion_alpha,
     );
     pipeline.on_evaluation(move |ev| recorder.record(ev));
+    if let Some(gate) = gate {
+        pipeline.set_gate(gate);
+    }
+    // Before alert delivery is installed: what the history shows is judged, not sent again.
+    pipeline.prime(backfill);
     Built {
         pipeline,
         channels,

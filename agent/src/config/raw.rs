@@ -145,6 +145,51 @@ pub struct RawScrapeJob {
     pub max_series: Option<usize>,
 }
 
+/// `fleet:` section: a fleet instance reads the sidecars' cumulative series from a
+/// PromQL-compatible HTTP API instead of taking observations.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawFleet {
+    /// Base URL of the API (`http://prometheus:9090`); absent or null: no fleet input.
+    pub url: Option<String>,
+    /// Label matchers added to every series read (`job="skewwatch",namespace="prod"`).
+    pub selector: Option<String>,
+    /// How long a series may go unseen and still count as the same series.
+    pub lookback_secs: Option<f64>,
+    /// How long before a window closes its query is made.
+    pub query_lead_secs: Option<f64>,
+    /// Time one query may take.
+    pub timeout_secs: Option<f64>,
+    /// History read at start-up to learn baselines; 0 reads none.
+    pub backfill_secs: Option<f64>,
+    /// Largest answer read, bytes.
+    pub max_response_bytes: Option<usize>,
+    /// Most series one answer may hold.
+    pub max_series: Option<usize>,
+    /// File holding a bearer token sent to the API.
+    pub bearer_token_file: Option<PathBuf>,
+    /// Environment variable holding a bearer token sent to the API.
+    pub bearer_token_env: Option<String>,
+    /// HTTP basic authentication.
+    pub basic_auth: Option<RawBasicAuth>,
+    /// Fleet instances that split the groups between them.
+    pub instances: Option<u32>,
+    /// This instance's place among them, from 0.
+    pub instance: Option<u32>,
+}
+
+/// `fleet.basic_auth`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawBasicAuth {
+    /// The user name.
+    pub username: Option<String>,
+    /// File holding the password.
+    pub password_file: Option<PathBuf>,
+    /// Environment variable holding the password.
+    pub password_env: Option<String>,
+}
+
 /// `exposition:` section.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -308,4 +353,6 @@ pub struct RawConfig {
     pub otlp: Option<RawOtlp>,
     /// Prometheus targets read as input.
     pub scrape: Option<Vec<RawScrapeJob>>,
+    /// The fleet input: the sidecars' cumulative series read from a PromQL API.
+    pub fleet: Option<RawFleet>,
 }

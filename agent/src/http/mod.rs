@@ -111,6 +111,8 @@ pub struct ControlState {
     pub heartbeat: Heartbeat,
     /// Where `POST /-/reload` sends its request.
     pub reload: admin::ReloadRequests,
+    /// The fleet input's state, on a fleet instance: `/readyz` reports it.
+    pub fleet: Option<crate::ingest::fleet::Status>,
 }
 
 impl FromRef<AppState> for IngestState {
@@ -216,8 +218,19 @@ async fn readyz(State(c): State<ControlState>) -> Response {
     if !c.ready.load(Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response();
     }
+    let fleet = c.fleet.as_ref().map(|f| f.readiness());
+    if let Some(Err(why)) = fleet {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response();
+    }
     match c.heartbeat.stale() {
-        None => (StatusCode::OK, "ready\n").into_response(),
+        None => match fleet {
+            Some(Ok(line)) => (StatusCode::OK, format!("ready\n{line}\n")).into_response(),
+            _ => (StatusCode::OK, "ready\n").into_response(),
+        },
         Some(since) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(

@@ -17,6 +17,7 @@
 //! section (`statsd::config`, `scrape::config`, `otlp::config`); the configuration layer
 //! reads the file and collects the problems, the stages say what is valid.
 
+pub mod fleet;
 pub mod ndjson;
 pub mod otlp;
 pub mod outcome;

@@ -22,6 +22,7 @@ mod deploy;
 mod detection_bench;
 mod docs;
 mod fleet;
+mod fleet_input;
 mod foundation;
 mod haproxy;
 mod hardening;

@@ -1,0 +1,320 @@
+//! The validated `fleet:` section ([`FleetConfig`]) and its validation ([`validate`]), which
+//! names every problem with its field.
+
+use std::time::Duration;
+
+use crate::config::raw::{RawBasicAuth, RawFleet};
+use crate::config::secret::Secret;
+use crate::config::validate::Check;
+
+/// Default and largest answer read, bytes.
+const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 << 20;
+const MAX_MAX_RESPONSE_BYTES: usize = 1 << 30;
+/// Default and largest number of series in one answer.
+const DEFAULT_MAX_SERIES: usize = 200_000;
+const MAX_MAX_SERIES: usize = 10_000_000;
+/// Longest `selector`, bytes.
+const MAX_SELECTOR_BYTES: usize = 4096;
+/// Most fleet instances one fleet is split over.
+const MAX_INSTANCES: u32 = 1024;
+
+/// How the fleet input proves who it is to the API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`.
+    Bearer(Secret),
+    /// `Authorization: Basic <user:password>`.
+    Basic {
+        /// The user name (not secret; it is logged nowhere all the same).
+        username: String,
+        /// The password.
+        password: Secret,
+    },
+}
+
+/// Which share of the groups this instance judges: groups whose hash modulo `instances` is
+/// `instance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// Fleet instances in all.
+    pub instances: u32,
+    /// This one, from 0.
+    pub instance: u32,
+}
+
+impl Split {
+    /// Whether this instance judges `group`: a fixed hash (FNV-1a, the same on every instance
+    /// and every build), so every group has exactly one instance.
+    pub fn owns(&self, group: &str) -> bool {
+        self.instances <= 1
+            || skewwatch_detectors::prng::fnv1a64(group.as_bytes()) % u64::from(self.instances)
+                == u64::from(self.instance)
+    }
+}
+
+/// The validated `fleet:` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetConfig {
+    /// Base URL of the PromQL API; `/api/v1/query` and `/api/v1/query_range` are joined to it.
+    pub url: reqwest::Url,
+    /// Label matchers added to every series read, as written between braces (may be empty).
+    pub selector: String,
+    /// How long a series may go unseen and still count as the same series.
+    pub lookback: Duration,
+    /// How long before a window closes its query is made.
+    pub lead: Duration,
+    /// Time one query may take.
+    pub timeout: Duration,
+    /// History read at start-up to learn baselines (zero: none).
+    pub backfill: Duration,
+    /// Largest answer read, bytes.
+    pub max_response_bytes: usize,
+    /// Most series one answer may hold.
+    pub max_series: usize,
+    /// Credentials for the API, if any.
+    pub auth: Option<Auth>,
+    /// This instance's share of the groups.
+    pub split: Split,
+}
+
+/// Validates `fleet:`; `None` when there is no fleet input (no `url`) or a field is wrong
+/// (each problem pushed). `window_secs` is the fleet window the query lead must fit in.
+pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<FleetConfig> {
+    raw.url.as_ref()?;
+    let before = c.found();
+    let url = c.receiver_url("fleet.url", raw.url.as_deref());
+    let selector = raw.selector.unwrap_or_default();
+    if let Err(why) = check_selector(&selector) {
+        c.fail("fleet.selector", why);
+    }
+    let lookback = c.secs(
+        "fleet.lookback_secs",
+        raw.lookback_secs,
+        Duration::from_secs(600),
+        60.0,
+        86_400.0,
+    );
+    let lead = c.secs(
+        "fleet.query_lead_secs",
+        raw.query_lead_secs,
+        Duration::from_secs(2),
+        0.0,
+        3600.0,
+    );
+    if lead.as_secs_f64() >= window_secs / 2.0 {
+        c.fail(
+            "fleet.query_lead_secs",
+            format!(
+                "{} s is not under half the window ({window_secs} s): the query would read the \
+                 previous window's growth",
+                lead.as_secs_f64()
+            ),
+        );
+    }
+    let timeout = c.secs(
+        "fleet.timeout_secs",
+        raw.timeout_secs,
+        Duration::from_secs(5),
+        0.1,
+        300.0,
+    );
+    let backfill = c.secs(
+        "fleet.backfill_secs",
+        raw.backfill_secs,
+        Duration::from_secs(3600),
+        0.0,
+        7.0 * 86_400.0,
+    );
+    let max_response_bytes = c.range(
+        "fleet.max_response_bytes",
+        raw.max_response_bytes,
+        DEFAULT_MAX_RESPONSE_BYTES,
+        1024,
+        MAX_MAX_RESPONSE_BYTES,
+    );
+    let max_series = c.range(
+        "fleet.max_series",
+        raw.max_series,
+        DEFAULT_MAX_SERIES,
+        1,
+        MAX_MAX_SERIES,
+    );
+    let bearer = c.secret(
+        "fleet",
+        "bearer_token",
+        raw.bearer_token_file,
+        raw.bearer_token_env,
+    );
+    let basic = raw.basic_auth.and_then(|b| basic_auth(c, b));
+    let auth = match (bearer, basic) {
+        (Some(_), Some(_)) => {
+            c.fail("fleet", "set a bearer token or basic_auth, not both");
+            None
+        }
+        (Some(t), None) => Some(Auth::Bearer(t)),
+        (None, b) => b,
+    };
+    let instances = c.range("fleet.instances", raw.instances, 1, 1, MAX_INSTANCES);
+    let instance = raw.instance.unwrap_or(0);
+    if instance >= instances {
+        c.fail(
+            "fleet.instance",
+            format!(
+                "{instance} is not below fleet.instances ({instances}); instances count from 0"
+            ),
+        );
+    }
+    if c.found() > before {
+        return None;
+    }
+    Some(FleetConfig {
+        url: url?,
+        selector,
+        lookback,
+        lead,
+        timeout,
+        backfill,
+        max_response_bytes,
+        max_series,
+        auth,
+        split: Split {
+            instances,
+            instance,
+        },
+    })
+}
+
+fn basic_auth(c: &mut Check<'_>, b: RawBasicAuth) -> Option<Auth> {
+    let username = b.username.unwrap_or_default();
+    if username.is_empty() || username.contains(':') {
+        c.fail(
+            "fleet.basic_auth.username",
+            "required, without `:` (basic authentication joins user and password with it)",
+        );
+    }
+    let password = c.secret(
+        "fleet.basic_auth",
+        "password",
+        b.password_file,
+        b.password_env,
+    );
+    if password.is_none() {
+        c.fail(
+            "fleet.basic_auth",
+            "set password_file or password_env: basic authentication needs a password",
+        );
+    }
+    Some(Auth::Basic {
+        username,
+        password: password?,
+    })
+}
+
+/// Checks that `selector` is a comma-separated list of PromQL label matchers
+/// (`name="value"`, `!=`, `=~`, `!~`), so nothing else can be spliced into the queries.
+pub fn check_selector(selector: &str) -> Result<(), String> {
+    if selector.len() > MAX_SELECTOR_BYTES {
+        return Err(format!("longer than {MAX_SELECTOR_BYTES} bytes"));
+    }
+    let mut rest = selector.trim();
+    while !rest.is_empty() {
+        let name_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let name = &rest[..name_end];
+        if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+            return Err(format!(
+                "`{selector}`: expected a label name at `{rest}`; write matchers like \
+                 job=\"skewwatch\",namespace=~\"prod-.*\""
+            ));
+        }
+        let after = rest[name_end..].trim_start();
+        let op = ["=~", "!~", "!=", "="]
+            .into_iter()
+            .find(|op| after.starts_with(op))
+            .ok_or_else(|| format!("`{selector}`: `{name}` needs one of = != =~ !~"))?;
+        let value = after[op.len()..].trim_start();
+        let close = quoted_end(value)
+            .ok_or_else(|| format!("`{selector}`: the value of `{name}` needs double quotes"))?;
+        rest = value[close..].trim_start();
+        if let Some(tail) = rest.strip_prefix(',') {
+            rest = tail.trim_start();
+            if rest.is_empty() {
+                return Err(format!("`{selector}`: a comma without a matcher after it"));
+            }
+        } else if !rest.is_empty() {
+            return Err(format!("`{selector}`: expected `,` before `{rest}`"));
+        }
+    }
+    Ok(())
+}
+
+/// The byte after the closing quote of the double-quoted string `s` starts with.
+fn quoted_end(s: &str) -> Option<usize> {
+    let mut chars = s.char_indices();
+    if chars.next()?.1 != '"' {
+        return None;
+    }
+    let mut escaped = false;
+    for (i, c) in chars {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => return Some(i + 1),
+            '\n' => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_are_label_matchers_and_nothing_else() {
+        for ok in [
+            "",
+            r#"job="skewwatch""#,
+            r#"job="a", namespace=~"prod-.*",pod!="x""#,
+            r#"a!~"\"q\"""#,
+        ] {
+            assert_eq!(check_selector(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "job",
+            r#"job=skewwatch"#,
+            r#"job="a"}[1h]"#,
+            r#"job="a") or vector(1"#,
+            r#"job="a","#,
+            r#"1a="b""#,
+            r#"job="unterminated"#,
+        ] {
+            assert!(check_selector(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_group_has_exactly_one_instance() {
+        for g in ["db", "metadata-db", "", "ledger"] {
+            let owners = (0..3)
+                .filter(|&i| {
+                    Split {
+                        instances: 3,
+                        instance: i,
+                    }
+                    .owns(g)
+                })
+                .count();
+            assert_eq!(owners, 1, "{g}");
+        }
+        assert!(
+            Split {
+                instances: 1,
+                instance: 0
+            }
+            .owns("x")
+        );
+    }
+}

@@ -1,0 +1,483 @@
+//! One fleet window of a shard, rebuilt from its sums into observations.
+//!
+//! The API gives, per shard, three sums that are each exact: requests by outcome, cache
+//! results, and latency buckets. The window stage takes observations, each a count of requests
+//! with one outcome, one cache result and one latency. [`Growth::records`] writes the fewest
+//! such records whose outcome, cache and latency totals are exactly the three sums: each
+//! outcome takes its share of every latency bucket, and each (outcome, bucket) cell its share
+//! of the cache results, in proportion to what is left, so the last cell takes the rest and
+//! every sum comes out whole. How the three go together within a shard (are misses slower, are
+//! errors faster?) is not in the sums: the rebuilt window has them independent, which the
+//! docs say where a detector compares them (docs/fleet.md).
+
+use std::collections::{BTreeMap, HashMap};
+
+use skewwatch_detectors::observation::{
+    Batch, CacheResult, EMPTY_KEY_LABEL, LITERAL_ESCAPE, MAX_COUNT, MAX_LATENCY_MS, OTHER_LABEL,
+    ObservationRef, Outcome,
+};
+
+use super::query::{Family, Series};
+
+/// Why a series of an answer was not used: the `reason` label of
+/// `skewwatch_ingest_skipped_total{source="fleet"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// A sum without a `group` or `shard` label, or with an empty one.
+    NoShard,
+    /// The sidecars' overflow (`__other__`): no shard of its own to judge.
+    Overflow,
+    /// An `outcome`, `result` or `le` value the sidecars do not write.
+    UnknownLabel,
+    /// A group another fleet instance judges (`fleet.instances`).
+    OtherInstance,
+}
+
+impl Skip {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::NoShard => "no_shard",
+            Skip::Overflow => "overflow",
+            Skip::UnknownLabel => "unknown_label",
+            Skip::OtherInstance => "other_instance",
+        }
+    }
+}
+
+/// What one shard grew by in one window, from the three sums.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShardGrowth {
+    /// Requests by outcome class, in [`Outcome::index`] order.
+    pub outcomes: [u64; Outcome::COUNT],
+    /// Cache hits.
+    pub hits: u64,
+    /// Cache misses.
+    pub misses: u64,
+    /// Cumulative bucket growth: (upper bound in seconds, requests at or below it).
+    pub buckets: Vec<(f64, f64)>,
+}
+
+/// One window's growth of every shard, by (group, shard) as the sidecars name them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Growth {
+    /// Per shard.
+    pub shards: BTreeMap<(String, String), ShardGrowth>,
+}
+
+impl Growth {
+    /// Adds one family's sums; each skipped series is passed to `skip`. `owns` says whether
+    /// this instance judges a group. Only `point` of each series is read (an instant answer
+    /// has one; a range answer is read one point index at a time).
+    pub fn add(
+        &mut self,
+        family: Family,
+        series: &[Series],
+        point: usize,
+        owns: &dyn Fn(&str) -> bool,
+        skip: &mut dyn FnMut(Skip),
+    ) {
+        for s in series {
+            if let Some(&(_, value)) = s.points.get(point) {
+                self.add_one(family, &s.labels, value, owns, skip);
+            }
+        }
+    }
+
+    /// Adds one summed value of `family` with its `labels`.
+    pub fn add_one(
+        &mut self,
+        family: Family,
+        labels: &HashMap<String, String>,
+        value: f64,
+        owns: &dyn Fn(&str) -> bool,
+        skip: &mut dyn FnMut(Skip),
+    ) {
+        let (Some(group), Some(shard)) = (name(labels, "group"), name(labels, "shard")) else {
+            skip(Skip::NoShard);
+            return;
+        };
+        let (group, shard) = match (group, shard) {
+            (Name::Other, _) | (_, Name::Other) => {
+                skip(Skip::Overflow);
+                return;
+            }
+            (Name::Is(g), Name::Is(s)) => (g, s),
+        };
+        if !owns(&group) {
+            skip(Skip::OtherInstance);
+            return;
+        }
+        let label = labels.get(family.label()).map(String::as_str);
+        let counted = match (family, label) {
+            (Family::Requests, Some(o)) => Outcome::parse(o).map(Target::Outcome),
+            (Family::Cache, Some(r)) => CacheResult::parse(r).map(Target::Cache),
+            (Family::Buckets, Some(le)) => parse_le(le).map(Target::Bucket),
+            _ => None,
+        };
+        let Some(target) = counted else {
+            skip(Skip::UnknownLabel);
+            return;
+        };
+        let g = self.shards.entry((group, shard)).or_default();
+        let n = whole(value);
+        match target {
+            Target::Outcome(o) => {
+                let c = &mut g.outcomes[o.index()];
+                *c = c.saturating_add(n);
+            }
+            Target::Cache(CacheResult::Hit) => g.hits = g.hits.saturating_add(n),
+            Target::Cache(CacheResult::Miss) => g.misses = g.misses.saturating_add(n),
+            Target::Bucket(le) => g.buckets.push((le, value.max(0.0))),
+        }
+    }
+
+    /// Requests in all.
+    pub fn requests(&self) -> u64 {
+        self.shards
+            .values()
+            .flat_map(|g| g.outcomes.iter())
+            .fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
+    /// Appends the records of every shard to `out`.
+    pub fn records(&self, out: &mut Batch) {
+        for ((group, shard), g) in &self.shards {
+            g.records(group, shard, out);
+        }
+    }
+}
+
+enum Target {
+    Outcome(Outcome),
+    Cache(CacheResult),
+    Bucket(f64),
+}
+
+/// A group or shard label value as the sidecars write it ([`label_value`]): the overflow, or
+/// the name with its escape taken off.
+///
+/// [`label_value`]: skewwatch_detectors::observation::label_value
+enum Name {
+    Other,
+    Is(String),
+}
+
+fn name(labels: &HashMap<String, String>, label: &str) -> Option<Name> {
+    let v = labels.get(label)?;
+    if v.is_empty() {
+        return None;
+    }
+    if v == OTHER_LABEL {
+        return Some(Name::Other);
+    }
+    let unescaped = match v.strip_prefix(LITERAL_ESCAPE) {
+        Some(rest)
+            if rest == OTHER_LABEL
+                || rest == EMPTY_KEY_LABEL
+                || rest.starts_with(LITERAL_ESCAPE) =>
+        {
+            rest
+        }
+        _ => v.as_str(),
+    };
+    Some(Name::Is(unescaped.to_owned()))
+}
+
+fn parse_le(le: &str) -> Option<f64> {
+    match le {
+        "+Inf" | "Inf" | "inf" => Some(f64::INFINITY),
+        _ => le
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0),
+    }
+}
+
+/// Whole requests from a summed growth (sums of whole counts; rounded for float noise).
+fn whole(v: f64) -> u64 {
+    if v.is_finite() && v >= 0.5 {
+        (v.round() as u64).min(MAX_COUNT)
+    } else {
+        0
+    }
+}
+
+impl ShardGrowth {
+    /// Requests in all.
+    pub fn requests(&self) -> u64 {
+        self.outcomes.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+
+    /// Latency cells: (requests, latency in ms) per bucket, then the requests without one.
+    fn latency_cells(&self, total: u64) -> Vec<(u64, Option<f64>)> {
+        let mut b = self.buckets.clone();
+        b.sort_by(|x, y| x.0.total_cmp(&y.0));
+        b.dedup_by(|x, y| x.0 == y.0);
+        let mut cells = Vec::with_capacity(b.len() + 1);
+        let (mut lower, mut below) = (0.0, 0.0);
+        for &(le, cum) in &b {
+            // A sum of cumulative buckets can dip where one sidecar restarted mid-window.
+            let n = whole((cum - below).max(0.0));
+            below = cum.max(below);
+            cells.push((n, representative_ms(lower, le)));
+            lower = le;
+        }
+        let with_latency = cells.iter().fold(0u64, |a, c| a.saturating_add(c.0));
+        if with_latency > total {
+            // More latencies than requests (a histogram and an outcome sum read a scrape
+            // apart): the latencies keep their shape, scaled to the requests.
+            let weights: Vec<u64> = cells.iter().map(|c| c.0).collect();
+            for (c, n) in cells.iter_mut().zip(split(total, &weights)) {
+                c.0 = n;
+            }
+        } else {
+            cells.push((total - with_latency, None));
+        }
+        cells
+    }
+
+    /// Cache cells: hits, misses, then requests without a cache result.
+    fn cache_cells(&self, total: u64) -> [(u64, Option<CacheResult>); 3] {
+        let (mut h, mut m) = (self.hits, self.misses);
+        if h.saturating_add(m) > total {
+            let s = split(total, &[h, m]);
+            (h, m) = (s[0], s[1]);
+        }
+        [
+            (h, Some(CacheResult::Hit)),
+            (m, Some(CacheResult::Miss)),
+            (total - h - m, None),
+        ]
+    }
+
+    /// Appends this shard's records: outcome, latency and cache totals exact (module docs).
+    pub fn records(&self, group: &str, shard: &str, out: &mut Batch) {
+        let total = self.requests();
+        if total == 0 {
+            return;
+        }
+        let mut latency = self.latency_cells(total);
+        let mut cache = self.cache_cells(total);
+        let mut obs = ObservationRef::new(group, shard);
+        for (i, &n) in self.outcomes.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            obs.outcome = Outcome::ALL[i];
+            let left: Vec<u64> = latency.iter().map(|c| c.0).collect();
+            for (j, take) in split(n, &left).into_iter().enumerate() {
+                if take == 0 {
+                    continue;
+                }
+                latency[j].0 -= take;
+                obs.latency_ms = latency[j].1;
+                let left: Vec<u64> = cache.iter().map(|c| c.0).collect();
+                for (k, part) in split(take, &left).into_iter().enumerate() {
+                    if part == 0 {
+                        continue;
+                    }
+                    cache[k].0 -= part;
+                    obs.cache = cache[k].1;
+                    obs.count = part;
+                    out.push(&obs);
+                }
+            }
+        }
+    }
+}
+
+/// `total` split in proportion to `weights` (largest remainder), never more than a weight
+/// when `total` is at most their sum; all of it to the last non-zero weight's neighbours when
+/// the weights are all zero is not needed: then everything goes to the last cell.
+pub fn split(total: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    let mut out = vec![0u64; weights.len()];
+    if weights.is_empty() {
+        return out;
+    }
+    if sum == 0 {
+        *out.last_mut().expect("not empty") = total;
+        return out;
+    }
+    let mut given = 0u64;
+    let mut remainders: Vec<(u128, usize)> = Vec::with_capacity(weights.len());
+    for (i, &w) in weights.iter().enumerate() {
+        let exact = u128::from(total) * u128::from(w);
+        out[i] = (exact / sum) as u64;
+        given += out[i];
+        remainders.push((exact % sum, i));
+    }
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in remainders.iter().take((total - given) as usize) {
+        out[i] += 1;
+    }
+    out
+}
+
+/// The latency, in ms, that stands for the requests of bucket (`lower`, `upper`] seconds: its
+/// middle, or its lower bound for the `+Inf` bucket (none when there is no finite bound).
+fn representative_ms(lower: f64, upper: f64) -> Option<f64> {
+    let secs = if upper.is_finite() {
+        (lower + upper) / 2.0
+    } else if lower > 0.0 {
+        lower
+    } else {
+        return None;
+    };
+    Some((secs.max(0.0) * 1000.0).min(MAX_LATENCY_MS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(labels: &[(&str, &str)], v: f64) -> Series {
+        Series {
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<HashMap<_, _>>(),
+            points: vec![(0.0, v)],
+        }
+    }
+
+    #[test]
+    fn split_is_exact_and_proportional() {
+        assert_eq!(split(10, &[1, 1, 2]), vec![3, 2, 5]);
+        assert_eq!(split(7, &[0, 0]), vec![0, 7]);
+        assert_eq!(split(0, &[3, 4]), vec![0, 0]);
+        assert_eq!(split(5, &[5, 0, 3]).iter().sum::<u64>(), 5);
+        // Never more than a weight when the total fits.
+        let w = [3, 1, 4, 1, 5, 9, 2, 6];
+        for total in 0..=31u64 {
+            let s = split(total, &w);
+            assert_eq!(s.iter().sum::<u64>(), total);
+            assert!(s.iter().zip(&w).all(|(a, b)| a <= b), "{total}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn the_records_add_up_to_every_sum_exactly() {
+        let g = ShardGrowth {
+            outcomes: [70, 20, 7, 3, 0, 0],
+            hits: 55,
+            misses: 40,
+            buckets: vec![
+                (0.005, 30.0),
+                (0.01, 61.0),
+                (0.1, 90.0),
+                (f64::INFINITY, 97.0),
+            ],
+        };
+        let mut b = Batch::default();
+        g.records("db", "s1", &mut b);
+        let mut outcomes = [0u64; Outcome::COUNT];
+        let (mut hits, mut misses, mut timed) = (0, 0, 0);
+        let mut by_latency: BTreeMap<u64, u64> = BTreeMap::new();
+        for o in b.iter() {
+            outcomes[o.outcome.index()] += o.count;
+            match o.cache {
+                Some(CacheResult::Hit) => hits += o.count,
+                Some(CacheResult::Miss) => misses += o.count,
+                None => {}
+            }
+            if let Some(l) = o.latency_ms {
+                timed += o.count;
+                *by_latency.entry((l * 1000.0) as u64).or_default() += o.count;
+            }
+        }
+        assert_eq!(outcomes, g.outcomes);
+        assert_eq!((hits, misses, timed), (55, 40, 97));
+        // Bucket middles: 2.5 ms, 7.5 ms, 55 ms, and the +Inf bucket at its lower bound.
+        assert_eq!(
+            by_latency.into_iter().collect::<Vec<_>>(),
+            vec![(2500, 30), (7500, 31), (55000, 29), (100_000, 7)]
+        );
+        assert!(b.len() <= 4 * 5 * 3, "{}", b.len());
+    }
+
+    #[test]
+    fn more_latencies_or_cache_results_than_requests_are_scaled_to_them() {
+        let g = ShardGrowth {
+            outcomes: [10, 0, 0, 0, 0, 0],
+            hits: 8,
+            misses: 8,
+            buckets: vec![(0.01, 20.0), (f64::INFINITY, 20.0)],
+        };
+        let mut b = Batch::default();
+        g.records("db", "s1", &mut b);
+        assert_eq!(b.requests(), 10);
+        assert!(
+            b.iter()
+                .all(|o| o.latency_ms.is_some() && o.cache.is_some())
+        );
+    }
+
+    #[test]
+    fn names_unescape_and_the_overflow_is_skipped() {
+        let mut g = Growth::default();
+        let mut skips = Vec::new();
+        let all = |_: &str| true;
+        g.add(
+            Family::Requests,
+            &[
+                series(&[("group", "db"), ("shard", "s1"), ("outcome", "ok")], 5.0),
+                series(
+                    &[("group", "db"), ("shard", "s1"), ("outcome", "error")],
+                    2.0,
+                ),
+                series(
+                    &[("group", "db"), ("shard", "\\__other__"), ("outcome", "ok")],
+                    1.0,
+                ),
+                series(
+                    &[("group", "db"), ("shard", "__other__"), ("outcome", "ok")],
+                    9.0,
+                ),
+                series(&[("group", "db"), ("outcome", "ok")], 9.0),
+                series(
+                    &[("group", "db"), ("shard", "s2"), ("outcome", "weird")],
+                    9.0,
+                ),
+            ],
+            0,
+            &all,
+            &mut |s| skips.push(s),
+        );
+        assert_eq!(
+            skips,
+            vec![Skip::Overflow, Skip::NoShard, Skip::UnknownLabel]
+        );
+        let s1 = &g.shards[&("db".to_owned(), "s1".to_owned())];
+        assert_eq!(s1.outcomes[0], 5);
+        assert_eq!(s1.outcomes[Outcome::Error.index()], 2);
+        assert!(
+            g.shards
+                .contains_key(&("db".to_owned(), "__other__".to_owned()))
+        );
+        assert_eq!(g.requests(), 8);
+    }
+
+    #[test]
+    fn groups_of_other_instances_are_skipped() {
+        let mut g = Growth::default();
+        let mut skips = Vec::new();
+        let only_db = |group: &str| group == "db";
+        g.add(
+            Family::Cache,
+            &[
+                series(&[("group", "db"), ("shard", "s1"), ("result", "hit")], 5.0),
+                series(
+                    &[("group", "ledger"), ("shard", "s1"), ("result", "hit")],
+                    5.0,
+                ),
+            ],
+            0,
+            &only_db,
+            &mut |s| skips.push(s),
+        );
+        assert_eq!(skips, vec![Skip::OtherInstance]);
+        assert_eq!(g.shards.len(), 1);
+    }
+}

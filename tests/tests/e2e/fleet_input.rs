@@ -1,0 +1,435 @@
+//! The fleet input (`fleet:`) on a real Prometheus: three sidecars, their counters summed by
+//! Prometheus, and a fleet instance that reads the sums and judges the whole fleet.
+//!
+//! - `a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard`: the sidecars
+//!   get one post a second, in the middle of each of their 1 s windows, so every sidecar window
+//!   holds a known count and every 4 s fleet window four of them. The fleet instance starts
+//!   after 40 s of traffic and learns its baselines from Prometheus' history (its `/readyz`
+//!   says so); then one sidecar restarts (a counter reset) and another is removed, and neither
+//!   makes a window count more than the fleet sent; then one shard takes 3x on every sidecar
+//!   and the fleet's `HotShard` fires with `scope="fleet"`.
+//! - `a_tsdb_that_fails_is_counted_never_judged`: a fake API that answers errors, partial
+//!   answers, oversized answers and nothing at all; every failure is counted by reason, the
+//!   windows are skipped, `/readyz` turns 503, and the credentials reach the API but never the
+//!   log.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use skewwatch::client;
+use skewwatch_e2e::agent::{Agent, Options, TempDir};
+use skewwatch_e2e::prometheus::Prometheus;
+
+const SHARDS: usize = 16;
+const HOT: usize = 5;
+/// Requests per shard per sidecar per post (one post a second).
+const PER_SHARD: u64 = 10;
+const FLEET_WINDOW: f64 = 4.0;
+
+const SIDECAR_CONFIG: &str = "window:\n  window_secs: 1\n";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The load: one NDJSON post a second to every active sidecar, at the middle of the second.
+struct Driver {
+    /// Sidecar addresses; `None` while a sidecar is down or removed.
+    targets: Mutex<Vec<Option<SocketAddr>>>,
+    /// The hot shard's multiplier (1 = even).
+    hot: AtomicU64,
+    /// Requests accepted by the sidecars.
+    sent: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Driver {
+    fn body(hot: u64) -> String {
+        let mut lines = Vec::new();
+        for s in 0..SHARDS {
+            let n = PER_SHARD * if s == HOT { hot } else { 1 };
+            // 80% cache hits at 2 ms, 20% misses at 30 ms, one in ten of those an error.
+            let hits = n * 8 / 10;
+            lines.push(format!(
+                r#"{{"group":"db","shard":"s{s}","count":{hits},"latency_ms":2,"cache":"hit"}}"#
+            ));
+            lines.push(format!(
+                r#"{{"group":"db","shard":"s{s}","count":{},"latency_ms":30,"cache":"miss"}}"#,
+                n - hits - 1
+            ));
+            lines.push(format!(
+                r#"{{"group":"db","shard":"s{s}","count":1,"latency_ms":30,"cache":"miss","outcome":"error"}}"#
+            ));
+        }
+        lines.join("\n")
+    }
+
+    fn run(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Relaxed) {
+            // Sleep to the middle of the next second: each 1 s sidecar window gets one post.
+            let now = unix_now();
+            let next = now.floor() + 1.5;
+            std::thread::sleep(Duration::from_secs_f64(next - now));
+            let body = Driver::body(self.hot.load(Ordering::Relaxed));
+            let per_post =
+                (SHARDS as u64 - 1) * PER_SHARD + PER_SHARD * self.hot.load(Ordering::Relaxed);
+            let targets = self.targets.lock().unwrap().clone();
+            for addr in targets.into_iter().flatten() {
+                if post(addr, &body) {
+                    self.sent.fetch_add(per_post, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+fn post(addr: SocketAddr, body: &str) -> bool {
+    client::request(
+        addr,
+        "POST",
+        "/api/v1/observations",
+        &[("Content-Type", "application/x-ndjson")],
+        body.as_bytes(),
+        Duration::from_secs(2),
+    )
+    .is_ok_and(|r| r.status == 200)
+}
+
+fn sidecar(port: u16) -> Agent {
+    let listen = format!("127.0.0.1:{port}");
+    Agent::start_with(
+        SIDECAR_CONFIG,
+        &Options {
+            http_listen: Some(&listen),
+            ..Options::default()
+        },
+    )
+}
+
+/// The fleet instance's windows of group `db`: (end, requests).
+fn fleet_windows(fleet: &Agent) -> Vec<(f64, u64)> {
+    let (status, body) = fleet.request("GET", "/api/v1/history?group=db", &[], b"");
+    if status != 200 {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    v["windows"]
+        .as_array()
+        .map(|ws| {
+            ws.iter()
+                .filter_map(|w| Some((w["end"].as_f64()?, w["requests"].as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn alerts(agent: &Agent) -> Vec<Value> {
+    let (_, body) = agent.request("GET", "/api/v1/alerts", &[], b"");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    v["data"]["alerts"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut sidecars: Vec<Option<Agent>> = ports.iter().map(|&p| Some(sidecar(p))).collect();
+    let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+         scrape_configs:\n  - job_name: sidecars\n    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    );
+    let Some(prom) = Prometheus::start(&config, &[]) else {
+        return;
+    };
+    let driver = Arc::new(Driver {
+        targets: Mutex::new(
+            ports
+                .iter()
+                .map(|p| Some(format!("127.0.0.1:{p}").parse().unwrap()))
+                .collect(),
+        ),
+        hot: AtomicU64::new(1),
+        sent: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let feeding = std::thread::spawn({
+        let d = driver.clone();
+        move || d.run()
+    });
+    // History for the backfill: 40 s, ten fleet windows.
+    std::thread::sleep(Duration::from_secs(40));
+    let fleet_config = format!(
+        "window:\n  window_secs: {FLEET_WINDOW}\n\
+         fleet:\n  url: http://{}\n  selector: 'job=\"sidecars\"'\n  query_lead_secs: 1\n  backfill_secs: 120\n\
+         detectors:\n  hot_shard:\n    warmup_windows: 8\n",
+        prom.addr
+    );
+    let fleet = Agent::start(&fleet_config);
+    let (status, ready) = fleet.request("GET", "/readyz", &[], b"");
+    assert_eq!(status, 200, "{ready}");
+    let backfilled: usize = ready
+        .split("baselines from ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("/readyz says nothing of the backfill: {ready}"));
+    assert!(backfilled >= 8, "{backfilled} windows backfilled: {ready}");
+    eprintln!("fleet /readyz: {}", ready.trim().replace('\n', " | "));
+    let live_from = unix_now();
+
+    // Steady: 24 s, six windows, every one exact.
+    std::thread::sleep(Duration::from_secs(24));
+    let full = 3 * SHARDS as u64 * PER_SHARD * FLEET_WINDOW as u64;
+    let steady: Vec<(f64, u64)> = fleet_windows(&fleet)
+        .into_iter()
+        .filter(|(end, _)| *end > live_from + FLEET_WINDOW)
+        .collect();
+    assert!(steady.len() >= 4, "{steady:?}");
+    for (end, n) in &steady {
+        let off = (*n as f64 - full as f64).abs() / full as f64;
+        assert!(
+            off <= 0.02,
+            "window ending {end}: {n} requests, {full} sent ({:.1}% off)",
+            off * 100.0
+        );
+    }
+    eprintln!("steady fleet windows (sent {full} each): {steady:?}");
+
+    // A sidecar restarts on the same port (its counters start again from zero), then another
+    // is removed for good.
+    let events_at = unix_now();
+    driver.targets.lock().unwrap()[0] = None;
+    drop(sidecars[0].take());
+    sidecars[0] = Some(sidecar(ports[0]));
+    driver.targets.lock().unwrap()[0] = Some(format!("127.0.0.1:{}", ports[0]).parse().unwrap());
+    std::thread::sleep(Duration::from_secs(10));
+    driver.targets.lock().unwrap()[1] = None;
+    drop(sidecars[1].take());
+    std::thread::sleep(Duration::from_secs(16));
+    let after: Vec<(f64, u64)> = fleet_windows(&fleet)
+        .into_iter()
+        .filter(|(end, _)| *end > events_at)
+        .collect();
+    let two = full * 2 / 3;
+    for (end, n) in &after {
+        assert!(
+            *n as f64 <= full as f64 * 1.02,
+            "window ending {end} counted {n}, more than the {full} the fleet sent: a reset or a \
+             departed sidecar was counted twice ({after:?})"
+        );
+    }
+    let settled: Vec<_> = after.iter().rev().take(2).collect();
+    for (end, n) in &settled {
+        let off = (*n as f64 - two as f64).abs() / two as f64;
+        assert!(
+            off <= 0.02,
+            "window ending {end}: {n} requests from two sidecars that sent {two} ({after:?})"
+        );
+    }
+    eprintln!("fleet windows through the restart and the removal: {after:?}");
+    assert!(
+        alerts(&fleet).is_empty(),
+        "the fleet alerted on a restart or a removal: {:?}",
+        alerts(&fleet)
+    );
+
+    // One shard takes 3x on every remaining sidecar: the fleet names it, scope="fleet".
+    let hot_from = Instant::now();
+    driver.hot.store(3, Ordering::Relaxed);
+    let hot = fleet.wait_for(Duration::from_secs(90), |a| {
+        alerts(a)
+            .into_iter()
+            .find(|x| x["labels"]["alertname"] == "HotShard" && x["labels"]["shard"] == "s5")
+    });
+    let hot =
+        hot.unwrap_or_else(|| panic!("no fleet HotShard for s5 in 90 s: {:?}", alerts(&fleet)));
+    assert_eq!(hot["labels"]["scope"], "fleet", "{hot}");
+    eprintln!(
+        "fleet HotShard for s5 after {:.1} s: {}",
+        hot_from.elapsed().as_secs_f64(),
+        hot["annotations"]["summary"]
+    );
+    let others: Vec<_> = alerts(&fleet)
+        .into_iter()
+        .filter(|x| x["labels"]["shard"] != "s5")
+        .collect();
+    assert!(others.is_empty(), "{others:?}");
+    let m = fleet.scrape();
+    assert_eq!(
+        m.value("skewwatch_fleet_windows_total", &[("result", "skipped")]),
+        0.0
+    );
+    driver.stop.store(true, Ordering::Relaxed);
+    feeding.join().unwrap();
+}
+
+/// How the fake API answers, in turn.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Error,
+    Partial,
+    Huge,
+    Silent,
+    Status,
+}
+
+/// A fake PromQL API on loopback: answers every request as `mode` says and keeps the
+/// `Authorization` headers it saw.
+fn fake_api(
+    mode: Arc<Mutex<Mode>>,
+    auth: Arc<Mutex<Vec<String>>>,
+    served: Arc<AtomicUsize>,
+) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mode = *mode.lock().unwrap();
+            let auth = auth.clone();
+            let served = served.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if lower.starts_with("authorization:") {
+                        auth.lock().unwrap().push(line.trim().to_owned());
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                served.fetch_add(1, Ordering::Relaxed);
+                let (status, answer) = match mode {
+                    Mode::Error => (
+                        "422 Unprocessable Entity",
+                        r#"{"status":"error","errorType":"execution","error":"query timed out"}"#.to_owned(),
+                    ),
+                    Mode::Partial => (
+                        "200 OK",
+                        r#"{"status":"success","warnings":["store 3 unavailable"],"data":{"resultType":"vector","result":[]}}"#.to_owned(),
+                    ),
+                    Mode::Huge => (
+                        "200 OK",
+                        format!(
+                            r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"pad":"{}"}},"value":[1,"1"]}}]}}}}"#,
+                            "x".repeat(200_000)
+                        ),
+                    ),
+                    Mode::Status => ("503 Service Unavailable", "overloaded".to_owned()),
+                    Mode::Silent => {
+                        std::thread::sleep(Duration::from_secs(3));
+                        return;
+                    }
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_tsdb_that_fails_is_counted_never_judged() {
+    let mode = Arc::new(Mutex::new(Mode::Error));
+    let auth = Arc::new(Mutex::new(Vec::new()));
+    let served = Arc::new(AtomicUsize::new(0));
+    let api = fake_api(mode.clone(), auth.clone(), served.clone());
+    let dir = TempDir::new("fleet-faults");
+    let token = "s3cr3t-fleet-token";
+    std::fs::write(dir.0.join("token"), token).unwrap();
+    let config = format!(
+        "window:\n  window_secs: 2\n\
+         fleet:\n  url: http://{api}\n  query_lead_secs: 0.5\n  timeout_secs: 0.4\n  backfill_secs: 60\n  \
+         max_response_bytes: 65536\n  bearer_token_file: {}\n",
+        dir.0.join("token").display()
+    );
+    let fleet = Agent::start(&config);
+    let failures = |a: &Agent, reason: &str| {
+        a.scrape()
+            .get(
+                "skewwatch_fleet_query_failures_total",
+                &[("reason", reason)],
+            )
+            .unwrap_or(0.0)
+    };
+    for (m, reason) in [
+        (Mode::Error, "refused"),
+        (Mode::Partial, "partial"),
+        (Mode::Huge, "too_large"),
+        (Mode::Status, "status"),
+        (Mode::Silent, "timeout"),
+    ] {
+        *mode.lock().unwrap() = m;
+        let seen = fleet.wait_for(Duration::from_secs(10), |a| {
+            (failures(a, reason) > 0.0).then_some(())
+        });
+        assert!(
+            seen.is_some(),
+            "{m:?}: no failure counted as {reason}:\n{}",
+            fleet
+                .scrape()
+                .all("skewwatch_fleet_query_failures_total", &[])
+                .len()
+        );
+    }
+    // Every window so far was skipped, and after three of them /readyz says why.
+    let m = fleet.scrape();
+    assert_eq!(
+        m.value("skewwatch_fleet_windows_total", &[("result", "fed")]),
+        0.0
+    );
+    assert!(m.value("skewwatch_fleet_windows_total", &[("result", "skipped")]) >= 3.0);
+    assert_eq!(
+        m.value("skewwatch_windows_closed_total", &[]),
+        0.0,
+        "an empty window was judged"
+    );
+    let (status, body) = fleet.request("GET", "/readyz", &[], b"");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("fleet input: no answer for"), "{body}");
+    assert!(body.contains("backfill failed"), "{body}");
+    assert!(alerts(&fleet).is_empty());
+    // The token reached the API and never the log.
+    assert!(served.load(Ordering::Relaxed) > 0);
+    assert!(
+        auth.lock()
+            .unwrap()
+            .iter()
+            .all(|h| h.eq_ignore_ascii_case(&format!("Authorization: Bearer {token}"))),
+        "{:?}",
+        auth.lock().unwrap()
+    );
+    let log = fleet.drain_log().join("\n");
+    assert!(!log.contains(token), "the token is in the log:\n{log}");
+    assert!(log.contains("windows without one are not judged"), "{log}");
+}
