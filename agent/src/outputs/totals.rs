@@ -142,6 +142,11 @@ struct KeyTotals {
 struct GroupTotals {
     shards: BTreeMap<String, ShardTotals>,
     keys: BTreeMap<String, KeyTotals>,
+    /// Per window, the most requests a key left out of the exported list could have had,
+    /// added up.
+    key_unlisted_bound: u64,
+    /// Per window, the most any exported key count over-counts, added up.
+    key_overcount_bound: u64,
     last_seen: f64,
 }
 
@@ -291,6 +296,8 @@ impl Totals {
                 || GroupTotals {
                     shards: BTreeMap::new(),
                     keys: BTreeMap::new(),
+                    key_unlisted_bound: 0,
+                    key_overcount_bound: 0,
                     last_seen: now,
                 },
             );
@@ -441,6 +448,16 @@ fn add_keys(gt: &mut GroupTotals, g: &GroupSnapshot, cap: usize, now: f64) {
         kt.last_seen = now;
         shown = shown.saturating_add(k.requests);
     }
+    // What a summed key counter can certify across sidecars: no key left out of this list
+    // had more than the last listed key's count (when the list is full) nor more than the
+    // summary's error bound (an unmonitored key); a listed key over-counts by at most the bound.
+    let full = g.top_keys.len() >= cap;
+    let unlisted = match g.top_keys.get(cap.saturating_sub(1)) {
+        Some(last) if full => last.requests.max(g.key_error_bound),
+        _ => g.key_error_bound,
+    };
+    gt.key_unlisted_bound = gt.key_unlisted_bound.saturating_add(unlisted);
+    gt.key_overcount_bound = gt.key_overcount_bound.saturating_add(g.key_error_bound);
     let rest = g.keyed_requests.saturating_sub(shown);
     if rest > 0 {
         let other = gt.keys.entry(OTHER_LABEL.to_owned()).or_insert(KeyTotals {
@@ -531,8 +548,10 @@ const SHARD_REQUESTS: &str = "skewwatch_shard_requests_total";
 const SHARD_CACHE: &str = "skewwatch_shard_cache_requests_total";
 const SHARD_DURATION: &str = "skewwatch_shard_request_duration_seconds";
 const KEY_REQUESTS: &str = "skewwatch_key_requests_total";
+const KEY_UNLISTED: &str = "skewwatch_key_unlisted_bound_total";
+const KEY_OVERCOUNT: &str = "skewwatch_key_overcount_bound_total";
 
-/// Writes the four cumulative families.
+/// Writes the cumulative families.
 pub fn render(out: &mut String, t: &Totals) {
     // Every shard's escaped labels, once.
     let shards: Vec<(String, &ShardTotals)> = t
@@ -589,6 +608,34 @@ pub fn render(out: &mut String, t: &Totals) {
             let labels = label_text(&[("group", g), ("key", k)]);
             count_line(out, KEY_REQUESTS, "", &labels, None, kt.requests);
         }
+    }
+    let keyed = || t.groups.iter().filter(|(_, gt)| !gt.keys.is_empty());
+    header(
+        out,
+        KEY_UNLISTED,
+        "Per window, the most requests any key left out of the group's exported top keys could have had, added up: summed across sidecars, no key missing from every sidecar's list had more requests in the fleet.",
+        "counter",
+    );
+    for (g, gt) in keyed() {
+        let labels = label_text(&[("group", g)]);
+        count_line(out, KEY_UNLISTED, "", &labels, None, gt.key_unlisted_bound);
+    }
+    header(
+        out,
+        KEY_OVERCOUNT,
+        "Per window, the most any exported key count of the group over-counts (the key summary's error bound), added up: a key's summed counter less the summed bound is a certain lower bound of its requests.",
+        "counter",
+    );
+    for (g, gt) in keyed() {
+        let labels = label_text(&[("group", g)]);
+        count_line(
+            out,
+            KEY_OVERCOUNT,
+            "",
+            &labels,
+            None,
+            gt.key_overcount_bound,
+        );
     }
 }
 
@@ -857,6 +904,21 @@ mod tests {
                 ("__other__".into(), 6),
                 ("k4".into(), 20)
             ]
+        );
+        // The bounds a fleet certifies with: a full list (windows 1 and 3) bounds every other
+        // key by its last entry (30, then 10; k3 had 5 and k1 1); a short one (window 2) by the
+        // summary's error bound, 0 for an exact summary; no count over-counts.
+        let g = &t.groups["db"];
+        assert_eq!((g.key_unlisted_bound, g.key_overcount_bound), (40, 0));
+        let mut out = String::new();
+        render(&mut out, &t);
+        assert!(
+            out.contains("skewwatch_key_unlisted_bound_total{group=\"db\"} 40\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("skewwatch_key_overcount_bound_total{group=\"db\"} 0\n"),
+            "{out}"
         );
     }
 
