@@ -495,6 +495,29 @@ struct PackedReading {
     value: f64,
 }
 
+/// Requests that carried a key, counted where their shards are not known: the group's key
+/// summary learns them and they count as the group's keyed requests, but they are no request of
+/// any shard (the fleet input's summed key counters, whose requests the shard records already
+/// count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyCountRef<'a> {
+    /// The group.
+    pub group: &'a str,
+    /// The key; `None` for keyed requests whose key is not named (a sidecar's `__other__`).
+    pub key: Option<&'a str>,
+    /// Requests.
+    pub count: u64,
+}
+
+/// A packed [`KeyCountRef`] inside a [`Batch`].
+#[derive(Debug, Clone, Copy)]
+struct PackedKeyCount {
+    group: (u32, u32),
+    /// `u32::MAX` start marks "no key".
+    key: (u32, u32),
+    count: u64,
+}
+
 /// Many observations in one string arena: what ingest hands the pipeline.
 ///
 /// Saturation readings ([`ReadingRef`]) are a second list beside the observations, with
@@ -505,6 +528,7 @@ pub struct Batch {
     arena: String,
     records: Vec<Packed>,
     readings: Vec<PackedReading>,
+    key_counts: Vec<PackedKeyCount>,
 }
 
 impl Batch {
@@ -513,6 +537,7 @@ impl Batch {
         self.arena.capacity()
             + self.records.capacity() * std::mem::size_of::<Packed>()
             + self.readings.capacity() * std::mem::size_of::<PackedReading>()
+            + self.key_counts.capacity() * std::mem::size_of::<PackedKeyCount>()
     }
 
     /// An empty batch with room for `records` records of about 48 string bytes each.
@@ -521,6 +546,7 @@ impl Batch {
             arena: String::with_capacity(records * 48),
             records: Vec::with_capacity(records),
             readings: Vec::new(),
+            key_counts: Vec::new(),
         }
     }
 
@@ -568,6 +594,29 @@ impl Batch {
         });
     }
 
+    /// Appends a copy of `kc`. The caller validates the names first.
+    pub fn push_key_count(&mut self, kc: &KeyCountRef<'_>) {
+        let group = self.append(kc.group);
+        let key = match kc.key {
+            Some(k) => self.append(k),
+            None => (u32::MAX, 0),
+        };
+        self.key_counts.push(PackedKeyCount {
+            group,
+            key,
+            count: kc.count,
+        });
+    }
+
+    /// The key counts, in insertion order.
+    pub fn key_counts(&self) -> impl ExactSizeIterator<Item = KeyCountRef<'_>> + '_ {
+        self.key_counts.iter().map(move |p| KeyCountRef {
+            group: self.text(p.group),
+            key: (p.key.0 != u32::MAX).then(|| self.text(p.key)),
+            count: p.count,
+        })
+    }
+
     /// Whether the arena range `r` holds exactly `s`.
     #[inline]
     fn holds(&self, r: (u32, u32), s: &str) -> bool {
@@ -586,14 +635,14 @@ impl Batch {
         (start, self.arena.len() as u32)
     }
 
-    /// Number of records: observations and readings.
+    /// Number of records: observations, readings and key counts.
     pub fn len(&self) -> usize {
-        self.records.len() + self.readings.len()
+        self.records.len() + self.readings.len() + self.key_counts.len()
     }
 
-    /// True when the batch holds no record, observation or reading.
+    /// True when the batch holds no record, observation, reading or key count.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.readings.is_empty()
+        self.records.is_empty() && self.readings.is_empty() && self.key_counts.is_empty()
     }
 
     /// Total requests the batch stands for (sum of counts).
@@ -608,6 +657,7 @@ impl Batch {
         self.arena.clear();
         self.records.clear();
         self.readings.clear();
+        self.key_counts.clear();
     }
 
     /// The arena text a record's `(start, end)` span points at.
@@ -675,6 +725,24 @@ mod tests {
         assert_eq!(got[0].key, Some(""));
         assert_eq!(got[1].key, None);
         assert_eq!(b.requests(), 11);
+    }
+
+    #[test]
+    fn key_counts_ride_beside_the_observations_and_stand_for_no_request() {
+        let mut b = Batch::default();
+        b.push(&ObservationRef::new("db", "s1"));
+        let named = KeyCountRef {
+            group: "db",
+            key: Some(""),
+            count: 40,
+        };
+        let unnamed = KeyCountRef { key: None, ..named };
+        b.push_key_count(&named);
+        b.push_key_count(&unnamed);
+        assert_eq!((b.len(), b.requests()), (3, 1));
+        assert_eq!(b.key_counts().collect::<Vec<_>>(), vec![named, unnamed]);
+        b.clear();
+        assert!(b.is_empty());
     }
 
     #[test]

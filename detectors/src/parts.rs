@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::keys::same_key;
-use crate::observation::{Batch, ObservationRef, ReadingRef};
+use crate::observation::{Batch, KeyCountRef, ObservationRef, ReadingRef};
 use crate::snapshot::WindowSnapshot;
 use crate::window::{self, FixedState, NameMap, WindowConfig, Windows};
 
@@ -130,6 +130,9 @@ impl Recording {
                 }
                 for reading in batch.readings() {
                     p.read(&reading);
+                }
+                for kc in batch.key_counts() {
+                    p.count_key(&kc);
                 }
             }
         }
@@ -477,6 +480,14 @@ impl PartedWindows {
                 w.dealt.batch(a).push(obs);
                 w.flush_if_full();
             }
+        }
+    }
+
+    /// Records key counts in part 0: a group's key summaries merge at close, so where they
+    /// are learned does not matter; a group over the cap keeps no keys.
+    pub fn count_key(&mut self, kc: &KeyCountRef<'_>) {
+        if let (_, Admission::Tracked(_)) = self.route(kc.group, kc.group) {
+            self.local.count_key(kc);
         }
     }
 

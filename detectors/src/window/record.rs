@@ -3,7 +3,9 @@
 
 use super::{GroupWindow, Windows};
 use crate::keys::{KeyHash, KeySummary, same_key};
-use crate::observation::{Batch, CacheResult, OTHER_LABEL, ObservationRef, Outcome, ReadingRef};
+use crate::observation::{
+    Batch, CacheResult, KeyCountRef, OTHER_LABEL, ObservationRef, Outcome, ReadingRef,
+};
 
 /// Where a record goes.
 enum Slot {
@@ -235,7 +237,7 @@ impl Windows {
         s.readings.raise(reading.kind, reading.value);
     }
 
-    /// Adds every observation and every reading of `batch`.
+    /// Adds every observation, reading and key count of `batch`.
     pub fn record_batch(&mut self, batch: &Batch) {
         for obs in batch.iter() {
             self.record(&obs);
@@ -243,6 +245,26 @@ impl Windows {
         for reading in batch.readings() {
             self.read(&reading);
         }
+        for kc in batch.key_counts() {
+            self.count_key(&kc);
+        }
+    }
+
+    /// Adds requests counted by key alone to the group's key summary and keyed requests
+    /// (none to any shard). The group is admitted as a request would admit it; in the overflow
+    /// group, which mixes unrelated systems, they are left out.
+    pub fn count_key(&mut self, kc: &KeyCountRef<'_>) {
+        let gi = self.group_index(kc.group);
+        let seq = self.seq;
+        let g = &mut self.groups[gi];
+        if g.overflow {
+            return;
+        }
+        g.last_active = seq;
+        if let Some(k) = kc.key {
+            g.keys.record_hashed(k, KeyHash::of(k), kc.count);
+        }
+        g.keyed_requests = g.keyed_requests.saturating_add(kc.count);
     }
 
     /// Adds the observations and readings of `batch` to the overflow group, as

@@ -592,3 +592,46 @@ fn key_shares_use_group_load_and_keep_the_empty_key() {
     assert_eq!(g.keyed_requests, 9);
     assert_eq!(g.shards[0].top_keys[0].share, 1.0);
 }
+
+#[test]
+fn key_counts_teach_the_group_summary_and_count_no_shard_request() {
+    use crate::observation::KeyCountRef;
+    for threads in [1, 3] {
+        let cfg = WindowConfig {
+            record_threads: threads,
+            ..WindowConfig::default()
+        };
+        let mut w = crate::parts::Recording::new(cfg, 0.0);
+        let mut b = Batch::default();
+        let mut o = obs("db", "s1");
+        o.count = 100;
+        b.push(&o);
+        for (key, count) in [(Some(""), 60), (Some("k"), 25), (None, 15)] {
+            b.push_key_count(&KeyCountRef {
+                group: "db",
+                key,
+                count,
+            });
+        }
+        w.record_batch(&b);
+        let snap = w.close(10.0);
+        let g = &snap.groups[0];
+        assert_eq!(
+            (g.requests, g.keyed_requests),
+            (100, 100),
+            "{threads} threads"
+        );
+        assert_eq!(
+            g.shards[0].top_keys.len(),
+            0,
+            "a shard learns no key from them"
+        );
+        let keys: Vec<_> = g
+            .top_keys
+            .iter()
+            .map(|k| (k.key.as_str(), k.requests))
+            .collect();
+        assert_eq!(keys, [("", 60), ("k", 25)]);
+        assert!((g.top_keys[0].share - 0.6).abs() < 1e-12);
+    }
+}

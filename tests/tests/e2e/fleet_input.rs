@@ -62,17 +62,23 @@ impl Driver {
         let mut lines = Vec::new();
         for s in 0..SHARDS {
             let n = PER_SHARD * if s == HOT { hot } else { 1 };
+            // Four keys over the shards; a hot shard's traffic all carries the empty key.
+            let key = if s == HOT && hot > 1 {
+                String::new()
+            } else {
+                format!("user:{}", s % 4)
+            };
             // 80% cache hits at 2 ms, 20% misses at 30 ms, one in ten of those an error.
             let hits = n * 8 / 10;
             lines.push(format!(
-                r#"{{"group":"db","shard":"s{s}","count":{hits},"latency_ms":2,"cache":"hit"}}"#
+                r#"{{"group":"db","shard":"s{s}","key":"{key}","count":{hits},"latency_ms":2,"cache":"hit"}}"#
             ));
             lines.push(format!(
-                r#"{{"group":"db","shard":"s{s}","count":{},"latency_ms":30,"cache":"miss"}}"#,
+                r#"{{"group":"db","shard":"s{s}","key":"{key}","count":{},"latency_ms":30,"cache":"miss"}}"#,
                 n - hits - 1
             ));
             lines.push(format!(
-                r#"{{"group":"db","shard":"s{s}","count":1,"latency_ms":30,"cache":"miss","outcome":"error"}}"#
+                r#"{{"group":"db","shard":"s{s}","key":"{key}","count":1,"latency_ms":30,"cache":"miss","outcome":"error"}}"#
             ));
         }
         lines.join("\n")
@@ -264,6 +270,22 @@ fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
         hot_from.elapsed().as_secs_f64(),
         hot["annotations"]["summary"]
     );
+    // The fleet's key counts, summed over the sidecars' lists: the empty key at its share (30
+    // of 180 requests a post), user:0 at 40, each certain to the request.
+    let (_, body) = fleet.request("GET", "/api/v1/history?group=db", &[], b"");
+    let history: Value = serde_json::from_str(&body).unwrap();
+    let keys = history["top_keys"].as_array().cloned().unwrap_or_default();
+    let share = |key: &str| {
+        let k = keys
+            .iter()
+            .find(|k| k["key"] == key)
+            .unwrap_or_else(|| panic!("{keys:?}"));
+        assert_eq!(k["requests"], k["lower_bound"], "{k}");
+        k["share"].as_f64().unwrap()
+    };
+    assert!((share("") - 30.0 / 180.0).abs() < 0.01, "{keys:?}");
+    assert!((share("user:0") - 40.0 / 180.0).abs() < 0.01, "{keys:?}");
+    eprintln!("fleet top keys: {keys:?}");
     let others: Vec<_> = alerts(&fleet)
         .into_iter()
         .filter(|x| x["labels"]["shard"] != "s5")

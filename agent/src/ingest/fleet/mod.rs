@@ -430,10 +430,13 @@ async fn read_window(
         let expr = growth_expr(family, &config.selector, config.lookback, since);
         async move { timed(counters, family, api.instant(&expr, at)).await }
     };
-    let (requests, cache, buckets) = tokio::try_join!(
+    let (requests, cache, buckets, keys, unlisted, overcount) = tokio::try_join!(
         ask(Family::Requests),
         ask(Family::Cache),
-        ask(Family::Buckets)
+        ask(Family::Buckets),
+        ask(Family::Keys),
+        ask(Family::KeysUnlisted),
+        ask(Family::KeysOvercount),
     )?;
     let mut growth = Growth::default();
     let owns = |g: &str| config.split.owns(g);
@@ -443,6 +446,9 @@ async fn read_window(
         (Family::Requests, requests),
         (Family::Cache, cache),
         (Family::Buckets, buckets),
+        (Family::Keys, keys),
+        (Family::KeysUnlisted, unlisted),
+        (Family::KeysOvercount, overcount),
     ] {
         growth.add(family, &answer, 0, &owns, &mut |why| counters.skip(why));
         bytes += weight.bytes;

@@ -34,11 +34,24 @@ pub enum Family {
     Cache,
     /// `skewwatch_shard_request_duration_seconds_bucket` by group, shard and `le`.
     Buckets,
+    /// `skewwatch_key_requests_total` by group and key.
+    Keys,
+    /// `skewwatch_key_unlisted_bound_total` by group.
+    KeysUnlisted,
+    /// `skewwatch_key_overcount_bound_total` by group.
+    KeysOvercount,
 }
 
 impl Family {
     /// Every family, in the order they are asked for.
-    pub const ALL: [Family; 3] = [Family::Requests, Family::Cache, Family::Buckets];
+    pub const ALL: [Family; 6] = [
+        Family::Requests,
+        Family::Cache,
+        Family::Buckets,
+        Family::Keys,
+        Family::KeysUnlisted,
+        Family::KeysOvercount,
+    ];
 
     /// The series' metric name.
     pub fn metric(self) -> &'static str {
@@ -46,16 +59,36 @@ impl Family {
             Family::Requests => "skewwatch_shard_requests_total",
             Family::Cache => "skewwatch_shard_cache_requests_total",
             Family::Buckets => "skewwatch_shard_request_duration_seconds_bucket",
+            Family::Keys => "skewwatch_key_requests_total",
+            Family::KeysUnlisted => "skewwatch_key_unlisted_bound_total",
+            Family::KeysOvercount => "skewwatch_key_overcount_bound_total",
         }
     }
 
-    /// The label the sums keep beside `group` and `shard`.
-    pub fn label(self) -> &'static str {
+    /// The label the sums keep beside `group` (and `shard`, for the shard families).
+    pub fn label(self) -> Option<&'static str> {
         match self {
-            Family::Requests => "outcome",
-            Family::Cache => "result",
-            Family::Buckets => "le",
+            Family::Requests => Some("outcome"),
+            Family::Cache => Some("result"),
+            Family::Buckets => Some("le"),
+            Family::Keys => Some("key"),
+            Family::KeysUnlisted | Family::KeysOvercount => None,
         }
+    }
+
+    /// Whether the family is counted per shard (else per group).
+    pub fn per_shard(self) -> bool {
+        matches!(self, Family::Requests | Family::Cache | Family::Buckets)
+    }
+
+    /// The labels the sums are taken by.
+    pub fn by(self) -> String {
+        let mut by = vec!["group"];
+        if self.per_shard() {
+            by.push("shard");
+        }
+        by.extend(self.label());
+        by.join(", ")
     }
 
     /// The `family` label of the fleet self-metrics.
@@ -64,6 +97,9 @@ impl Family {
             Family::Requests => "requests",
             Family::Cache => "cache",
             Family::Buckets => "buckets",
+            Family::Keys => "keys",
+            Family::KeysUnlisted => "keys_unlisted",
+            Family::KeysOvercount => "keys_overcount",
         }
     }
 }
@@ -78,8 +114,8 @@ pub fn growth_expr(family: Family, selector: &str, lookback: Duration, offset: D
         offset.as_millis().max(1)
     );
     format!(
-        "sum by (group, shard, {label}) (({cur} - {prev}) >= 0 or {cur} < {prev} or {cur} unless {prev})",
-        label = family.label()
+        "sum by ({by}) (({cur} - {prev}) >= 0 or {cur} < {prev} or {cur} unless {prev})",
+        by = family.by()
     )
 }
 
@@ -423,6 +459,22 @@ mod tests {
              or last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s]) unless \
              last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s] offset 30000ms))"
         );
+    }
+
+    #[test]
+    fn key_families_are_summed_by_group() {
+        let e = growth_expr(
+            Family::KeysUnlisted,
+            "",
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+        );
+        assert!(e.starts_with("sum by (group) ("), "{e}");
+        assert!(
+            e.contains("skewwatch_key_unlisted_bound_total{}[60s] offset 10000ms"),
+            "{e}"
+        );
+        assert_eq!(Family::Keys.by(), "group, key");
     }
 
     #[test]

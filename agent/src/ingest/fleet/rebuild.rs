@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, EMPTY_KEY_LABEL, LITERAL_ESCAPE, MAX_COUNT, MAX_LATENCY_MS, OTHER_LABEL,
-    ObservationRef, Outcome,
+    Batch, CacheResult, EMPTY_KEY_LABEL, KeyCountRef, LITERAL_ESCAPE, MAX_COUNT, MAX_LATENCY_MS,
+    OTHER_LABEL, ObservationRef, Outcome,
 };
 
 use super::query::{Family, Series};
@@ -58,11 +58,27 @@ pub struct ShardGrowth {
     pub buckets: Vec<(f64, f64)>,
 }
 
-/// One window's growth of every shard, by (group, shard) as the sidecars name them.
+/// What one group's key counters grew by in one window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupKeys {
+    /// Each key's summed counter (upper bounds of its requests where it was listed).
+    pub keys: BTreeMap<String, u64>,
+    /// Keyed requests under `__other__`.
+    pub other: u64,
+    /// The most any key missing from every sidecar's list could have had.
+    pub unlisted: u64,
+    /// The most any summed key counter over-counts.
+    pub overcount: u64,
+}
+
+/// One window's growth of every shard, by (group, shard) as the sidecars name them, and of
+/// every group's key counters.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Growth {
     /// Per shard.
     pub shards: BTreeMap<(String, String), ShardGrowth>,
+    /// Per group.
+    pub keys: BTreeMap<String, GroupKeys>,
 }
 
 impl Growth {
@@ -93,6 +109,10 @@ impl Growth {
         owns: &dyn Fn(&str) -> bool,
         skip: &mut dyn FnMut(Skip),
     ) {
+        if !family.per_shard() {
+            self.add_key(family, labels, value, owns, skip);
+            return;
+        }
         let (Some(group), Some(shard)) = (name(labels, "group"), name(labels, "shard")) else {
             skip(Skip::NoShard);
             return;
@@ -108,7 +128,10 @@ impl Growth {
             skip(Skip::OtherInstance);
             return;
         }
-        let label = labels.get(family.label()).map(String::as_str);
+        let label = family
+            .label()
+            .and_then(|l| labels.get(l))
+            .map(String::as_str);
         let counted = match (family, label) {
             (Family::Requests, Some(o)) => Outcome::parse(o).map(Target::Outcome),
             (Family::Cache, Some(r)) => CacheResult::parse(r).map(Target::Cache),
@@ -132,6 +155,46 @@ impl Growth {
         }
     }
 
+    /// Adds one summed value of a key family.
+    fn add_key(
+        &mut self,
+        family: Family,
+        labels: &HashMap<String, String>,
+        value: f64,
+        owns: &dyn Fn(&str) -> bool,
+        skip: &mut dyn FnMut(Skip),
+    ) {
+        let group = match name(labels, "group") {
+            None => {
+                skip(Skip::NoShard);
+                return;
+            }
+            Some(Name::Other) => {
+                skip(Skip::Overflow);
+                return;
+            }
+            Some(Name::Is(g)) => g,
+        };
+        if !owns(&group) {
+            skip(Skip::OtherInstance);
+            return;
+        }
+        let n = whole(value);
+        let keys = self.keys.entry(group).or_default();
+        match family {
+            Family::KeysUnlisted => keys.unlisted = keys.unlisted.saturating_add(n),
+            Family::KeysOvercount => keys.overcount = keys.overcount.saturating_add(n),
+            _ => match labels.get("key").map(|k| key_name(k)) {
+                Some(Name::Other) => keys.other = keys.other.saturating_add(n),
+                Some(Name::Is(k)) => {
+                    let c = keys.keys.entry(k).or_default();
+                    *c = c.saturating_add(n);
+                }
+                None => skip(Skip::UnknownLabel),
+            },
+        }
+    }
+
     /// Requests in all.
     pub fn requests(&self) -> u64 {
         self.shards
@@ -140,10 +203,13 @@ impl Growth {
             .fold(0u64, |a, &b| a.saturating_add(b))
     }
 
-    /// Appends the records of every shard to `out`.
+    /// Appends the records of every shard and the key counts of every group to `out`.
     pub fn records(&self, out: &mut Batch) {
         for ((group, shard), g) in &self.shards {
             g.records(group, shard, out);
+        }
+        for (group, keys) in &self.keys {
+            keys.records(group, out);
         }
     }
 }
@@ -182,6 +248,46 @@ fn name(labels: &HashMap<String, String>, label: &str) -> Option<Name> {
         _ => v.as_str(),
     };
     Some(Name::Is(unescaped.to_owned()))
+}
+
+/// A key label value as the sidecars write it ([`key_label`]): `(empty)` is the empty key.
+///
+/// [`key_label`]: skewwatch_detectors::observation::key_label
+fn key_name(v: &str) -> Name {
+    if v == EMPTY_KEY_LABEL {
+        return Name::Is(String::new());
+    }
+    let mut labels = HashMap::with_capacity(1);
+    labels.insert("key".to_owned(), v.to_owned());
+    name(&labels, "key").unwrap_or(Name::Is(String::new()))
+}
+
+impl GroupKeys {
+    /// Appends the group's key counts: each key at the certain lower bound of its requests
+    /// (its summed counter less the summed over-count bound), the rest of the keyed requests
+    /// unnamed, so a key is judged on what it surely had and the group's keyed requests stay
+    /// whole.
+    pub fn records(&self, group: &str, out: &mut Batch) {
+        let mut unnamed = self.other;
+        for (key, &n) in &self.keys {
+            let certain = n.saturating_sub(self.overcount);
+            unnamed = unnamed.saturating_add(n - certain);
+            if certain > 0 {
+                out.push_key_count(&KeyCountRef {
+                    group,
+                    key: Some(key),
+                    count: certain,
+                });
+            }
+        }
+        if unnamed > 0 {
+            out.push_key_count(&KeyCountRef {
+                group,
+                key: None,
+                count: unnamed,
+            });
+        }
+    }
 }
 
 fn parse_le(le: &str) -> Option<f64> {
@@ -457,6 +563,54 @@ mod tests {
                 .contains_key(&("db".to_owned(), "__other__".to_owned()))
         );
         assert_eq!(g.requests(), 8);
+    }
+
+    #[test]
+    fn keys_are_judged_on_their_certain_counts_and_the_keyed_requests_stay_whole() {
+        let mut g = Growth::default();
+        let all = |_: &str| true;
+        let mut skips = Vec::new();
+        for (family, labels, v) in [
+            (
+                Family::Keys,
+                vec![("group", "db"), ("key", "(empty)")],
+                830.0,
+            ),
+            (
+                Family::Keys,
+                vec![("group", "db"), ("key", "\\(empty)")],
+                40.0,
+            ),
+            (
+                Family::Keys,
+                vec![("group", "db"), ("key", "__other__")],
+                100.0,
+            ),
+            (Family::Keys, vec![("group", "db"), ("key", "tiny")], 3.0),
+            (Family::KeysOvercount, vec![("group", "db")], 5.0),
+            (Family::KeysUnlisted, vec![("group", "db")], 12.0),
+        ] {
+            g.add(family, &[series(&labels, v)], 0, &all, &mut |s| {
+                skips.push(s)
+            });
+        }
+        assert!(skips.is_empty(), "{skips:?}");
+        let k = &g.keys["db"];
+        assert_eq!((k.other, k.overcount, k.unlisted), (100, 5, 12));
+        let mut b = Batch::default();
+        g.records(&mut b);
+        let counts: Vec<_> = b.key_counts().map(|c| (c.key, c.count)).collect();
+        // The empty key and the literal "(empty)" stay apart; "tiny" is certain of nothing.
+        assert_eq!(
+            counts,
+            [
+                (Some(""), 825),
+                (Some("(empty)"), 35),
+                (None, 100 + 5 + 5 + 3)
+            ]
+        );
+        assert_eq!(counts.iter().map(|c| c.1).sum::<u64>(), 830 + 40 + 100 + 3);
+        assert_eq!(b.requests(), 0, "key counts are no shard's requests");
     }
 
     #[test]
