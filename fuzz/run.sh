@@ -18,7 +18,7 @@ secs=${1:?usage: fuzz/run.sh SECONDS [TARGET...]}
 shift
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(statsd ndjson otlp_traces otlp_metrics otlp_json scrape config)
+  targets=(statsd ndjson otlp_traces otlp_metrics otlp_json scrape config fleet)
 fi
 # Instrumented builds get their own target directory: they must not replace the plain ones.
 export CARGO_TARGET_DIR=${AFL_TARGET_DIR:-target/afl}

@@ -1,5 +1,6 @@
 //! Fuzz targets for every parser of the agent: the StatsD datagram, the NDJSON body, OTLP
-//! protobuf traces and metrics, OTLP JSON, the scrape page and the configuration loader.
+//! protobuf traces and metrics, OTLP JSON, the scrape page, the fleet input's PromQL answer and
+//! the configuration loader.
 //!
 //! Each target is a function of one input's bytes that must not panic, hang or grow without
 //! bound, whatever the bytes; where two code paths must agree (the protobuf span walker and
@@ -38,6 +39,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("otlp_json", otlp_json),
     ("scrape", scrape_page),
     ("config", config_yaml),
+    ("fleet", fleet_answer),
 ];
 
 /// Runs `target` the way its binary is built: under AFL in persistent mode with the `afl`
@@ -243,6 +245,26 @@ pub fn scrape_page(data: &[u8]) {
         let mut rejected = Rejections::default();
         series.observe(job, &page, &mut batch, &mut rejected);
         assert!(series.len() <= job.max_series);
+    }
+}
+
+/// A PromQL API answer as the fleet input reads it, rebuilt into observations as every family
+/// at once: the records must add up to the sums read, whatever the answer holds.
+pub fn fleet_answer(data: &[u8]) {
+    use skewwatch::ingest::fleet::query::{Family, parse_answer};
+    use skewwatch::ingest::fleet::rebuild::Growth;
+    let Ok(series) = parse_answer(data, 10_000) else {
+        return;
+    };
+    let mut growth = Growth::default();
+    for family in Family::ALL {
+        growth.add(family, &series, 0, &|_| true, &mut |_| {});
+    }
+    let mut batch = Batch::default();
+    growth.records(&mut batch);
+    assert_eq!(batch.requests(), growth.requests());
+    for obs in batch.iter() {
+        assert!(obs.validate().is_ok(), "{obs:?}");
     }
 }
 

@@ -56,14 +56,17 @@ impl Alertmanager {
     /// Starts Alertmanager on a free loopback port and waits until it is ready; `None` (after
     /// a loud message) when the binary is missing outside CI.
     pub fn start() -> Option<Alertmanager> {
+        Alertmanager::start_with_config(
+            "route:\n  receiver: \"null\"\nreceivers:\n  - name: \"null\"\n",
+        )
+    }
+
+    /// Like [`Alertmanager::start`], with `config` as its alertmanager.yml.
+    pub fn start_with_config(config: &str) -> Option<Alertmanager> {
         let bin = tools::require("prometheus-alertmanager", &["alertmanager"])?;
         let dir = TempDir::new("alertmanager");
         let cfg = dir.0.join("alertmanager.yml");
-        std::fs::write(
-            &cfg,
-            "route:\n  receiver: \"null\"\nreceivers:\n  - name: \"null\"\n",
-        )
-        .unwrap();
+        std::fs::write(&cfg, config).unwrap();
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut child = Command::new(&bin)
             .arg(format!("--config.file={}", cfg.display()))

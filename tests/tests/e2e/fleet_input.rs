@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use skewwatch::client;
 use skewwatch_e2e::agent::{Agent, Options, TempDir};
+use skewwatch_e2e::alertmanager::Alertmanager;
 use skewwatch_e2e::prometheus::Prometheus;
 
 const SHARDS: usize = 16;
@@ -454,4 +455,103 @@ fn a_tsdb_that_fails_is_counted_never_judged() {
     let log = fleet.drain_log().join("\n");
     assert!(!log.contains(token), "the token is in the log:\n{log}");
     assert!(log.contains("windows without one are not judged"), "{log}");
+}
+
+/// The shipped Alertmanager configuration, in a real Alertmanager: a fleet alert mutes the
+/// sidecars' alert of the same name on the same shard and the PromQL rule that says the same,
+/// and nothing else.
+#[test]
+fn the_shipped_alertmanager_configuration_mutes_what_the_fleet_verdict_explains() {
+    let config = std::fs::read_to_string(
+        skewwatch_e2e::deploy::repo_root().join("deploy/alertmanager/alertmanager.yml"),
+    )
+    .unwrap();
+    let Some(am) = Alertmanager::start_with_config(&config) else {
+        return;
+    };
+    let alert = |labels: &[(&str, &str)]| {
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+            .collect();
+        serde_json::json!({"labels": labels, "annotations": {}})
+    };
+    let sent = Value::Array(vec![
+        alert(&[
+            ("alertname", "HotShard"),
+            ("group", "db"),
+            ("shard", "s5"),
+            ("severity", "critical"),
+            ("scope", "fleet"),
+        ]),
+        alert(&[
+            ("alertname", "HotShard"),
+            ("group", "db"),
+            ("shard", "s5"),
+            ("severity", "critical"),
+        ]),
+        alert(&[
+            ("alertname", "HotShard"),
+            ("group", "db"),
+            ("shard", "s6"),
+            ("severity", "critical"),
+        ]),
+        alert(&[
+            ("alertname", "LatencySkew"),
+            ("group", "db"),
+            ("shard", "s5"),
+            ("severity", "warning"),
+        ]),
+        alert(&[
+            ("alertname", "SkewwatchFleetHotShard"),
+            ("group", "db"),
+            ("shard", "s5"),
+            ("severity", "warning"),
+        ]),
+    ]);
+    let (code, body) = skewwatch_e2e::agent::http_request(
+        am.addr,
+        "POST",
+        "/api/v2/alerts",
+        &[("Content-Type", "application/json")],
+        sent.to_string().as_bytes(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let muted = |a: &Value| {
+        a["status"]["inhibitedBy"]
+            .as_array()
+            .is_some_and(|i| !i.is_empty())
+    };
+    let got = skewwatch_e2e::alertmanager::poll(Duration::from_secs(10), || {
+        let alerts = am.alerts();
+        (alerts.len() == 5 && alerts.iter().any(muted)).then_some(alerts)
+    })
+    .expect("Alertmanager holds the five alerts, some muted");
+    let mut states: Vec<(String, String, bool)> = got
+        .iter()
+        .map(|a| {
+            let l = &a["labels"];
+            let who = format!(
+                "{}{}",
+                l["alertname"].as_str().unwrap(),
+                if l["scope"] == "fleet" {
+                    " (fleet)"
+                } else {
+                    ""
+                }
+            );
+            (who, l["shard"].as_str().unwrap().to_owned(), muted(a))
+        })
+        .collect();
+    states.sort();
+    assert_eq!(
+        states,
+        [
+            ("HotShard".to_owned(), "s5".to_owned(), true),
+            ("HotShard".to_owned(), "s6".to_owned(), false),
+            ("HotShard (fleet)".to_owned(), "s5".to_owned(), false),
+            ("LatencySkew".to_owned(), "s5".to_owned(), false),
+            ("SkewwatchFleetHotShard".to_owned(), "s5".to_owned(), true),
+        ]
+    );
 }

@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, EMPTY_KEY_LABEL, KeyCountRef, LITERAL_ESCAPE, MAX_COUNT, MAX_LATENCY_MS,
-    OTHER_LABEL, ObservationRef, Outcome,
+    Batch, CacheResult, EMPTY_KEY_LABEL, KeyCountRef, LITERAL_ESCAPE, MAX_COUNT, MAX_KEY_BYTES,
+    MAX_LATENCY_MS, MAX_NAME_BYTES, OTHER_LABEL, ObservationRef, Outcome,
 };
 
 use super::query::{Family, Series};
@@ -31,6 +31,8 @@ pub enum Skip {
     UnknownLabel,
     /// A group another fleet instance judges (`fleet.instances`).
     OtherInstance,
+    /// A name longer than an observation's may be (128 bytes, a key 256).
+    TooLong,
 }
 
 impl Skip {
@@ -41,6 +43,7 @@ impl Skip {
             Skip::Overflow => "overflow",
             Skip::UnknownLabel => "unknown_label",
             Skip::OtherInstance => "other_instance",
+            Skip::TooLong => "too_long",
         }
     }
 }
@@ -124,6 +127,10 @@ impl Growth {
             }
             (Name::Is(g), Name::Is(s)) => (g, s),
         };
+        if group.len() > MAX_NAME_BYTES || shard.len() > MAX_NAME_BYTES {
+            skip(Skip::TooLong);
+            return;
+        }
         if !owns(&group) {
             skip(Skip::OtherInstance);
             return;
@@ -175,6 +182,10 @@ impl Growth {
             }
             Some(Name::Is(g)) => g,
         };
+        if group.len() > MAX_NAME_BYTES {
+            skip(Skip::TooLong);
+            return;
+        }
         if !owns(&group) {
             skip(Skip::OtherInstance);
             return;
@@ -186,6 +197,7 @@ impl Growth {
             Family::KeysOvercount => keys.overcount = keys.overcount.saturating_add(n),
             _ => match labels.get("key").map(|k| key_name(k)) {
                 Some(Name::Other) => keys.other = keys.other.saturating_add(n),
+                Some(Name::Is(k)) if k.len() > MAX_KEY_BYTES => skip(Skip::TooLong),
                 Some(Name::Is(k)) => {
                     let c = keys.keys.entry(k).or_default();
                     *c = c.saturating_add(n);
