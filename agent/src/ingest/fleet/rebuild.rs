@@ -378,13 +378,24 @@ impl ShardGrowth {
         let mut latency = self.latency_cells(total);
         let mut cache = self.cache_cells(total);
         let mut obs = ObservationRef::new(group, shard);
-        for (i, &n) in self.outcomes.iter().enumerate() {
+        // Timeouts first, from the slowest bucket down: a request that timed out lasted until
+        // its deadline, so it is among the slowest; the other outcomes share what is left in
+        // proportion.
+        let order = std::iter::once(Outcome::Timeout)
+            .chain(Outcome::ALL.into_iter().filter(|o| *o != Outcome::Timeout));
+        for outcome in order {
+            let n = self.outcomes[outcome.index()];
             if n == 0 {
                 continue;
             }
-            obs.outcome = Outcome::ALL[i];
+            obs.outcome = outcome;
             let left: Vec<u64> = latency.iter().map(|c| c.0).collect();
-            for (j, take) in split(n, &left).into_iter().enumerate() {
+            let takes = if outcome == Outcome::Timeout {
+                slowest_first(n, &latency)
+            } else {
+                split(n, &left)
+            };
+            for (j, take) in takes.into_iter().enumerate() {
                 if take == 0 {
                     continue;
                 }
@@ -403,6 +414,25 @@ impl ShardGrowth {
             }
         }
     }
+}
+
+/// `n` requests taken from the latency cells slowest first (cells with a latency, highest
+/// first, then the cell without one); `n` is at most what the cells hold.
+fn slowest_first(mut n: u64, cells: &[(u64, Option<f64>)]) -> Vec<u64> {
+    let mut out = vec![0u64; cells.len()];
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by(|&a, &b| match (cells[a].1, cells[b].1) {
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    for j in order {
+        let take = n.min(cells[j].0);
+        out[j] = take;
+        n -= take;
+    }
+    out
 }
 
 /// `total` split in proportion to `weights` (largest remainder), never more than a weight
@@ -513,6 +543,26 @@ mod tests {
             vec![(2500, 30), (7500, 31), (55000, 29), (100_000, 7)]
         );
         assert!(b.len() <= 4 * 5 * 3, "{}", b.len());
+    }
+
+    #[test]
+    fn timeouts_take_the_slowest_latencies() {
+        let g = ShardGrowth {
+            outcomes: [90, 0, 10, 0, 0, 0],
+            buckets: vec![(0.01, 90.0), (1.0, 95.0), (f64::INFINITY, 100.0)],
+            ..ShardGrowth::default()
+        };
+        let mut b = Batch::default();
+        g.records("db", "s1", &mut b);
+        let mut timeouts: Vec<(u64, u64)> = b
+            .iter()
+            .filter(|o| o.outcome == Outcome::Timeout)
+            .map(|o| (o.latency_ms.unwrap() as u64, o.count))
+            .collect();
+        timeouts.sort();
+        // The five above 1 s, the five between 10 ms and 1 s; no success among them.
+        assert_eq!(timeouts, [(505, 5), (1000, 5)]);
+        assert_eq!(b.requests(), 100);
     }
 
     #[test]
