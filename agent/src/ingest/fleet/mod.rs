@@ -259,7 +259,7 @@ pub async fn backfill(
                 api.range(&expr, first_end - lead, last_end - lead, window_secs),
             )
             .await?;
-            for s in &series {
+            for s in &query::net(series) {
                 for &(t, v) in &s.points {
                     by_time.entry(ms(t)).or_default().add_one(
                         family,
@@ -428,7 +428,10 @@ async fn read_window(
 ) -> Result<Growth, QueryError> {
     let ask = |family| {
         let expr = growth_expr(family, &config.selector, config.lookback, since);
-        async move { timed(counters, family, api.instant(&expr, at)).await }
+        async move {
+            let (series, weight) = timed(counters, family, api.instant(&expr, at)).await?;
+            Ok::<_, QueryError>((query::net(series), weight))
+        }
     };
     let (requests, cache, buckets, keys, unlisted, overcount) = tokio::try_join!(
         ask(Family::Requests),

@@ -7,16 +7,18 @@
 //! ```text
 //! cur  = last_over_time(metric{selector}[lookback])
 //! prev = last_over_time(metric{selector}[lookback] offset d)     d = now - previous query
-//! sum by (labels) ( (cur - prev) >= 0      a series that went on counting: its growth
-//!                or  cur < prev            a series that restarted: its value since
-//!                or  cur unless prev )     a series that is new: its value (from zero)
+//! sum by (labels) (cur)             every series' value now              (part="cur")
+//! sum by (labels) (prev <= cur)     then, of the series that counted on (part="prev")
 //! ```
 //!
-//! `last_over_time` reads the last sample at or before each time, so a missed scrape or
-//! windows that do not line up with scrapes shift growth from one window to the next but
-//! never lose or double it; it skips staleness markers, so a sidecar whose scrape failed for
-//! less than `lookback` continues where it left off. The answers are small: one series per
-//! label set summed over every sidecar.
+//! The growth of a label set is `cur - prev` ([`net`]): a series that went on counting adds its
+//! growth, one that restarted (its value went down) its value since, one that is new its value
+//! from zero, and one that left nothing. `last_over_time` reads the last sample at or before
+//! each time, so a missed scrape or windows that do not line up with scrapes shift growth from
+//! one window to the next but never lose or double it; it skips staleness markers, so a sidecar
+//! whose scrape failed for less than `lookback` continues where it left off. The TSDB matches
+//! the series once (`<=`) and sums twice; the answers are small: two series per label set
+//! summed over every sidecar.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -104,7 +106,8 @@ impl Family {
     }
 }
 
-/// The expression for what `family` grew by in the `offset` before its evaluation time.
+/// The expression whose answer [`net`] turns into what `family` grew by in the `offset` before
+/// its evaluation time.
 pub fn growth_expr(family: Family, selector: &str, lookback: Duration, offset: Duration) -> String {
     let series = format!("{}{{{selector}}}", family.metric());
     let range = format!("[{}s]", lookback.as_secs().max(1));
@@ -113,10 +116,58 @@ pub fn growth_expr(family: Family, selector: &str, lookback: Duration, offset: D
         "last_over_time({series}{range} offset {}ms)",
         offset.as_millis().max(1)
     );
+    let by = family.by();
     format!(
-        "sum by ({by}) (({cur} - {prev}) >= 0 or {cur} < {prev} or {cur} unless {prev})",
-        by = family.by()
+        "label_replace(sum by ({by}) ({cur}), \"part\", \"cur\", \"\", \"\") or \
+         label_replace(sum by ({by}) ({prev} <= {cur}), \"part\", \"prev\", \"\", \"\")"
     )
+}
+
+/// The growth of each label set in an answer to [`growth_expr`]: its `part="cur"` sum less its
+/// `part="prev"` sum at each time (none: zero), never below zero; the `part` label is dropped.
+/// Series without a `part` label are taken as growth already.
+pub fn net(answer: Vec<Series>) -> Vec<Series> {
+    let mut by_labels: HashMap<Vec<(String, String)>, (Vec<(f64, f64)>, Vec<(f64, f64)>)> =
+        HashMap::new();
+    for mut s in answer {
+        let part = s.labels.remove("part");
+        let mut key: Vec<(String, String)> = s.labels.into_iter().collect();
+        key.sort();
+        let e = by_labels.entry(key).or_default();
+        match part.as_deref() {
+            Some("prev") => e.1.extend(s.points),
+            _ => e.0.extend(s.points),
+        }
+    }
+    let mut out: Vec<Series> = by_labels
+        .into_iter()
+        .filter(|(_, (cur, _))| !cur.is_empty())
+        .map(|(key, (cur, prev))| {
+            let points = cur
+                .into_iter()
+                .map(|(t, c)| {
+                    let p = prev
+                        .iter()
+                        .find(|(tp, _)| (tp - t).abs() < 1e-6)
+                        .map_or(0.0, |&(_, p)| p);
+                    (t, (c - p).max(0.0))
+                })
+                .collect();
+            Series {
+                labels: key.into_iter().collect(),
+                points,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let key = |s: &Series| {
+            let mut k: Vec<_> = s.labels.iter().collect();
+            k.sort();
+            format!("{k:?}")
+        };
+        key(a).cmp(&key(b))
+    });
+    out
 }
 
 /// Why a query failed: the `reason` label of `skewwatch_fleet_query_failures_total`.
@@ -449,15 +500,46 @@ mod tests {
             Duration::from_secs(600),
             Duration::from_millis(30_000),
         );
+        let cur = r#"last_over_time(skewwatch_shard_requests_total{job="sw"}[600s])"#;
+        let prev =
+            r#"last_over_time(skewwatch_shard_requests_total{job="sw"}[600s] offset 30000ms)"#;
         assert_eq!(
             e,
-            "sum by (group, shard, outcome) (\
-             (last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s]) - \
-             last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s] offset 30000ms)) >= 0 \
-             or last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s]) < \
-             last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s] offset 30000ms) \
-             or last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s]) unless \
-             last_over_time(skewwatch_shard_requests_total{job=\"sw\"}[600s] offset 30000ms))"
+            format!(
+                "label_replace(sum by (group, shard, outcome) ({cur}), \"part\", \"cur\", \"\", \"\") or \
+                 label_replace(sum by (group, shard, outcome) ({prev} <= {cur}), \"part\", \"prev\", \"\", \"\")"
+            )
+        );
+    }
+
+    #[test]
+    fn the_growth_is_the_current_sum_less_the_previous_one_of_what_counted_on() {
+        let s = |part: Option<&str>, shard: &str, points: Vec<(f64, f64)>| Series {
+            labels: [("shard", shard)]
+                .into_iter()
+                .chain(part.map(|p| ("part", p)))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            points,
+        };
+        let got = net(vec![
+            s(Some("cur"), "a", vec![(1.0, 100.0), (2.0, 130.0)]),
+            s(Some("prev"), "a", vec![(1.0, 90.0), (2.0, 100.0)]),
+            // Only new or restarted series: no `prev` part at all.
+            s(Some("cur"), "b", vec![(1.0, 7.0)]),
+            // A `prev` without a `cur` (everything left): nothing.
+            s(Some("prev"), "c", vec![(1.0, 5.0)]),
+        ]);
+        let flat: Vec<(String, Vec<(f64, f64)>)> = got
+            .into_iter()
+            .map(|s| (s.labels["shard"].clone(), s.points))
+            .collect();
+        assert_eq!(
+            flat,
+            [
+                ("a".to_owned(), vec![(1.0, 10.0), (2.0, 30.0)]),
+                ("b".to_owned(), vec![(1.0, 7.0)])
+            ]
         );
     }
 
@@ -469,7 +551,7 @@ mod tests {
             Duration::from_secs(60),
             Duration::from_secs(10),
         );
-        assert!(e.starts_with("sum by (group) ("), "{e}");
+        assert!(e.starts_with("label_replace(sum by (group) ("), "{e}");
         assert!(
             e.contains("skewwatch_key_unlisted_bound_total{}[60s] offset 10000ms"),
             "{e}"
