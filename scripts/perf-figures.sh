@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The end-to-end figures of docs/performance.md: StatsD over UDP, HTTP NDJSON, replay, CPU at
-# sidecar load, memory at 1,000 shards and 1M keys, /metrics at 1,000 shards, and the series
-# one sidecar exports at the default caps. Each runs a fresh release agent on loopback ports and
-# `skewwatch bench` (or a fixed StatsD fixture) against it, bounded in time.
+# sidecar load, memory at 1,000 shards and 1M keys, /metrics at 1,000 shards, the series
+# one sidecar exports at the default caps, and the series budget of the two exposition profiles.
+# Each runs a fresh release agent on loopback ports and `skewwatch bench` (or a fixed StatsD
+# fixture) against it, bounded in time.
 #
-#   scripts/perf-figures.sh [udp|http|replay|sidecar|memory|metrics|series]...   # default: all
+#   scripts/perf-figures.sh [udp|http|replay|sidecar|memory|metrics|series|budget]...   # default: all
 #
 # Environment: DURATION (seconds per step, default 10), AGENT_CONFIG (a configuration file for
 # the agent, e.g. a larger statsd.receive_buffer_bytes), SKEWWATCH_BIN (default: build the
@@ -143,6 +144,29 @@ PY
   metrics_timing
 }
 
+# Series per sidecar at 16, 64, 256 and 1,024 shards of one group, on the default
+# configuration and on the fleet profile (exposition.profile: fleet and nothing else): a fresh
+# agent per run, fed one window of realistic traffic (scripts/series-budget.py says what), the
+# page tallied by family; then what one native histogram per shard would be (computed).
+budget() {
+  header "Series budget: one group at 16, 64, 256 and 1,024 shards, profiles full and fleet"
+  printf 'exposition:\n  profile: fleet\n' >"$work/fleet.yaml"
+  mkdir -p "$work/budget"
+  for profile in full fleet; do
+    for shards in 16 64 256 1024; do
+      if [ "$profile" = fleet ]; then
+        AGENT_CONFIG="$work/fleet.yaml" start_agent
+      else
+        AGENT_CONFIG='' start_agent
+      fi
+      timeout 120 python3 scripts/series-budget.py measure "$STATSD" "$HTTP" "$shards" \
+        "$work/budget/page-$profile-$shards.txt"
+    done
+  done
+  stop_agent
+  python3 scripts/series-budget.py table "$work/budget"
+}
+
 replay() {
   header "replay: 5M records, 64 shards, 10k keys, 100k records/s of trace time"
   awk 'BEGIN { srand(1); for (i = 0; i < 5000000; i++) {
@@ -155,11 +179,11 @@ replay() {
 }
 
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(udp http replay sidecar memory metrics series)
+[ ${#steps[@]} -gt 0 ] || steps=(udp http replay sidecar memory metrics series budget)
 echo "# skewwatch performance figures: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p'), kernel $(uname -r)"
 for s in "${steps[@]}"; do
   case "$s" in
-    udp | http | replay | sidecar | memory | metrics | series) "$s" ;;
+    udp | http | replay | sidecar | memory | metrics | series | budget) "$s" ;;
     *) echo "unknown figure $s" >&2; exit 2 ;;
   esac
 done

@@ -151,7 +151,12 @@ fn run(path: &str, reps: usize) -> Option<usize> {
             measured(|| {
                 for _ in 0..reps {
                     out.clear();
-                    skewwatch::outputs::metrics::render_snapshot(&mut out, &snap, 10);
+                    skewwatch::outputs::metrics::render_snapshot(
+                        &mut out,
+                        &snap,
+                        10,
+                        skewwatch::outputs::config::Profile::Full,
+                    );
                     black_box(out.len());
                 }
             });

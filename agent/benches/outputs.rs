@@ -25,6 +25,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prometheus::Registry;
 use skewwatch::http::history::{self, HistoryQuery};
+use skewwatch::outputs::config::Profile;
 use skewwatch::outputs::history::Recorder;
 use skewwatch::outputs::metrics;
 use skewwatch::outputs::totals::{self, Accumulator, Totals, TotalsConfig};
@@ -41,7 +42,7 @@ fn render_benches(c: &mut Criterion) {
     group.bench_function("render_snapshot_1000_shards", |b| {
         b.iter(|| {
             out.clear();
-            metrics::render_snapshot(&mut out, black_box(&snap), 10);
+            metrics::render_snapshot(&mut out, black_box(&snap), 10, Profile::Full);
             out.len()
         })
     });
@@ -52,6 +53,7 @@ fn render_benches(c: &mut Criterion) {
         max_shards_total: 1024,
         keys_per_group: 10,
         latency_buckets_secs: snap_buckets(),
+        profile: Profile::Full,
     };
     let no_counters = Totals::new(cfg.clone());
     group.bench_function("render_page_1000_shards", |b| {

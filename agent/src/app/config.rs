@@ -73,8 +73,8 @@ crate::config_part! {
         /// Where alert state and baselines are kept across restarts, if anywhere; the
         /// pipeline reads it once and writes it for the rest of its life.
         pub state: Option<crate::state::StateStore> => "state",
-        /// The cumulative series that add up across sidecars.
-        pub exposition: ExpositionConfig => "exposition.counter_retention_secs",
+        /// The page's profile and the cumulative series that add up across sidecars.
+        pub exposition: ExpositionConfig => part,
         /// How OTLP spans and metric points map to observations; shared by the HTTP handlers.
         pub otlp: otlp::Mapping => "otlp",
         /// The live view at `GET /`; its history ring is sized once.
@@ -708,6 +708,46 @@ alerting:
         assert!(err.contains("at most 30"), "{err}");
         let yaml = "window:\n  window_secs: 60\nexposition:\n  counter_retention_secs: 100\n";
         let err = Config::from_yaml(yaml, "f.yaml").unwrap_err().to_string();
+        assert!(err.contains("exposition.counter_retention_secs"), "{err}");
+    }
+
+    #[test]
+    fn the_fleet_profile_brings_its_bounds_unless_they_are_set_and_needs_a_restart() {
+        use crate::outputs::config::{FLEET_LATENCY_BUCKETS_SECS, Profile};
+        let full = Config::embedded();
+        assert_eq!(full.startup.exposition.profile, Profile::Full);
+        let fleet = Config::from_yaml("exposition:\n  profile: fleet\n", "t").unwrap();
+        assert_eq!(fleet.startup.exposition.profile, Profile::Fleet);
+        assert_eq!(
+            fleet.engine().window.latency_buckets_secs,
+            FLEET_LATENCY_BUCKETS_SECS
+        );
+        // Every fleet bound is a full bound: mixed fleets still sum the bounds both write.
+        for b in FLEET_LATENCY_BUCKETS_SECS {
+            assert!(
+                full.engine().window.latency_buckets_secs.contains(&b),
+                "{b}"
+            );
+        }
+        let set = "exposition:\n  profile: fleet\n  latency_buckets_secs: [0.1]\n";
+        let set = Config::from_yaml(set, "t").unwrap();
+        assert_eq!(set.engine().window.latency_buckets_secs, [0.1]);
+        // A reload names the profile alone, and only as needing a restart.
+        assert_eq!(
+            full.startup.changes(&set.startup),
+            ["exposition.latency_buckets_secs", "exposition.profile"]
+        );
+        assert_eq!(
+            ReloadClass::of("exposition.profile"),
+            Some(ReloadClass::Restart)
+        );
+        // A wrong name is reported with the other problems, by field.
+        let bad = "exposition:\n  profile: sparse\n  counter_retention_secs: 1\n";
+        let err = Config::from_yaml(bad, "f.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("f.yaml: exposition.profile") && err.contains("`full`"),
+            "{err}"
+        );
         assert!(err.contains("exposition.counter_retention_secs"), "{err}");
     }
 

@@ -194,6 +194,8 @@ pub struct RawBasicAuth {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawExposition {
+    /// What `/metrics` writes: `full` or `fleet`.
+    pub profile: Option<String>,
     /// Upper bounds of the per-shard latency histogram's buckets, seconds, ascending.
     pub latency_buckets_secs: Option<Vec<f64>>,
     /// How long the counters of a shard, group or key that stopped appearing stay exported.

@@ -16,6 +16,7 @@ use skewwatch_detectors::alert::{Alert, AlertState};
 use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
 
+use super::config::Profile;
 use super::text_format::{escape_into, group_label, header, shard_label, write_value};
 use super::totals::{self, Totals};
 
@@ -33,7 +34,7 @@ pub fn render(
     exported_keys: usize,
 ) -> String {
     let mut out = String::with_capacity(4096 + snapshot.groups.len() * 256 + alerts.len() * 128);
-    render_snapshot(&mut out, snapshot, exported_keys);
+    render_snapshot(&mut out, snapshot, exported_keys, totals.profile());
     render_alerts(&mut out, alerts);
     let mut buf = Vec::new();
     // Encoding into a Vec cannot fail for well-formed families.
@@ -188,8 +189,13 @@ const SHARD_GAUGES: &[(&str, &str, ShardValue)] = &[
 ];
 
 /// Writes the derived skew series of `snap`: the group gauges, the top-k shares, the shard
-/// gauges and the key shares, in that order.
-pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: usize) {
+/// gauges (not in the fleet profile) and the key shares, in that order.
+pub fn render_snapshot(
+    out: &mut String,
+    snap: &WindowSnapshot,
+    exported_keys: usize,
+    profile: Profile,
+) {
     for &(name, help, value) in GROUP_GAUGES {
         let mut f = Family::new(out, name, help);
         for g in &snap.groups {
@@ -199,7 +205,14 @@ pub fn render_snapshot(out: &mut String, snap: &WindowSnapshot, exported_keys: u
         }
     }
     render_topk_shares(out, snap);
-    for &(name, help, value) in SHARD_GAUGES {
+    // A fleet instance recomputes every per-shard figure from the summed counters; the group
+    // gauges and key shares stay, a few series per group, for the sidecar's own view.
+    let shard_gauges = if profile == Profile::Full {
+        SHARD_GAUGES
+    } else {
+        &[]
+    };
+    for &(name, help, value) in shard_gauges {
         let mut f = Family::new(out, name, help);
         for g in &snap.groups {
             let group = group_label(g);
@@ -281,6 +294,8 @@ pub fn render_alerts(out: &mut String, alerts: &[Alert]) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use skewwatch_detectors::observation::{ObservationRef, ReadingKind, ReadingRef};
     use skewwatch_detectors::window::{WindowConfig, Windows};
@@ -293,7 +308,7 @@ mod tests {
         w.record(&o);
         let snap = w.close(10.0);
         let mut out = String::new();
-        render_snapshot(&mut out, &snap, 10);
+        render_snapshot(&mut out, &snap, 10, Profile::Full);
         assert!(out.contains(r#"shard="a\"b\\c\nd""#), "{out}");
         assert!(out.contains(r#"skewwatch_key_share_ratio{group="db",key="(empty)"} 1"#));
     }
@@ -316,7 +331,7 @@ mod tests {
         w.record(&ObservationRef::new("db", "s2"));
         let snap = w.close(10.0);
         let mut out = String::new();
-        render_snapshot(&mut out, &snap, 10);
+        render_snapshot(&mut out, &snap, 10, Profile::Full);
         let scrape = crate::client::text::Scrape::parse(&out).unwrap();
         let s1 = [("group", "db"), ("shard", "s1")];
         let s2 = [("group", "db"), ("shard", "s2")];
@@ -325,6 +340,118 @@ mod tests {
         assert_eq!(scrape.get("skewwatch_shard_inflight", &s1), Some(12.0));
         assert_eq!(scrape.get("skewwatch_shard_headroom_ratio", &s2), None);
         assert_eq!(scrape.get("skewwatch_shard_inflight", &s2), None);
+    }
+
+    /// The page of one group whose shard `s0` has successes and errors, cache hits and misses
+    /// and latencies, and whose shard `s1` has one success, on the default configuration of
+    /// `profile`, as (samples per shard, every sample line, the page).
+    fn page(profile: Profile) -> (BTreeMap<String, usize>, Vec<String>, String) {
+        use crate::outputs::config::ExpositionConfig;
+        use crate::outputs::totals::TotalsConfig;
+        use skewwatch_detectors::observation::{CacheResult, Outcome};
+        let window = WindowConfig {
+            latency_buckets_secs: profile.default_latency_buckets_secs(),
+            ..WindowConfig::default()
+        };
+        let exposition = ExpositionConfig {
+            profile,
+            ..ExpositionConfig::default()
+        };
+        let mut w = Windows::new(window.clone(), 0.0);
+        for (i, (outcome, cache)) in [
+            (Outcome::Ok, CacheResult::Hit),
+            (Outcome::Ok, CacheResult::Miss),
+            (Outcome::Error, CacheResult::Miss),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut o = ObservationRef::new("db", "s0");
+            o.outcome = outcome;
+            o.cache = Some(cache);
+            o.latency_ms = Some(3.0 * 10f64.powi(i as i32));
+            o.key = Some("k");
+            w.record(&o);
+        }
+        w.record(&ObservationRef::new("db", "s1"));
+        let snap = w.close(10.0);
+        let mut totals = Totals::new(TotalsConfig::from_parts(&window, &exposition));
+        totals.add(&snap);
+        let out = render(&Registry::new(), &snap, &[], &totals, 10);
+        let samples: Vec<String> = out
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_owned)
+            .collect();
+        let mut per_shard = BTreeMap::new();
+        for l in &samples {
+            for shard in ["s0", "s1"] {
+                if l.contains(&format!("shard=\"{shard}\"")) {
+                    *per_shard.entry(shard.to_owned()).or_default() += 1;
+                }
+            }
+        }
+        (per_shard, samples, out)
+    }
+
+    #[test]
+    fn the_full_page_has_every_shard_gauge_every_outcome_and_the_histograms_sum_and_count() {
+        let (per_shard, samples, out) = page(Profile::Full);
+        for name in [
+            "skewwatch_shard_share_ratio",
+            "skewwatch_shard_error_ratio",
+            "skewwatch_shard_latency_p99_seconds",
+            "skewwatch_shard_request_duration_seconds_sum",
+            "skewwatch_shard_request_duration_seconds_count",
+            "skewwatch_gini_ratio",
+        ] {
+            assert!(samples.iter().any(|l| l.starts_with(name)), "{name}\n{out}");
+        }
+        assert!(out.contains(r#"requests_total{group="db",shard="s1",outcome="timeout"} 0"#));
+        // 6 outcomes, 2 cache results, 13 bounds, +Inf, _sum, _count; 5 gauges.
+        assert_eq!(per_shard["s0"], 6 + 2 + 16 + 5, "{out}");
+    }
+
+    #[test]
+    fn the_fleet_page_keeps_what_sums_within_twelve_series_per_shard() {
+        let (per_shard, samples, out) = page(Profile::Fleet);
+        // What a fleet instance reads, and what is per group rather than per shard, stays.
+        for line in [
+            r#"skewwatch_shard_requests_total{group="db",shard="s0",outcome="ok"} 2"#,
+            r#"skewwatch_shard_requests_total{group="db",shard="s0",outcome="error"} 1"#,
+            r#"skewwatch_shard_requests_total{group="db",shard="s1",outcome="ok"} 1"#,
+            r#"skewwatch_shard_cache_requests_total{group="db",shard="s0",result="miss"} 2"#,
+            r#"skewwatch_shard_request_duration_seconds_bucket{group="db",shard="s0",le="0.0025"} 0"#,
+            r#"skewwatch_shard_request_duration_seconds_bucket{group="db",shard="s0",le="0.01"} 1"#,
+            r#"skewwatch_shard_request_duration_seconds_bucket{group="db",shard="s0",le="+Inf"} 3"#,
+            r#"skewwatch_key_requests_total{group="db",key="k"} 3"#,
+            r#"skewwatch_key_unlisted_bound_total{group="db"} 0"#,
+            r#"skewwatch_requests_per_second{group="db"} 0.4"#,
+            r#"skewwatch_key_share_ratio{group="db",key="k"} 0.75"#,
+        ] {
+            assert!(samples.iter().any(|l| l == line), "{line}\n{out}");
+        }
+        // Nothing the fleet recomputes per shard, no class a shard never had, no _sum or
+        // _count (the +Inf bucket is the count).
+        for gone in [
+            "skewwatch_shard_share_ratio",
+            "skewwatch_shard_requests_per_second",
+            "skewwatch_shard_error_ratio",
+            "skewwatch_shard_latency_p99_seconds",
+            "skewwatch_shard_cache_hit_ratio",
+            "skewwatch_shard_request_duration_seconds_sum",
+            "skewwatch_shard_request_duration_seconds_count",
+        ] {
+            assert!(
+                !samples.iter().any(|l| l.starts_with(gone)),
+                "{gone}\n{out}"
+            );
+        }
+        assert!(!out.contains("outcome=\"timeout\""), "{out}");
+        // The budget: successes and errors, hits and misses, 7 bounds and +Inf.
+        assert_eq!(per_shard["s0"], 2 + 2 + 8, "{out}");
+        assert!(per_shard["s0"] <= 12);
+        assert_eq!(per_shard["s1"], 1, "{out}");
     }
 
     #[test]

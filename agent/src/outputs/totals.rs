@@ -33,7 +33,11 @@
 //!
 //! A shard's outcome counters are written for all six outcome classes from its first window,
 //! so an error ratio never misses the first errors of a shard; its cache pair appears with its
-//! first cache result and its histogram with its first latency.
+//! first cache result and its histogram with its first latency. The fleet profile
+//! (`exposition.profile: fleet`, [`Profile::Fleet`]) writes an outcome counter only once the
+//! shard has had that outcome, and the histogram's buckets without `_sum` and `_count`: a fleet
+//! instance counts a series that appears from zero and reads only the buckets, and the
+//! budget of series per shard is what a fleet of sidecars can afford (docs/fleet.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -43,7 +47,7 @@ use skewwatch_detectors::observation::{OTHER_LABEL, Outcome, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
 use tokio::sync::watch;
 
-use super::config::ExpositionConfig;
+use super::config::{ExpositionConfig, Profile};
 use super::text_format::{self, escape_into, header, write_value};
 use skewwatch_detectors::window::WindowConfig;
 
@@ -63,6 +67,8 @@ pub struct TotalsConfig {
     pub keys_per_group: usize,
     /// Upper bounds of the latency buckets, seconds, ascending (the snapshot's buckets).
     pub latency_buckets_secs: Vec<f64>,
+    /// Which series [`render`] writes.
+    pub profile: Profile,
 }
 
 impl TotalsConfig {
@@ -76,6 +82,7 @@ impl TotalsConfig {
             max_shards_total: w.max_shards_total,
             keys_per_group: w.top_keys,
             latency_buckets_secs: w.latency_buckets_secs.clone(),
+            profile: exposition.profile,
         }
     }
 }
@@ -413,6 +420,11 @@ impl Totals {
         });
     }
 
+    /// The profile the page is rendered in.
+    pub fn profile(&self) -> Profile {
+        self.cfg.profile
+    }
+
     /// Groups with counters.
     pub fn group_count(&self) -> usize {
         self.groups.len()
@@ -551,8 +563,9 @@ const KEY_REQUESTS: &str = "skewwatch_key_requests_total";
 const KEY_UNLISTED: &str = "skewwatch_key_unlisted_bound_total";
 const KEY_OVERCOUNT: &str = "skewwatch_key_overcount_bound_total";
 
-/// Writes the cumulative families.
+/// Writes the cumulative families, as the profile says.
 pub fn render(out: &mut String, t: &Totals) {
+    let full = t.cfg.profile == Profile::Full;
     // Every shard's escaped labels, once.
     let shards: Vec<(String, &ShardTotals)> = t
         .groups
@@ -572,6 +585,11 @@ pub fn render(out: &mut String, t: &Totals) {
     for (labels, st) in &shards {
         for o in Outcome::ALL {
             let n = st.by_outcome[o.index()];
+            // The fleet profile leaves out the classes a shard never had: a fleet instance
+            // counts a series that appears from zero, and most shards never see most classes.
+            if n == 0 && !full {
+                continue;
+            }
             count_line(
                 out,
                 SHARD_REQUESTS,
@@ -596,7 +614,7 @@ pub fn render(out: &mut String, t: &Totals) {
             count_line(out, SHARD_CACHE, "", labels, Some(("result", result)), n);
         }
     }
-    render_histograms(out, &t.cfg.latency_buckets_secs, &shards);
+    render_histograms(out, &t.cfg.latency_buckets_secs, &shards, full);
     header(
         out,
         KEY_REQUESTS,
@@ -640,8 +658,13 @@ pub fn render(out: &mut String, t: &Totals) {
 }
 
 /// Writes `skewwatch_shard_request_duration_seconds`: cumulative `_bucket`s ending with
-/// `le="+Inf"`, then `_sum` and `_count`.
-fn render_histograms(out: &mut String, bounds: &[f64], shards: &[(String, &ShardTotals)]) {
+/// `le="+Inf"`, then, with `sum_and_count`, `_sum` and `_count`.
+fn render_histograms(
+    out: &mut String,
+    bounds: &[f64],
+    shards: &[(String, &ShardTotals)],
+    sum_and_count: bool,
+) {
     header(
         out,
         SHARD_DURATION,
@@ -667,10 +690,12 @@ fn render_histograms(out: &mut String, bounds: &[f64], shards: &[(String, &Shard
                 cumulative,
             );
         }
-        start_line(out, SHARD_DURATION, "_sum", labels, None);
-        write_value(out, l.sum_secs);
-        out.push('\n');
-        count_line(out, SHARD_DURATION, "_count", labels, None, cumulative);
+        if sum_and_count {
+            start_line(out, SHARD_DURATION, "_sum", labels, None);
+            write_value(out, l.sum_secs);
+            out.push('\n');
+            count_line(out, SHARD_DURATION, "_count", labels, None, cumulative);
+        }
     }
 }
 
@@ -688,6 +713,7 @@ mod tests {
             max_shards_total: 1024,
             keys_per_group: 2,
             latency_buckets_secs: vec![0.01, 0.1],
+            profile: Profile::Full,
         }
     }
 

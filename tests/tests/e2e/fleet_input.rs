@@ -8,6 +8,10 @@
 //!   says so); then one sidecar restarts (a counter reset) and another is removed, and neither
 //!   makes a window count more than the fleet sent; then one shard takes 3x on every sidecar
 //!   and the fleet's `HotShard` fires with `scope="fleet"`.
+//! - `a_class_that_first_appears_on_fleet_profile_sidecars_is_counted_whole`: sidecars on
+//!   `exposition.profile: fleet` write no outcome series before its first increment; timeouts
+//!   that begin mid-run reach the fleet instance whole, the increment each series is born
+//!   with included.
 //! - `a_tsdb_that_fails_is_counted_never_judged`: a fake API that answers errors, partial
 //!   answers, oversized answers and nothing at all; every failure is counted by reason, the
 //!   windows are skipped, `/readyz` turns 503, and the credentials reach the API but never the
@@ -53,14 +57,23 @@ struct Driver {
     targets: Mutex<Vec<Option<SocketAddr>>>,
     /// The hot shard's multiplier (1 = even).
     hot: AtomicU64,
+    /// Timeouts of shard `s0` per post, beside the rest (0 = none).
+    timeouts: AtomicU64,
+    /// Timeouts accepted by the sidecars.
+    timeouts_sent: AtomicU64,
     /// Requests accepted by the sidecars.
     sent: AtomicU64,
     stop: AtomicBool,
 }
 
 impl Driver {
-    fn body(hot: u64) -> String {
+    fn body(hot: u64, timeouts: u64) -> String {
         let mut lines = Vec::new();
+        if timeouts > 0 {
+            lines.push(format!(
+                r#"{{"group":"db","shard":"s0","count":{timeouts},"latency_ms":900,"cache":"miss","outcome":"timeout"}}"#
+            ));
+        }
         for s in 0..SHARDS {
             let n = PER_SHARD * if s == HOT { hot } else { 1 };
             // Four keys over the shards; a hot shard's traffic all carries the empty key.
@@ -91,13 +104,16 @@ impl Driver {
             let now = unix_now();
             let next = now.floor() + 1.5;
             std::thread::sleep(Duration::from_secs_f64(next - now));
-            let body = Driver::body(self.hot.load(Ordering::Relaxed));
-            let per_post =
-                (SHARDS as u64 - 1) * PER_SHARD + PER_SHARD * self.hot.load(Ordering::Relaxed);
+            let timeouts = self.timeouts.load(Ordering::Relaxed);
+            let body = Driver::body(self.hot.load(Ordering::Relaxed), timeouts);
+            let per_post = (SHARDS as u64 - 1) * PER_SHARD
+                + PER_SHARD * self.hot.load(Ordering::Relaxed)
+                + timeouts;
             let targets = self.targets.lock().unwrap().clone();
             for addr in targets.into_iter().flatten() {
                 if post(addr, &body) {
                     self.sent.fetch_add(per_post, Ordering::Relaxed);
+                    self.timeouts_sent.fetch_add(timeouts, Ordering::Relaxed);
                 }
             }
         }
@@ -117,9 +133,13 @@ fn post(addr: SocketAddr, body: &str) -> bool {
 }
 
 fn sidecar(port: u16) -> Agent {
+    sidecar_with(port, SIDECAR_CONFIG)
+}
+
+fn sidecar_with(port: u16, config: &str) -> Agent {
     let listen = format!("127.0.0.1:{port}");
     Agent::start_with(
-        SIDECAR_CONFIG,
+        config,
         &Options {
             http_listen: Some(&listen),
             ..Options::default()
@@ -171,6 +191,8 @@ fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
                 .collect(),
         ),
         hot: AtomicU64::new(1),
+        timeouts: AtomicU64::new(0),
+        timeouts_sent: AtomicU64::new(0),
         sent: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
@@ -299,6 +321,114 @@ fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
     );
     driver.stop.store(true, Ordering::Relaxed);
     feeding.join().unwrap();
+}
+
+/// The fleet instance's windows of group `db`: (end, requests, errors).
+fn fleet_errors(fleet: &Agent) -> Vec<(f64, u64, u64)> {
+    let (status, body) = fleet.request("GET", "/api/v1/history?group=db", &[], b"");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    for w in v["windows"].as_array().into_iter().flatten() {
+        let (Some(end), Some(n)) = (w["end"].as_f64(), w["requests"].as_u64()) else {
+            continue;
+        };
+        let ratio = w["error_ratio"].as_f64().unwrap_or(0.0);
+        out.push((end, n, (ratio * n as f64).round() as u64));
+    }
+    out
+}
+
+#[test]
+fn a_class_that_first_appears_on_fleet_profile_sidecars_is_counted_whole() {
+    const FLEET_PROFILE: &str = "window:\n  window_secs: 1\nexposition:\n  profile: fleet\n";
+    const TIMEOUTS: u64 = 200;
+    let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
+    let sidecars: Vec<Agent> = ports
+        .iter()
+        .map(|&p| sidecar_with(p, FLEET_PROFILE))
+        .collect();
+    let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+         scrape_configs:\n  - job_name: sidecars\n    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    );
+    let Some(prom) = Prometheus::start(&config, &[]) else {
+        return;
+    };
+    let driver = Arc::new(Driver {
+        targets: Mutex::new(
+            ports
+                .iter()
+                .map(|p| Some(format!("127.0.0.1:{p}").parse().unwrap()))
+                .collect(),
+        ),
+        hot: AtomicU64::new(1),
+        timeouts: AtomicU64::new(0),
+        timeouts_sent: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let feeding = std::thread::spawn({
+        let d = driver.clone();
+        move || d.run()
+    });
+    std::thread::sleep(Duration::from_secs(6));
+    let fleet = Agent::start(&format!(
+        "window:\n  window_secs: {FLEET_WINDOW}\n\
+         fleet:\n  url: http://{}\n  selector: 'job=\"sidecars\"'\n  query_lead_secs: 1\n  backfill_secs: 120\n",
+        prom.addr
+    ));
+    std::thread::sleep(Duration::from_secs(12));
+    // The fleet profile: no timeout series yet, no _sum or _count, no per-shard gauge.
+    let page = sidecars[0].scrape().text;
+    for absent in [
+        "outcome=\"timeout\"",
+        "skewwatch_shard_request_duration_seconds_count",
+        "skewwatch_shard_share_ratio",
+    ] {
+        assert!(
+            !page.contains(absent),
+            "{absent} on a fleet-profile page:\n{page}"
+        );
+    }
+    assert!(page.contains("outcome=\"error\""), "{page}");
+
+    // Timeouts begin on both sidecars for about ten posts, then stop.
+    let from = unix_now();
+    driver.timeouts.store(TIMEOUTS, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(10));
+    driver.timeouts.store(0, Ordering::Relaxed);
+    let to = unix_now();
+    std::thread::sleep(Duration::from_secs(12));
+    assert!(sidecars[0].scrape().text.contains("outcome=\"timeout\""));
+    driver.stop.store(true, Ordering::Relaxed);
+    feeding.join().unwrap();
+
+    // Every fleet window's errors beyond the steady one per shard and post are the timeouts.
+    // The series is born with its first post's TIMEOUTS on each sidecar: lost, the count would
+    // be 2 * TIMEOUTS short, a tenth of what was sent.
+    let sent = driver.timeouts_sent.load(Ordering::Relaxed);
+    let steady = 2 * SHARDS as u64 * FLEET_WINDOW as u64;
+    let around: Vec<_> = fleet_errors(&fleet)
+        .into_iter()
+        .filter(|(end, _, _)| *end > from - FLEET_WINDOW && *end < to + 3.0 * FLEET_WINDOW)
+        .collect();
+    let counted: u64 = around.iter().map(|w| w.2.saturating_sub(steady)).sum();
+    eprintln!("{counted} of {sent} timeouts counted by the fleet: {around:?}");
+    assert!(sent >= 16 * TIMEOUTS, "{sent} timeouts sent");
+    assert!(
+        counted.abs_diff(sent) < TIMEOUTS / 2,
+        "{counted} timeouts counted by the fleet, {sent} sent (a series born with its first \
+         increment lost it?): {around:?}"
+    );
+    assert_eq!(
+        fleet
+            .scrape()
+            .value("skewwatch_fleet_windows_total", &[("result", "skipped")]),
+        0.0
+    );
 }
 
 /// How the fake API answers, in turn.
