@@ -25,12 +25,12 @@
 //! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such
 //! windows in a row, once the streak cannot be a burst of `tolerated_burst_secs` (20 s): its
 //! utilisation fills more windows than such a burst could (the shape rule of
-//! [`crate::evidence`], each window's lower bound against the peak's upper one), or it is
+//! [`crate::evidence::shape`], each window's lower bound against the peak's upper one), or it is
 //! longer than such a burst can stretch a streak. The finding's
 //! severity is `critical` while u ≥ `critical_utilisation` (0.9), else the configured severity.
 //!
 //! The condition also holds once the request rate's evidence across windows proves it over the
-//! line ([`crate::sequential`]): a CUSUM of the Poisson LLR of each window's count, the rate
+//! line ([`crate::evidence::cusum`]): a CUSUM of the Poisson LLR of each window's count, the rate
 //! at `warn_utilisation` of capacity against `critical_utilisation`, threshold from
 //! `false_alarms_per_shard_hour`, each window adding at most 1/k of it for k =
 //! ⌈`tolerated_burst_secs`/w⌉ + 3. A quiet shard whose windows are each too small to prove it
@@ -68,9 +68,9 @@ use crate::alert::{Finding, Severity};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
-use crate::evidence::{StepEvidence, longest_burst_streak};
+use crate::evidence::shape::{StreakShape, longest_burst_streak};
 use crate::observation::quote;
-use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
+use crate::evidence::cusum::{Cusum, Poisson, CusumSettings, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -341,7 +341,7 @@ pub struct ShardState {
     streak: u32,
     /// Utilisation over the streak's windows: how much of it a burst could explain.
     #[serde(default)]
-    evidence: StepEvidence,
+    evidence: StreakShape,
     /// (window end, utilisation), oldest first, at most `projection_windows`.
     history: VecDeque<(f64, f64)>,
     /// Evidence that the request rate is over the line, accumulated across windows.
@@ -356,7 +356,7 @@ pub struct CapacityHeadroom {
     window_secs: f64,
     /// The sequential test of the request rate: `None` when `critical_utilisation` is not
     /// above `warn_utilisation` (no alternative to test against).
-    rate_test: Option<(Poisson, Sequential)>,
+    rate_test: Option<(Poisson, CusumSettings)>,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -645,7 +645,7 @@ impl DetectorKind for CapacityHeadroom {
                 .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
             (
                 t,
-                Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+                CusumSettings::new(cfg.false_alarms_per_shard_hour, window_secs, k),
             )
         });
         CapacityHeadroom {

@@ -24,7 +24,7 @@
 //!   replica's slow successes are too few to be sure of moving its group's p99.
 //!
 //! It must last `consecutive_windows` windows, or less once the shape of the streak's excess
-//! timeouts shows it has outlasted a burst of `tolerated_burst_secs` ([`crate::evidence`]), so a
+//! timeouts shows it has outlasted a burst of `tolerated_burst_secs` ([`crate::evidence::shape`]), so a
 //! 10–20 s pile-up that clears by itself stays silent. The shape rule allows the pile-up
 //! [`DRAIN_WINDOWS`] more, for the timeouts that outlast the slow spell; the evidence test
 //! takes at least [`burst_proof_windows`] windows. Baselines learn only from windows where
@@ -50,14 +50,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
 };
-use crate::evidence::{DRAIN_WINDOWS, Persistence, StepEvidence};
+use crate::evidence::shape::{DRAIN_WINDOWS, Persistence, StreakShape};
 use crate::observation::{Outcome, label_value, quote};
-use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
+use crate::evidence::cusum::{Binomial, Cusum, CusumSettings, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// Longest deadline accepted in `deadlines_ms`: one hour, the latency histograms' ceiling.
@@ -215,7 +215,7 @@ pub struct GroupState {
     ok_p99: Ewma,
     streak: u32,
     /// Excess timeouts (over the baseline ratio's share) of the streak's windows.
-    evidence: StepEvidence,
+    evidence: StreakShape,
     /// The shard named in the active alert's labels, if one was.
     shard: Option<String>,
     /// Requests in flight summed over the shards that report them, in windows with readings.
@@ -235,7 +235,7 @@ pub struct GroupState {
     evidence_windows: u32,
     /// Windows of an excursion of the evidence, held back from the count baselines.
     #[serde(default)]
-    pending: Pending,
+    pending: HeldWindows,
     /// The last inferred deadline, ms, and the timeouts pooled across quiet windows until
     /// they are enough to infer one.
     #[serde(default)]
@@ -366,7 +366,7 @@ pub struct DeadlinePileUp {
     alpha: f64,
     persistence: Persistence,
     /// The evidence test of the path without floors.
-    test: Sequential,
+    test: CusumSettings,
     groups: BTreeMap<String, GroupState>,
 }
 
@@ -444,7 +444,7 @@ impl DeadlinePileUp {
     }
 
     /// Teaches the count baselines a window, holding back the windows of an excursion of the
-    /// evidence ([`Pending`]); nothing while a pile-up holds or its alert is active.
+    /// evidence ([`HeldWindows`]); nothing while a pile-up holds or its alert is active.
     fn learn_counts(&self, st: &mut GroupState, requests: u64, timeouts: u64, frozen: bool) {
         let frozen = frozen || st.cusum.holds(&self.test);
         let settled = st.cusum.value() == 0.0;
@@ -629,7 +629,7 @@ impl DetectorKind for DeadlinePileUp {
                     window_secs,
                 )
             },
-            test: Sequential::new(
+            test: CusumSettings::new(
                 cfg.false_alarms_per_group_hour,
                 window_secs,
                 cfg.consecutive_windows
@@ -677,7 +677,7 @@ impl GroupDetector for DeadlinePileUp {
         let Some(r) = reading else {
             // Nothing to judge: the streak ends, nothing is learned.
             st.streak = 0;
-            st.evidence = StepEvidence::default();
+            st.evidence = StreakShape::default();
             return;
         };
         let warm = self.cfg.warmup_windows;
@@ -691,7 +691,7 @@ impl GroupDetector for DeadlinePileUp {
             st.evidence.push(over, r.timeouts as f64 - expected);
         } else {
             st.streak = 0;
-            st.evidence = StepEvidence::default();
+            st.evidence = StreakShape::default();
         }
         // The path without floors: timeouts among requests accumulate across windows, and
         // the condition holds while the evidence is at its threshold and the successes crowd.

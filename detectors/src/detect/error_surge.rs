@@ -18,7 +18,7 @@
 //! ratio at its upper bound, and its evidence accumulates only above the condition's own gate
 //! (the same floor, multiple and points over the baseline) and drains below it. The count
 //! baseline behind it learns from every window with requests, holding back an excursion of
-//! the evidence until it ends ([`Pending`]). A window adds at most 1/k of the threshold, for k
+//! the evidence until it ends ([`HeldWindows`]). A window adds at most 1/k of the threshold, for k
 //! the larger of `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs`
 //! (5 windows at 10 s), so a burst of up to 20 s never fires on its own.
 //!
@@ -43,13 +43,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, pct, times,
 };
 use crate::observation::{Outcome, label_value, quote};
-use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
+use crate::evidence::cusum::{Binomial, Cusum, CusumSettings, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
@@ -174,7 +174,7 @@ pub struct GroupState {
     excursion: (u64, u64),
     /// Windows of an excursion of the evidence, held back from the count baselines.
     #[serde(default)]
-    pending: Pending,
+    pending: HeldWindows,
 }
 
 impl GroupState {
@@ -194,7 +194,7 @@ pub struct ErrorSurge {
     cfg: ErrorSurgeConfig,
     alpha: f64,
     /// The evidence test of the path without floors.
-    test: Sequential,
+    test: CusumSettings,
     groups: BTreeMap<String, GroupState>,
 }
 
@@ -374,7 +374,7 @@ impl DetectorKind for ErrorSurge {
     fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
         ErrorSurge {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            test: Sequential::new(
+            test: CusumSettings::new(
                 cfg.false_alarms_per_group_hour,
                 window_secs,
                 cfg.consecutive_windows

@@ -25,7 +25,7 @@
 //!
 //! - **Evidence across windows** (both rules, no volume floor). Each window adds, for every key
 //!   with state in a scope, the binomial LLR of its certain requests among the *group's*
-//!   requests ([`crate::sequential`], docs/adr/006-evidence-that-accumulates.md): the reference
+//!   requests ([`crate::evidence::cusum`], docs/adr/006-evidence-that-accumulates.md): the reference
 //!   is the key's count baseline (its requests and the group's per window) at its upper bound,
 //!   and the test is built for the crossover `min_ratio` times that, so evidence grows only
 //!   while the key's load is over the rules' own ratio. A window in which the key is not
@@ -72,7 +72,7 @@
 //!   required, so a burst of one key of up to 20 s (at most three windows) does not fire, or
 //!   three whose excess requests hold more than `tolerated_burst_secs` (20 s) plus half a
 //!   window at full strength, which a 20 s burst at any alignment does not
-//!   ([`crate::evidence`]).
+//!   ([`crate::evidence::shape`]).
 //! - Diurnal load changes every key's rate alike; shares do not move.
 //! - Low-volume shards (a few requests per second) stay under `min_shard_requests`; their keys
 //!   are judged by the evidence across windows, whose false alarms are bounded whatever the
@@ -86,15 +86,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     num, pct, ratio_2dp,
 };
-use crate::evidence::{Persistence, StepEvidence};
+use crate::evidence::shape::{Persistence, StreakShape};
 use crate::observation::{quote, quote_key};
-use crate::sequential::{
-    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
+use crate::evidence::cusum::{
+    Binomial, Cusum, QuickCusum, CusumSettings, burst_proof_windows, wilson_upper,
 };
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
@@ -260,7 +260,7 @@ struct KeyState {
     streak: u32,
     /// The excess requests over the baseline of the streak's windows.
     #[serde(default)]
-    evidence: StepEvidence,
+    evidence: StreakShape,
     /// The `shard` label of the group rule's alert, once chosen.
     shard: Option<String>,
     /// The key's requests as evidence across windows.
@@ -279,13 +279,13 @@ struct Counted {
     lower: Ewma,
     /// Windows of an excursion of the evidence, held back from the count baseline.
     #[serde(skip_serializing_if = "is_default")]
-    pending: Pending,
+    pending: HeldWindows,
     /// Burst-proof evidence.
     #[serde(skip_serializing_if = "is_default")]
     evidence: Cusum,
     /// The same evidence on the quick path.
     #[serde(skip_serializing_if = "is_default")]
-    quick: QuickEvidence,
+    quick: QuickCusum,
     /// What the evidence rests on since it was last at zero.
     #[serde(skip_serializing_if = "is_default")]
     excursion: Excursion,
@@ -379,9 +379,9 @@ pub struct HotKey {
     alpha: f64,
     persistence: Persistence,
     /// The evidence test, burst-proof.
-    test: Sequential,
+    test: CusumSettings,
     /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: Sequential,
+    quick: CusumSettings,
     window_secs: f64,
     state: BTreeMap<String, GroupState>,
 }
@@ -725,7 +725,7 @@ impl HotKey {
                 return true;
             }
             st.streak = 0;
-            st.evidence = StepEvidence::default();
+            st.evidence = StreakShape::default();
             let active = is_active(key, st);
             let accumulated =
                 self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
@@ -924,13 +924,13 @@ impl DetectorKind for HotKey {
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            test: Sequential::new(
+            test: CusumSettings::new(
                 per_test,
                 window_secs,
                 cfg.consecutive_windows
                     .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
             ),
-            quick: Sequential::new(per_test, window_secs, cfg.consecutive_windows),
+            quick: CusumSettings::new(per_test, window_secs, cfg.consecutive_windows),
             window_secs,
             cfg,
             state: BTreeMap::new(),

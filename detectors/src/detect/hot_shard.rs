@@ -41,7 +41,7 @@
 //! is both longer than such a burst can make and at least three windows (at 30 s windows a
 //! 20 s burst touches two); **or** as soon as the excess counts of its run of over windows
 //! hold more than d plus half a window of excess at full strength, and at least 2.5 windows'
-//! worth (the shape of the evidence, [`crate::evidence`]: a step on a window boundary holds at
+//! worth (the shape of the evidence, [`crate::evidence::shape`]: a step on a window boundary holds at
 //! its third window, a 20 s burst at any alignment never holds but for noise); **or** when its
 //! CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
 //! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
@@ -90,7 +90,7 @@
 //! # Evidence across windows
 //!
 //! Beside the window rules, every window in which a warm shard has requests adds to a CUSUM
-//! ([`crate::sequential`]) the log-likelihood ratio of its count c: expected e against ρ·e,
+//! ([`crate::evidence::cusum`]) the log-likelihood ratio of its count c: expected e against ρ·e,
 //! negative binomial on the group's dispersion (pooled over its shards from every window
 //! expecting a request; the shard's own, the window rules', too once its windows expect
 //! `min_mean_requests`). ρ is chosen so that the crossover, the rate above which evidence
@@ -131,14 +131,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
+use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
     ratio_2dp,
 };
-use crate::evidence::{Persistence, StepEvidence, longest_burst_streak};
+use crate::evidence::shape::{Persistence, StreakShape, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
-use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
+use crate::evidence::cusum::{Cusum, Poisson, CusumSettings, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 
@@ -278,10 +278,10 @@ pub struct ShardState {
     streak: u32,
     /// The excesses over the expected count of those windows.
     #[serde(default)]
-    evidence: StepEvidence,
+    evidence: StreakShape,
     /// Consecutive suspect windows without an active alert.
     suspect: u32,
-    /// The request count's evidence across windows ([`crate::sequential`]).
+    /// The request count's evidence across windows ([`crate::evidence::cusum`]).
     #[serde(default)]
     rate_evidence: Cusum,
     /// NB2 dispersion from every window expecting a request, for that evidence.
@@ -366,7 +366,7 @@ impl GroupDetector for HotShard {
         if quiet {
             for st in states.values_mut() {
                 st.streak = 0;
-                st.evidence = StepEvidence::default();
+                st.evidence = StreakShape::default();
             }
         }
         for s in loaded {
@@ -427,7 +427,7 @@ struct Timing {
     window_secs: f64,
     /// Windows over threshold in a row that are always enough ([`windows_needed`]).
     windows_needed: u32,
-    seq: Sequential,
+    seq: CusumSettings,
 }
 
 impl Timing {
@@ -438,7 +438,7 @@ impl Timing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             window_secs,
             windows_needed: needed,
-            seq: Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+            seq: CusumSettings::new(cfg.false_alarms_per_shard_hour, window_secs, k),
         }
     }
 }

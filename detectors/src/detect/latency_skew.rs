@@ -25,7 +25,7 @@
 //! The condition holds after `consecutive_windows` (4) such windows in a row: a latency spike
 //! of up to 20 s touches at most three windows. It holds sooner when the run's excess *mean*
 //! latency over the peers' holds more than `tolerated_burst_secs` (20 s) plus half a window at
-//! full strength ([`crate::evidence`]): the p99 reads the same for a spell covering a
+//! full strength ([`crate::evidence::shape`]): the p99 reads the same for a spell covering a
 //! fifth of a window as for a whole one, the mean grows with the covered part. The baseline
 //! needs `warmup_windows` eligible windows (30, 5 minutes) before any verdict, and stops
 //! learning while the alert is active or the condition is building up.
@@ -47,14 +47,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
-use crate::evidence::{Persistence, StepEvidence};
+use crate::evidence::shape::{Persistence, StreakShape};
 use crate::observation::quote;
-use crate::sequential::{
-    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
+use crate::evidence::cusum::{
+    Binomial, Cusum, QuickCusum, CusumSettings, burst_proof_windows, wilson_upper,
 };
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -206,7 +206,7 @@ pub struct ShardState {
     streak: u32,
     /// Excess mean latency over the peers' of the streak's windows.
     #[serde(default)]
-    evidence: StepEvidence,
+    evidence: StreakShape,
     /// Requests with a latency, and those slower than the peers' p99, per window: the
     /// baseline of the evidence test, learned from every window with samples.
     #[serde(default)]
@@ -219,10 +219,10 @@ pub struct ShardState {
     /// The same evidence on the quick path (`consecutive_windows`, once its shape has
     /// outlasted a tolerated spell).
     #[serde(default)]
-    quick: QuickEvidence,
+    quick: QuickCusum,
     /// Windows of an excursion of the evidence, held back from the baseline.
     #[serde(default)]
-    pending: Pending,
+    pending: HeldWindows,
     /// Evidence of a severe slowdown ([`SEVERE_POWER`]), burst-proof like `cusum`.
     #[serde(default)]
     severe: Cusum,
@@ -237,7 +237,7 @@ pub struct ShardState {
     bulk: Cusum,
     /// Windows of an excursion of the bulk's evidence, held back from its baseline.
     #[serde(default)]
-    bulk_pending: Pending,
+    bulk_pending: HeldWindows,
 }
 
 /// A group's latency buckets in one window, pooled over its tracked shards, and the median
@@ -320,9 +320,9 @@ pub struct LatencySkew {
     alpha: f64,
     persistence: Persistence,
     /// The evidence test of slow requests among requests.
-    test: Sequential,
+    test: CusumSettings,
     /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: Sequential,
+    quick: CusumSettings,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -379,7 +379,7 @@ impl LatencySkew {
             // No verdict: every run of over windows ends.
             for st in states.values_mut() {
                 st.streak = 0;
-                st.evidence = StepEvidence::default();
+                st.evidence = StreakShape::default();
             }
             return;
         }
@@ -387,7 +387,7 @@ impl LatencySkew {
         for (name, st) in states.iter_mut() {
             if !names.contains(name.as_str()) {
                 st.streak = 0;
-                st.evidence = StepEvidence::default();
+                st.evidence = StreakShape::default();
             }
         }
         let mut sorted: Vec<f64> = eligible.iter().map(|(_, p)| *p).collect();
@@ -539,11 +539,11 @@ impl LatencySkew {
     }
 
     /// Teaches a share baseline (the slow share's or the bulk's) a window, holding back the
-    /// windows of an excursion of its evidence ([`Pending`]) until the evidence is `settled`;
+    /// windows of an excursion of its evidence ([`HeldWindows`]) until the evidence is `settled`;
     /// nothing while the evidence holds or the alert is active (`frozen`).
     fn learn(
         &self,
-        pending: &mut Pending,
+        pending: &mut HeldWindows,
         baseline: RatioBaseline<'_>,
         split: Split,
         (frozen, settled): (bool, bool),
@@ -720,7 +720,7 @@ impl DetectorKind for LatencySkew {
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            test: Sequential::new(
+            test: CusumSettings::new(
                 cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,
                 cfg.consecutive_windows.max(
@@ -728,7 +728,7 @@ impl DetectorKind for LatencySkew {
                         + SLOW_SHARE_MARGIN_WINDOWS,
                 ),
             ),
-            quick: Sequential::new(
+            quick: CusumSettings::new(
                 cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,
                 cfg.consecutive_windows,

@@ -19,8 +19,6 @@
 //! that left the snapshot, and saves and restores what they learned. A detector's file then
 //! holds only its judgement of one group.
 
-pub mod baseline;
-
 // One module per detector; each is also listed in `detectors!` below. The module lines stay
 // outside the macro because rustfmt only formats modules it sees declared outside macros.
 pub mod cache_collapse;

@@ -24,7 +24,7 @@
 //!
 //! A group-wide failure raises the peers' ratio with the shard's, so it is `ErrorSurge`'s. A
 //! shard that always fails a share has it as its baseline. Baselines learn the windows of an
-//! excursion of the evidence once it ends without proof ([`Pending`]), never while an alert is
+//! excursion of the evidence once it ends without proof ([`HeldWindows`]), never while an alert is
 //! active.
 //!
 //! **Annotations**: the error ratio with its baseline, the peers' ratio and the reference, the
@@ -36,13 +36,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
+use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
 use crate::observation::{Outcome, quote};
-use crate::sequential::{
-    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
+use crate::evidence::cusum::{
+    Binomial, Cusum, QuickCusum, CusumSettings, burst_proof_windows, wilson_upper,
 };
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -143,14 +143,14 @@ pub struct ShardState {
     /// The same evidence on the quick path (`consecutive_windows`, once its shape has
     /// outlasted a tolerated burst).
     #[serde(default)]
-    quick: QuickEvidence,
+    quick: QuickCusum,
     /// The evidence of a severe failure ([`severe_ratio`]), burst-proof like `evidence`.
     #[serde(default)]
     severe: Cusum,
     /// Windows in a row with evidence (the CUSUM above zero).
     streak: u32,
     /// Windows seen while evidence was building, not yet taught to the baseline.
-    pending: Pending,
+    pending: HeldWindows,
 }
 
 /// What the detector measured about a shard in one window.
@@ -190,9 +190,9 @@ struct Figures {
 pub struct ShardFailing {
     cfg: ShardFailingConfig,
     alpha: f64,
-    test: Sequential,
+    test: CusumSettings,
     /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: Sequential,
+    quick: CusumSettings,
     window_secs: f64,
     /// Group -> shard -> state.
     groups: BTreeMap<String, BTreeMap<String, ShardState>>,
@@ -239,7 +239,7 @@ impl ShardFailing {
     /// True when shard state `st` has proven a failure: by the burst-proof evidence, or
     /// quickly by a streak whose shape has outlasted a tolerated burst. Failures that are
     /// mostly timeouts in `s`'s window are a pile-up's, which drain after the spell that
-    /// caused them ([`crate::evidence::DRAIN_WINDOWS`]).
+    /// caused them ([`crate::evidence::shape::DRAIN_WINDOWS`]).
     fn proven(&self, st: &ShardState, s: &ShardSnapshot) -> bool {
         let drains = 2 * s.traffic.outcome(Outcome::Timeout) >= s.traffic.errors.max(1);
         st.evidence.holds(&self.test)
@@ -349,13 +349,13 @@ impl DetectorKind for ShardFailing {
     fn new(cfg: ShardFailingConfig, window_secs: f64) -> Self {
         ShardFailing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            test: Sequential::new(
+            test: CusumSettings::new(
                 cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,
                 cfg.consecutive_windows
                     .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
             ),
-            quick: Sequential::new(
+            quick: CusumSettings::new(
                 cfg.false_alarms_per_shard_hour / TESTS,
                 window_secs,
                 cfg.consecutive_windows,

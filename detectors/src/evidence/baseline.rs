@@ -1,4 +1,5 @@
-//! Baselines for detectors: exponentially weighted moving averages with explicit warm-up, and
+//! Baselines for detectors: exponentially weighted moving averages with explicit warm-up, a
+//! ratio's baseline and the windows it holds back, and
 //! small robust helpers (median).
 //!
 //! A baseline gives no value until it has seen `warmup` windows: detectors make no
@@ -68,14 +69,14 @@ impl Ewma {
 /// windows with events and bias it low; teaching it every window would let a slow, quiet
 /// change become its own normal before it is proven. So an excursion's windows wait: they are
 /// taught once the evidence is back at zero (it was noise) or after `warmup` of them (a change
-/// too small to prove is the new normal), and dropped ([`Pending::drop_held`]) when the
+/// too small to prove is the new normal), and dropped ([`HeldWindows::drop_held`]) when the
 /// evidence proves a change or its alert is active.
 ///
 /// Saved state written before the type was shared names its fields after what each detector
 /// counted; the aliases read it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Pending {
+pub struct HeldWindows {
     #[serde(alias = "requests", alias = "samples")]
     trials: f64,
     #[serde(alias = "errors", alias = "timeouts", alias = "slow")]
@@ -84,7 +85,7 @@ pub struct Pending {
 }
 
 /// Standard deviations of the upper bounds the sequential tests take for their reference
-/// ratios (`sequential::wilson_upper`): a baseline or a peers' ratio measured on few requests is
+/// ratios (`cusum::wilson_upper`): a baseline or a peers' ratio measured on few requests is
 /// taken as high as it plausibly is (about 2.3% of true ratios lie above the bound), so a quiet
 /// entity's reference is not taken for lower than it is and a test's false-alarm bound, stated
 /// for a true ratio at most the reference, holds.
@@ -92,7 +93,7 @@ pub const BOUND_Z: f64 = 2.0;
 
 /// What a ratio baseline rests on, once warm: its events and its trials over the windows its
 /// averages span (each mean per window times those windows, at most `1/alpha`), in the order
-/// `sequential::wilson_upper` takes them; `None` before `warmup` windows or without trials.
+/// `cusum::wilson_upper` takes them; `None` before `warmup` windows or without trials.
 pub fn ratio_seen(trials: &Ewma, events: &Ewma, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
     let n = trials.value(warmup)?;
     let x = events.value(warmup)?;
@@ -108,11 +109,11 @@ pub struct RatioBaseline<'a> {
     pub events: &'a mut Ewma,
 }
 
-impl Pending {
+impl HeldWindows {
     /// Holds a window of `trials` with `events`; once the evidence is `settled` (back at zero)
     /// or `warmup` windows are held, teaches them to `baseline` at their mean per window. When
     /// `frozen` (the evidence proves a change, or its alert is active) teaches nothing and
-    /// forgets the held windows instead ([`Pending::drop_held`]).
+    /// forgets the held windows instead ([`HeldWindows::drop_held`]).
     pub fn hold(
         &mut self,
         (trials, events): (u64, u64),
@@ -140,7 +141,7 @@ impl Pending {
 
     /// Forgets the held windows: they were part of a change.
     pub fn drop_held(&mut self) {
-        *self = Pending::default();
+        *self = HeldWindows::default();
     }
 }
 
@@ -184,7 +185,7 @@ mod tests {
     }
 
     /// Holds a window in `p`, teaching `n` and `x` (alpha 0.1).
-    fn hold(p: &mut Pending, n: &mut Ewma, x: &mut Ewma, window: (u64, u64), settled: bool) {
+    fn hold(p: &mut HeldWindows, n: &mut Ewma, x: &mut Ewma, window: (u64, u64), settled: bool) {
         let baseline = RatioBaseline {
             trials: n,
             events: x,
@@ -194,7 +195,7 @@ mod tests {
 
     #[test]
     fn an_excursion_is_taught_when_it_settles_or_lasts() {
-        let (mut n, mut x, mut p) = (Ewma::default(), Ewma::default(), Pending::default());
+        let (mut n, mut x, mut p) = (Ewma::default(), Ewma::default(), HeldWindows::default());
         for w in 0..3 {
             hold(&mut p, &mut n, &mut x, (100, 10 + w), false);
         }
@@ -203,7 +204,7 @@ mod tests {
         // Four windows taught at their mean: 100 trials and 9.5 events each.
         assert_eq!(n.samples(), 4);
         assert_eq!((n.raw(), x.raw()), (Some(100.0), Some(9.5)));
-        assert_eq!(p, Pending::default());
+        assert_eq!(p, HeldWindows::default());
         // A change too small to prove becomes the normal after `warmup` (4) windows; events
         // are clamped to trials.
         for _ in 0..4 {
@@ -223,7 +224,7 @@ mod tests {
             events: &mut x,
         };
         p.hold((10, 1), (true, false), 4, baseline, 0.1);
-        assert_eq!(p, Pending::default());
+        assert_eq!(p, HeldWindows::default());
         assert_eq!(n.samples(), 8);
     }
 
@@ -247,7 +248,7 @@ mod tests {
                 5.0,
             ),
         ] {
-            let p: Pending = serde_json::from_str(json).unwrap();
+            let p: HeldWindows = serde_json::from_str(json).unwrap();
             assert_eq!(
                 (p.trials, p.events, p.windows),
                 (trials, events, 1),
