@@ -73,11 +73,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
 };
+use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::observation::{Outcome, key_label, label_value, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::normal_quantile;

@@ -68,9 +68,9 @@ use crate::alert::{Finding, Severity};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
+use crate::evidence::cusum::{Cusum, CusumSettings, Poisson, burst_proof_windows};
 use crate::evidence::shape::{StreakShape, longest_burst_streak};
 use crate::observation::quote;
-use crate::evidence::cusum::{Cusum, Poisson, CusumSettings, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.

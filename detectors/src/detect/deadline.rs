@@ -50,14 +50,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
 };
+use crate::evidence::baseline::{Ewma, Ratio, alpha_for};
+use crate::evidence::cusum::Binomial;
+use crate::evidence::ratio::{Hypotheses, RatioEvidence, RatioSettings, RatioTests};
 use crate::evidence::shape::{DRAIN_WINDOWS, Persistence, StreakShape};
 use crate::observation::{Outcome, label_value, quote};
-use crate::evidence::cusum::{Binomial, Cusum, CusumSettings, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// Longest deadline accepted in `deadlines_ms`: one hour, the latency histograms' ceiling.
@@ -215,27 +216,16 @@ pub struct GroupState {
     ok_p99: Ewma,
     streak: u32,
     /// Excess timeouts (over the baseline ratio's share) of the streak's windows.
-    evidence: StreakShape,
+    shape: StreakShape,
     /// The shard named in the active alert's labels, if one was.
     shard: Option<String>,
     /// Requests in flight summed over the shards that report them, in windows with readings.
     #[serde(default)]
     inflight: Ewma,
-    /// Requests and timeouts per window, learned from every window with requests: the
-    /// baseline of the evidence test, which has no volume floor.
+    /// Timeouts among requests as evidence across windows (the path without floors), on a
+    /// baseline learned from every window with requests.
     #[serde(default)]
-    requests: Ewma,
-    #[serde(default)]
-    timeouts: Ewma,
-    /// Evidence of timeouts among requests above the baseline (the path without floors).
-    #[serde(default)]
-    cusum: Cusum,
-    /// Windows in a row with evidence (the CUSUM above zero).
-    #[serde(default)]
-    evidence_windows: u32,
-    /// Windows of an excursion of the evidence, held back from the count baselines.
-    #[serde(default)]
-    pending: HeldWindows,
+    timeouts: RatioEvidence,
     /// The last inferred deadline, ms, and the timeouts pooled across quiet windows until
     /// they are enough to infer one.
     #[serde(default)]
@@ -342,6 +332,8 @@ struct Figures {
     windows: u32,
     /// The evidence of timeouts among requests, as a fraction of its threshold.
     evidence: f64,
+    /// The firing path that proved the pile-up.
+    proven_by: &'static str,
 }
 
 /// One window's measurements of a group, before any verdict.
@@ -366,7 +358,7 @@ pub struct DeadlinePileUp {
     alpha: f64,
     persistence: Persistence,
     /// The evidence test of the path without floors.
-    test: CusumSettings,
+    tests: RatioTests,
     groups: BTreeMap<String, GroupState>,
 }
 
@@ -432,33 +424,16 @@ impl DeadlinePileUp {
     /// `q1 = max(min_timeout_ratio, ratio_over_baseline × baseline)` (the baseline at its
     /// upper bound), against half of it. A ratio at the baseline drains the evidence; one at
     /// `q1` builds it up at any volume.
-    fn weigh(&self, st: &mut GroupState, requests: u64, timeouts: u64) {
-        let warm = self.cfg.warmup_windows;
-        let Some((x, n)) = ratio_seen(&st.requests, &st.timeouts, warm, self.alpha) else {
-            return;
-        };
-        let base = wilson_upper(x, n, BOUND_Z);
-        let q1 = (self.cfg.ratio_over_baseline * base).max(self.cfg.min_timeout_ratio);
-        let llr = Binomial::new(q1 / 2.0, q1).map_or(0.0, |b| b.llr(requests, timeouts));
-        st.cusum.push(llr, &self.test);
-    }
-
-    /// Teaches the count baselines a window, holding back the windows of an excursion of the
-    /// evidence ([`HeldWindows`]); nothing while a pile-up holds or its alert is active.
-    fn learn_counts(&self, st: &mut GroupState, requests: u64, timeouts: u64, frozen: bool) {
-        let frozen = frozen || st.cusum.holds(&self.test);
-        let settled = st.cusum.value() == 0.0;
-        let baseline = RatioBaseline {
-            trials: &mut st.requests,
-            events: &mut st.timeouts,
-        };
-        st.pending.hold(
-            (requests, timeouts),
-            (frozen, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+    fn weigh(&self, st: &mut GroupState, window: Ratio<u64>) {
+        st.timeouts.weigh(&self.tests, window, |seen| {
+            let base = seen.upper();
+            let q1 = (self.cfg.ratio_over_baseline * base).max(self.cfg.min_timeout_ratio);
+            Some(Hypotheses {
+                reference: base,
+                rise: Binomial::new(q1 / 2.0, q1),
+                severe: None,
+            })
+        });
     }
 }
 
@@ -514,6 +489,7 @@ fn render(cfg: &DeadlinePileUpConfig, group: &str, shard: Option<&str>, fig: &Fi
         )
         .annotate("windows", fig.windows.to_string())
         .annotate("evidence", format!("{:.2}", fig.evidence))
+        .annotate("proven_by", fig.proven_by)
         .annotate("mitigations", MITIGATIONS);
     if let Some(s) = &fig.top_shard {
         f = f
@@ -629,12 +605,16 @@ impl DetectorKind for DeadlinePileUp {
                     window_secs,
                 )
             },
-            test: CusumSettings::new(
-                cfg.false_alarms_per_group_hour,
+            tests: RatioTests::new(RatioSettings {
+                false_alarms_per_hour: cfg.false_alarms_per_group_hour,
+                tests: 1,
                 window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
+                consecutive_windows: cfg.consecutive_windows,
+                tolerated_burst_secs: cfg.tolerated_burst_secs,
+                margin_windows: 0,
+                warmup_windows: cfg.warmup_windows,
+                baseline_tau_secs: cfg.baseline_tau_secs,
+            }),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -677,7 +657,7 @@ impl GroupDetector for DeadlinePileUp {
         let Some(r) = reading else {
             // Nothing to judge: the streak ends, nothing is learned.
             st.streak = 0;
-            st.evidence = StreakShape::default();
+            st.shape = StreakShape::default();
             return;
         };
         let warm = self.cfg.warmup_windows;
@@ -688,21 +668,18 @@ impl GroupDetector for DeadlinePileUp {
         if busy {
             st.streak = if over { st.streak + 1 } else { 0 };
             let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
-            st.evidence.push(over, r.timeouts as f64 - expected);
+            st.shape.push(over, r.timeouts as f64 - expected);
         } else {
             st.streak = 0;
-            st.evidence = StreakShape::default();
+            st.shape = StreakShape::default();
         }
         // The path without floors: timeouts among requests accumulate across windows, and
         // the condition holds while the evidence is at its threshold and the successes crowd.
-        self.weigh(st, g.requests, r.timeouts);
-        st.evidence_windows = if st.cusum.value() > 0.0 {
-            st.evidence_windows + 1
-        } else {
-            0
-        };
+        let window = Ratio::of(r.timeouts, g.requests);
+        self.weigh(st, window);
         let ok_base = st.ok_p99.value(warm);
-        let proven = st.cusum.holds(&self.test);
+        let proof = st.timeouts.proven(&self.tests, false);
+        let proven = proof.is_some();
         let slow = proven && ok_base.is_some_and(|p| self.crowds(&r, p));
         if !(over || active) {
             let ok_samples = g.traffic.ok_latency.map_or(0, |l| l.count);
@@ -716,17 +693,24 @@ impl GroupDetector for DeadlinePileUp {
                 }
             }
         }
-        self.learn_counts(st, g.requests, r.timeouts, over || active);
+        // A pile-up, holding or proven, and an active alert teach the count baselines nothing.
+        st.timeouts
+            .learn(&self.tests, window, over || active || proven);
         let Some((deadline_ms, source)) = r.deadline else {
             return;
         };
-        let fast = over && self.persistence.holds(st.streak, &st.evidence);
-        let (Some(baseline_ok), true) = (ok_base, fast || slow) else {
+        let fast = over
+            .then(|| self.persistence.lasted(st.streak, &st.shape))
+            .flatten()
+            .map(|l| l.name());
+        let path = fast.or(proof.filter(|_| slow).map(|p| p.name()));
+        let (Some(baseline_ok), Some(proven_by)) = (ok_base, path) else {
             return;
         };
         let baseline_ratio = st.ratio.value(warm).unwrap_or_else(|| {
-            let n = st.requests.raw().unwrap_or(0.0);
-            st.timeouts.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
+            let b = st.timeouts.baseline();
+            let n = b.trials.raw().unwrap_or(0.0);
+            b.events.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
         });
         let fig = Figures {
             requests: g.requests,
@@ -744,8 +728,9 @@ impl GroupDetector for DeadlinePileUp {
                 now,
                 baseline: st.inflight.value(warm),
             }),
-            windows: st.streak.max(st.evidence_windows),
-            evidence: st.cusum.value() / self.test.threshold,
+            windows: st.streak.max(st.timeouts.excursion().windows),
+            evidence: st.timeouts.fraction(&self.tests),
+            proven_by,
         };
         if !active {
             st.shard = fig

@@ -43,13 +43,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, pct, times,
 };
+use crate::evidence::baseline::{Ewma, Ratio};
+use crate::evidence::cusum::Binomial;
+use crate::evidence::ratio::{Hypotheses, RatioEvidence, RatioSettings, RatioTests};
 use crate::observation::{Outcome, label_value, quote};
-use crate::evidence::cusum::{Binomial, Cusum, CusumSettings, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
@@ -160,30 +161,10 @@ pub struct GroupState {
     ratio: Ewma,
     by_class: [Ewma; Outcome::COUNT],
     streak: u32,
-    /// Requests and errors per window, learned from every window with requests: the baseline
-    /// of the evidence test, which has no volume floor.
+    /// Errors among requests as evidence across windows above the gate (the path under
+    /// `min_requests`), on a baseline learned from every window with requests.
     #[serde(default)]
-    requests: Ewma,
-    #[serde(default)]
-    errors: Ewma,
-    /// Evidence of errors among requests above the gate (the path under `min_requests`).
-    #[serde(default)]
-    evidence: Cusum,
-    /// Requests and errors since the evidence was last at zero: what it rests on.
-    #[serde(default)]
-    excursion: (u64, u64),
-    /// Windows of an excursion of the evidence, held back from the count baselines.
-    #[serde(default)]
-    pending: HeldWindows,
-}
-
-impl GroupState {
-    /// The count baseline's ratio, and its errors and requests over the windows it spans, once
-    /// warm.
-    fn counted(&self, warmup: u32, alpha: f64) -> Option<(f64, (f64, f64))> {
-        let (x, n) = ratio_seen(&self.requests, &self.errors, warmup, alpha)?;
-        Some((x / n, (x, n)))
-    }
+    errors: RatioEvidence,
 }
 
 impl GroupMemory for GroupState {}
@@ -192,11 +173,16 @@ impl GroupMemory for GroupState {}
 #[derive(Debug, Clone)]
 pub struct ErrorSurge {
     cfg: ErrorSurgeConfig,
-    alpha: f64,
     /// The evidence test of the path without floors.
-    test: CusumSettings,
+    tests: RatioTests,
     groups: BTreeMap<String, GroupState>,
 }
+
+/// The firing path of the window rule: `consecutive_windows` busy windows over the gate.
+const CONSECUTIVE_WINDOWS: &str = "consecutive_windows";
+
+/// The firing path of an active alert whose window is still over the gate.
+const HYSTERESIS: &str = "hysteresis";
 
 /// Baseline ratio from which a class is listed even when it has no error now, so the
 /// breakdown shows a usual failure that vanished as well as a new one.
@@ -214,6 +200,8 @@ struct Figures {
     requests: u64,
     /// The evidence gathered, as a fraction of its threshold.
     evidence: f64,
+    /// The firing path that proved the surge.
+    proven_by: &'static str,
     /// The class whose ratio grew most, in points.
     grown: Outcome,
     /// The classes worth listing: failing now, or usually failing.
@@ -241,24 +229,26 @@ struct ErrorShard {
 }
 
 impl ErrorSurge {
-    /// Adds the window's `x` errors among `n` requests to the evidence, once the count baseline
+    /// Adds the window's errors among its requests to the evidence, once the count baseline
     /// is warm: the test of its ratio at its upper bound whose crossover is the gate over it.
-    fn weigh(&self, st: &mut GroupState, n: u64, x: u64) {
-        let Some((b, (errors, seen))) = st.counted(self.cfg.warmup_windows, self.alpha) else {
-            return;
-        };
-        let reference = wilson_upper(errors, seen, BOUND_Z);
-        let llr =
-            Binomial::with_crossover(reference, self.cfg.gate(b)).map_or(0.0, |t| t.llr(n, x));
-        st.evidence.push(llr, &self.test);
-        st.excursion = if st.evidence.value() > 0.0 {
-            (st.excursion.0 + n, st.excursion.1 + x)
-        } else {
-            (0, 0)
-        };
+    fn weigh(&self, st: &mut GroupState, window: Ratio<u64>) {
+        st.errors.weigh(&self.tests, window, |seen| {
+            let reference = seen.upper();
+            Some(Hypotheses {
+                reference,
+                rise: Binomial::with_crossover(reference, self.cfg.gate(seen.share())),
+                severe: None,
+            })
+        });
     }
 
-    fn figures(&self, g: &GroupSnapshot, st: &GroupState, (e, b, n): (f64, f64, u64)) -> Figures {
+    fn figures(
+        &self,
+        g: &GroupSnapshot,
+        st: &GroupState,
+        (e, b, n): (f64, f64, u64),
+        proven_by: &'static str,
+    ) -> Figures {
         let requests = g.requests as f64;
         let warm = self.cfg.warmup_windows;
         let all: Vec<ClassRatio> = Outcome::ERRORS
@@ -293,7 +283,8 @@ impl ErrorSurge {
             ratio: e,
             baseline: b,
             requests: n,
-            evidence: st.evidence.value() / self.test.threshold,
+            evidence: st.errors.fraction(&self.tests),
+            proven_by,
             grown,
             classes: all
                 .into_iter()
@@ -315,6 +306,7 @@ fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
     .annotate("baseline_error_ratio", pct(fig.baseline))
     .annotate("requests", fig.requests.to_string())
     .annotate("evidence", format!("{:.2}", fig.evidence))
+    .annotate("proven_by", fig.proven_by)
     .annotate("dominant_class", fig.grown.as_str());
     for c in &fig.classes {
         f = f.annotate(
@@ -373,13 +365,16 @@ impl DetectorKind for ErrorSurge {
 
     fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
         ErrorSurge {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            test: CusumSettings::new(
-                cfg.false_alarms_per_group_hour,
+            tests: RatioTests::new(RatioSettings {
+                false_alarms_per_hour: cfg.false_alarms_per_group_hour,
+                tests: 1,
                 window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
+                consecutive_windows: cfg.consecutive_windows,
+                tolerated_burst_secs: cfg.tolerated_burst_secs,
+                margin_windows: 0,
+                warmup_windows: cfg.warmup_windows,
+                baseline_tau_secs: cfg.baseline_tau_secs,
+            }),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -409,8 +404,8 @@ impl GroupDetector for ErrorSurge {
         st: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        let (n, x) = (g.requests, g.traffic.errors.min(g.requests));
-        let e = x as f64 / n as f64;
+        let window = Ratio::of(g.traffic.errors, g.requests);
+        let (n, e) = (window.trials, window.share());
         // The window rule, in a window with the volume to judge it alone.
         let busy = n >= self.cfg.min_requests;
         let verdict = st
@@ -422,40 +417,39 @@ impl GroupDetector for ErrorSurge {
         if busy {
             st.streak = if holds { st.streak + 1 } else { 0 };
         }
-        self.weigh(st, n, x);
-        let proven = st.evidence.holds(&self.test);
+        self.weigh(st, window);
+        let proof = st.errors.proven(&self.tests, false);
         let active = ctx
             .alerts
             .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
         let ruled = holds && (st.streak >= self.cfg.consecutive_windows || active);
         if let Some((b, _)) = verdict.filter(|_| ruled) {
-            out.push(render(&self.cfg, &g.group, &self.figures(g, st, (e, b, n))));
-        } else if proven && let Some((b, _)) = st.counted(self.cfg.warmup_windows, self.alpha) {
-            let (rn, rx) = st.excursion;
-            let over = (rx as f64 / rn.max(1) as f64, b, rn);
-            out.push(render(&self.cfg, &g.group, &self.figures(g, st, over)));
+            let path = if st.streak >= self.cfg.consecutive_windows {
+                CONSECUTIVE_WINDOWS
+            } else {
+                HYSTERESIS
+            };
+            let fig = self.figures(g, st, (e, b, n), path);
+            out.push(render(&self.cfg, &g.group, &fig));
+        } else if let Some(proof) = proof
+            && let Some(seen) = st.errors.seen(&self.tests)
+        {
+            let counts = st.errors.excursion().counts;
+            let over = (counts.share(), seen.share(), counts.trials);
+            let fig = self.figures(g, st, over, proof.name());
+            out.push(render(&self.cfg, &g.group, &fig));
         }
         // Learn only from windows that are neither suspect nor part of an incident.
-        let frozen = holds || active || proven;
+        let frozen = holds || active || proof.is_some();
         if busy && !frozen {
-            st.ratio.update(e, self.alpha);
+            let alpha = self.tests.alpha();
+            st.ratio.update(e, alpha);
             for c in Outcome::ERRORS {
                 let r = g.traffic.outcome(c) as f64 / n as f64;
-                st.by_class[c.index()].update(r, self.alpha);
+                st.by_class[c.index()].update(r, alpha);
             }
         }
-        let settled = st.evidence.value() == 0.0;
-        let baseline = RatioBaseline {
-            trials: &mut st.requests,
-            events: &mut st.errors,
-        };
-        st.pending.hold(
-            (n, x),
-            (frozen, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+        st.errors.learn(&self.tests, window, frozen);
     }
 }
 
@@ -552,7 +546,12 @@ mod tests {
             d.evaluate(&ctx, &mut Vec::new());
         }
         let snap = window(&mut w, 410.0, 1000, 210, Outcome::NotFound);
-        let fig = d.figures(&snap.groups[0], &d.groups["g"], (0.21, 0.003, 1000));
+        let fig = d.figures(
+            &snap.groups[0],
+            &d.groups["g"],
+            (0.21, 0.003, 1000),
+            CONSECUTIVE_WINDOWS,
+        );
         assert_eq!(fig.grown, Outcome::NotFound);
         // `error` is gone now but listed for its baseline; `not_found` is new.
         let listed: Vec<Outcome> = fig.classes.iter().map(|c| c.class).collect();

@@ -40,11 +40,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{Ewma, alpha_for, median};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, ms, num,
     pct,
 };
+use crate::evidence::baseline::{Ewma, alpha_for, median};
 use crate::observation::{Outcome, quote};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 

@@ -86,16 +86,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     num, pct, ratio_2dp,
 };
-use crate::evidence::shape::{Persistence, StreakShape};
+use crate::evidence::baseline::{Ewma, Ratio, RatioBaseline};
+use crate::evidence::cusum::Binomial;
+use crate::evidence::ratio::{Hypotheses, Proof, RatioEvidence, RatioSettings, RatioTests};
+use crate::evidence::shape::{Lasted, Persistence, StreakShape};
 use crate::observation::{quote, quote_key};
-use crate::evidence::cusum::{
-    Binomial, Cusum, QuickCusum, CusumSettings, burst_proof_windows, wilson_upper,
-};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -229,38 +228,16 @@ impl DetectorSettings for HotKeyConfig {
     }
 }
 
-/// An EWMA of a key's share that counts windows before the key first appeared as zeros.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-struct ShareBaseline {
-    value: f64,
-    samples: u32,
-}
-
-impl ShareBaseline {
-    /// A baseline for a key first seen after `prior` windows in which it was not reported.
-    fn after(prior: u32) -> Self {
-        ShareBaseline {
-            value: 0.0,
-            samples: prior,
-        }
-    }
-
-    /// Folds in one window; the running mean until `1/alpha` windows, then the EWMA.
-    fn update(&mut self, x: f64, alpha: f64) {
-        self.samples = self.samples.saturating_add(1);
-        let a = alpha.max(1.0 / f64::from(self.samples));
-        self.value += a * (x - self.value);
-    }
-}
-
 /// What the detector remembers about one key in one scope (group or shard).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct KeyState {
-    base: ShareBaseline,
+    /// The key's share of the group's requests; windows before the key first appeared count
+    /// as zeros ([`Scope::key`]).
+    base: Ewma,
     streak: u32,
     /// The excess requests over the baseline of the streak's windows.
     #[serde(default)]
-    evidence: StreakShape,
+    shape: StreakShape,
     /// The `shard` label of the group rule's alert, once chosen.
     shard: Option<String>,
     /// The key's requests as evidence across windows.
@@ -273,51 +250,28 @@ struct KeyState {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct Counted {
-    /// The group's requests per window: the trials of the key's count baseline.
-    requests: Ewma,
-    /// The key's certain requests in its scope per window: the events.
-    lower: Ewma,
-    /// Windows of an excursion of the evidence, held back from the count baseline.
-    #[serde(skip_serializing_if = "is_default")]
-    pending: HeldWindows,
-    /// Burst-proof evidence.
-    #[serde(skip_serializing_if = "is_default")]
-    evidence: Cusum,
-    /// The same evidence on the quick path.
-    #[serde(skip_serializing_if = "is_default")]
-    quick: QuickCusum,
-    /// What the evidence rests on since it was last at zero.
-    #[serde(skip_serializing_if = "is_default")]
-    excursion: Excursion,
+    /// The key's certain requests in its scope among the group's requests, tested burst-proof
+    /// and quickly on the key's count baseline.
+    requests: RatioEvidence,
+    /// Its scope's requests (the group's or the shard's) since the evidence was last at rest.
+    #[serde(skip_serializing_if = "is_zero")]
+    scope: u64,
     /// The test last built, for the reference it was built for: the reference stays put while
     /// the evidence is up (its windows are held back), so most windows reuse it.
     #[serde(skip)]
-    test: Option<(f64, Option<Binomial>)>,
+    built: Option<BuiltTest>,
 }
 
-/// The requests an excursion of a key's evidence rests on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-struct Excursion {
-    /// The key's certain requests in its scope.
-    key: u64,
-    /// Its scope's requests (the group's or the shard's).
-    scope: u64,
-    /// The group's requests.
-    group: u64,
-    windows: u32,
+/// A key's test, and the reference it was built for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct BuiltTest {
+    reference: f64,
+    test: Option<Binomial>,
 }
 
-/// True for a value that is its type's default: what the saved state leaves out (most keys
-/// have no evidence and hold no window back, and a reload saves every key).
-fn is_default<T: Default + PartialEq>(x: &T) -> bool {
-    *x == T::default()
-}
-
-impl Counted {
-    /// No evidence on either path.
-    fn idle(&self) -> bool {
-        self.evidence.value() == 0.0 && self.quick.value() == 0.0
-    }
+/// True for nothing counted: what the saved state leaves out.
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// The keys of one scope and how many windows with keyed traffic it has seen.
@@ -376,13 +330,9 @@ impl KeyFigures {
 #[derive(Debug, Clone)]
 pub struct HotKey {
     cfg: HotKeyConfig,
-    alpha: f64,
     persistence: Persistence,
-    /// The evidence test, burst-proof.
-    test: CusumSettings,
-    /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: CusumSettings,
-    window_secs: f64,
+    /// The evidence test, burst-proof and quick.
+    tests: RatioTests,
     state: BTreeMap<String, GroupState>,
 }
 
@@ -433,10 +383,12 @@ impl Scope {
         let prior = self.windows;
         let requests = self.requests;
         self.keys.entry(key.to_owned()).or_insert_with(|| KeyState {
-            base: ShareBaseline::after(prior),
+            base: Ewma::zeros(prior),
             counted: Counted {
-                requests,
-                lower: Ewma::zeros(requests.samples()),
+                requests: RatioEvidence::on(RatioBaseline {
+                    trials: requests,
+                    events: Ewma::zeros(requests.samples()),
+                }),
                 ..Counted::default()
             },
             ..KeyState::default()
@@ -447,7 +399,7 @@ impl Scope {
 impl KeyState {
     /// Extends or ends the key's run of over windows (with `excess` requests over its
     /// baseline) and teaches its baseline `load` unless `frozen` (the key's alert is active or
-    /// its evidence proves a change) or its condition is building up. True once the run is
+    /// its evidence proves a change) or its condition is building up. Says why once the run is
     /// long enough for `needed`.
     fn step(
         &mut self,
@@ -456,13 +408,18 @@ impl KeyState {
         (load, excess): (f64, f64),
         alpha: f64,
         needed: &Persistence,
-    ) -> bool {
+    ) -> Option<Lasted> {
         self.streak = if over { self.streak + 1 } else { 0 };
-        self.evidence.push(over, excess);
+        self.shape.push(over, excess);
         if !(frozen || self.streak > 0) {
             self.base.update(load, alpha);
         }
-        needed.holds(self.streak, &self.evidence)
+        needed.lasted(self.streak, &self.shape)
+    }
+
+    /// The key's baseline share of the group's requests (0 before any window).
+    fn baseline(&self) -> f64 {
+        self.base.raw().unwrap_or(0.0)
     }
 }
 
@@ -472,8 +429,8 @@ impl HotKey {
     /// key's count baseline at its upper bound, and it is built for the crossover `min_ratio`
     /// times that, so evidence grows only while the key's load is over the rules' own ratio.
     /// Then teaches the window to the count baseline, holding an excursion of the evidence
-    /// back, or forgets the held windows when `active` or proven. True when the evidence holds
-    /// and, over the windows it rests on, the key holds at least `floor` of its scope's
+    /// back, or forgets the held windows when `active` or proven. The CUSUM that proves a
+    /// rise, when over the windows it rests on the key holds at least `floor` of its scope's
     /// requests.
     fn weigh(
         &self,
@@ -481,229 +438,153 @@ impl HotKey {
         (key, scope, group): (u64, u64, u64),
         floor: f64,
         active: bool,
-    ) -> bool {
-        let warmup = self.cfg.warmup_windows;
-        if let Some((x, n)) = ratio_seen(&c.requests, &c.lower, warmup, self.alpha) {
-            let p0 = wilson_upper(x, n, BOUND_Z);
-            let crossover = self.cfg.min_ratio * p0;
+    ) -> Option<Proof> {
+        let window = Ratio::of(key, group);
+        let at_rest = c.requests.at_rest(&self.tests);
+        let min_ratio = self.cfg.min_ratio;
+        let built = &mut c.built;
+        c.requests.weigh(&self.tests, window, |seen| {
+            let p0 = seen.upper();
+            let crossover = min_ratio * p0;
             // A window at or under the crossover adds no evidence, and without evidence to
             // drain it changes nothing: most windows of most keys, which skip the test's
             // construction (a bisection).
-            if !c.idle() || key as f64 > crossover * group as f64 {
-                let test = match c.test {
-                    Some((built_for, test)) if built_for == p0 => test,
-                    _ => Binomial::with_crossover(p0, crossover),
-                };
-                c.test = Some((p0, test));
-                let llr = test.map_or(0.0, |t| t.llr(group, key));
-                c.evidence.push(llr, &self.test);
-                c.quick
-                    .push(llr, key as f64 - p0 * group as f64, &self.quick);
+            if at_rest && key as f64 <= crossover * group as f64 {
+                return None;
             }
-        }
-        let e = c.excursion;
-        c.excursion = if c.idle() {
-            Excursion::default()
+            let test = match *built {
+                Some(b) if b.reference == p0 => b.test,
+                _ => Binomial::with_crossover(p0, crossover),
+            };
+            *built = Some(BuiltTest {
+                reference: p0,
+                test,
+            });
+            Some(Hypotheses {
+                reference: p0,
+                rise: test,
+                severe: None,
+            })
+        });
+        c.scope = if c.requests.at_rest(&self.tests) {
+            0
         } else {
-            Excursion {
-                key: e.key + key,
-                scope: e.scope + scope,
-                group: e.group + group,
-                windows: e.windows + 1,
-            }
+            c.scope + scope
         };
-        let proven = c.evidence.holds(&self.test)
-            || c.quick.holds(
-                &self.quick,
-                self.cfg.tolerated_burst_secs,
-                self.window_secs,
-                false,
-            );
-        let e = c.excursion;
-        let holds = proven && e.scope > 0 && e.key as f64 >= floor * e.scope as f64;
-        let settled = c.idle();
-        let baseline = RatioBaseline {
-            trials: &mut c.requests,
-            events: &mut c.lower,
-        };
-        c.pending.hold(
-            (group, key),
-            (active || holds, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+        let key_requests = c.requests.excursion().counts.events;
+        let holds = c
+            .requests
+            .proven(&self.tests, false)
+            .filter(|_| c.scope > 0 && key_requests as f64 >= floor * c.scope as f64);
+        c.requests
+            .learn(&self.tests, window, active || holds.is_some());
         holds
     }
 
     /// The figures of the windows a key's evidence rests on.
     fn accumulated(&self, c: &Counted) -> KeyFigures {
-        let e = c.excursion;
-        let baseline = ratio_seen(&c.requests, &c.lower, self.cfg.warmup_windows, self.alpha)
-            .map_or(0.0, |(x, n)| x / n);
+        let e = c.requests.excursion();
+        let baseline = c
+            .requests
+            .seen(&self.tests)
+            .map_or(0.0, |seen| seen.share());
         KeyFigures {
-            lower: e.key,
-            share: e.key as f64 / e.scope.max(1) as f64,
-            load: e.key as f64 / e.group.max(1) as f64,
+            lower: e.counts.events,
+            share: e.counts.events as f64 / c.scope.max(1) as f64,
+            load: e.counts.share(),
             baseline,
             windows: e.windows,
-            evidence: self.evidence(c),
+            evidence: c.requests.fraction(&self.tests),
         }
     }
 
-    /// A key's evidence as a fraction of its threshold: the higher of the two paths.
-    fn evidence(&self, c: &Counted) -> f64 {
-        (c.evidence.value() / self.test.threshold).max(c.quick.value() / self.quick.threshold)
-    }
-
-    fn group_rule(
+    /// Judges the keys of one scope (`view`: the group, or one of its shards) in one window:
+    /// the window rule and the evidence across windows for each key reported, then the keys
+    /// not reported. Keys the group rule found go into `hot_keys`; the shard rule does not
+    /// report them again.
+    fn judge_scope(
         &self,
         ctx: &Context<'_>,
-        g: &GroupSnapshot,
+        (g, view): (&GroupSnapshot, View<'_>),
         scope: &mut Scope,
         hot_keys: &mut BTreeSet<String>,
         out: &mut Vec<Finding>,
     ) {
         let cfg = &self.cfg;
-        let alpha = self.alpha;
-        let floor = cfg
-            .min_group_share
-            .max(cfg.fair_share_multiple * g.fair_share);
+        let floor = view.floor(cfg, g);
+        let counts = (view.requests(g), g.requests);
         let is_active = |key: &str, st: &KeyState| {
-            ctx.alerts.is_active(
-                HotKey::ALERTNAME,
-                &key_labels(&g.group, key, st.shard.as_deref()),
-            )
+            let labels = key_labels(&g.group, key, view.shard_label(st));
+            ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
         };
-        if g.keyed_requests == 0 {
-            // No key this window: the evidence of each hears that it had no request.
-            self.weigh_absent(scope, (g.requests, g.requests), floor, is_active);
+        if view.keyless(g) {
+            // No key in the scope this window: the evidence of each hears that it had no
+            // request.
+            self.weigh_absent(scope, counts, floor, is_active);
             return;
         }
         let warm = scope.windows >= cfg.warmup_windows;
-        let total = g.requests as f64;
+        let (scope_total, group_total) = (counts.0 as f64, g.requests.max(1) as f64);
         let mut reported = BTreeSet::new();
-        for k in &g.top_keys {
+        for k in view.keys(g) {
             reported.insert(k.key.as_str());
             let st = scope.key(&k.key);
             let lb = k.lower_bound();
             let active = is_active(&k.key, st);
-            let accumulated =
-                self.weigh(&mut st.counted, (lb, g.requests, g.requests), floor, active);
+            let accumulated = self.weigh(&mut st.counted, (lb, counts.0, counts.1), floor, active);
             let fig = KeyFigures {
                 lower: lb,
-                share: lb as f64 / total,
-                load: lb as f64 / total,
-                baseline: st.base.value,
+                share: lb as f64 / scope_total,
+                load: lb as f64 / group_total,
+                baseline: st.baseline(),
                 windows: 1,
-                evidence: self.evidence(&st.counted),
+                evidence: st.counted.requests.fraction(&self.tests),
             };
             let over = warm
-                && lb >= cfg.min_requests
+                && lb >= view.min_requests(cfg)
                 && fig.share >= floor
                 && fig.ratio() >= cfg.min_ratio;
-            if (over || accumulated) && !active {
+            if matches!(view, View::Group) && (over || accumulated.is_some()) && !active {
                 // The `shard` label is chosen when the condition builds up and kept while the
                 // alert is active, so the alert's identity does not flap.
                 st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
             }
-            let excess = (fig.load - fig.baseline) * total;
-            let frozen = active || accumulated;
-            let ruled = st.step(over, frozen, (fig.load, excess), alpha, &self.persistence);
-            let fig = if ruled {
-                fig
-            } else {
-                self.accumulated(&st.counted)
+            let excess = (fig.load - fig.baseline) * group_total;
+            let frozen = active || accumulated.is_some();
+            let ruled = st.step(
+                over,
+                frozen,
+                (fig.load, excess),
+                self.tests.alpha(),
+                &self.persistence,
+            );
+            let (fig, proven_by) = match (ruled, accumulated) {
+                (Some(lasted), _) => (fig, lasted.name()),
+                (None, Some(proof)) => (self.accumulated(&st.counted), proof.name()),
+                (None, None) => continue,
             };
-            if ruled || accumulated {
-                hot_keys.insert(k.key.clone());
-                let home = st.shard.as_deref().and_then(|s| g.shard(s));
-                out.push(render(cfg, &g.group, &group_figures(ctx, k, home, fig)));
-            }
-        }
-        self.forget_unreported(
-            scope,
-            &reported,
-            (g.requests, g.requests),
-            (floor, cfg.forget_share),
-            is_active,
-        );
-        scope.windows = scope.windows.saturating_add(1);
-    }
-
-    fn shard_rule(
-        &self,
-        ctx: &Context<'_>,
-        g: &GroupSnapshot,
-        shards: &mut BTreeMap<String, Scope>,
-        hot_keys: &BTreeSet<String>,
-        out: &mut Vec<Finding>,
-    ) {
-        let cfg = &self.cfg;
-        let alpha = self.alpha;
-        let group_total = g.requests.max(1) as f64;
-        let floor = cfg.min_shard_share;
-        for s in g.tracked_shards() {
-            let is_active = |key: &str, _: &KeyState| {
-                let labels = key_labels(&g.group, key, Some(&s.shard));
-                ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
+            let found = Found {
+                key: k,
+                shares: fig,
+                proven_by,
             };
-            // Every shard has a scope, keyed traffic or not, so that a key first seen on it
-            // knows how long the shard has been there without it.
-            let scope = shards.entry(s.shard.clone()).or_default();
-            if s.requests == 0 || s.top_keys.is_empty() {
-                // No key on the shard this window: its keys' evidence hears that they had no
-                // request.
-                self.weigh_absent(scope, (s.requests, g.requests), floor, is_active);
-                continue;
-            }
-            let warm = scope.windows >= cfg.warmup_windows;
-            let mut reported = BTreeSet::new();
-            for k in &s.top_keys {
-                reported.insert(k.key.as_str());
-                let st = scope.key(&k.key);
-                let lb = k.lower_bound();
-                let active = is_active(&k.key, st);
-                let accumulated =
-                    self.weigh(&mut st.counted, (lb, s.requests, g.requests), floor, active);
-                let fig = KeyFigures {
-                    lower: lb,
-                    share: lb as f64 / s.requests as f64,
-                    load: lb as f64 / group_total,
-                    baseline: st.base.value,
-                    windows: 1,
-                    evidence: self.evidence(&st.counted),
-                };
-                let over = warm
-                    && lb >= cfg.min_shard_requests
-                    && fig.share >= floor
-                    && fig.ratio() >= cfg.min_ratio;
-                let excess = (fig.load - fig.baseline) * group_total;
-                let frozen = active || accumulated;
-                let ruled = st.step(over, frozen, (fig.load, excess), alpha, &self.persistence);
-                let fig = if ruled {
-                    fig
-                } else {
-                    self.accumulated(&st.counted)
-                };
+            match view {
+                View::Group => {
+                    hot_keys.insert(k.key.clone());
+                    let home = st.shard.as_deref().and_then(|s| g.shard(s));
+                    out.push(render(cfg, &g.group, &group_figures(ctx, found, home)));
+                }
                 // The group rule already alerts on this key (with this shard, or spread over
                 // several): one alert per key is enough.
-                if (ruled || accumulated) && !hot_keys.contains(&k.key) {
-                    out.push(render(cfg, &g.group, &shard_figures(ctx, s, k, fig)));
+                View::Shard(s) if !hot_keys.contains(&k.key) => {
+                    out.push(render(cfg, &g.group, &shard_figures(ctx, s, found)));
                 }
+                View::Shard(_) => {}
             }
-            // Shard scopes forget relative to the shard's load, so a shard keeps about
-            // 1/forget_share keys too.
-            let forget_below = cfg.forget_share * s.requests as f64 / group_total;
-            self.forget_unreported(
-                scope,
-                &reported,
-                (s.requests, g.requests),
-                (floor, forget_below),
-                is_active,
-            );
-            scope.windows = scope.windows.saturating_add(1);
         }
+        let forget = (floor, view.forget_below(cfg, g));
+        self.forget_unreported(scope, &reported, counts, forget, is_active);
+        scope.windows = scope.windows.saturating_add(1);
     }
 
     /// Keys of `scope` not reported this window had a share of (about) zero: their evidence
@@ -719,20 +600,20 @@ impl HotKey {
         (floor, forget_below): (f64, f64),
         is_active: impl Fn(&str, &KeyState) -> bool,
     ) {
-        let alpha = self.alpha;
+        let alpha = self.tests.alpha();
         scope.keys.retain(|key, st| {
             if reported.contains(key.as_str()) {
                 return true;
             }
             st.streak = 0;
-            st.evidence = StreakShape::default();
+            st.shape = StreakShape::default();
             let active = is_active(key, st);
             let accumulated =
                 self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
-            if !(active || accumulated) {
+            if !(active || accumulated.is_some()) {
                 st.base.update(0.0, alpha);
             }
-            active || st.base.value >= forget_below
+            active || st.baseline() >= forget_below
         });
     }
 
@@ -751,6 +632,85 @@ impl HotKey {
             self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
         }
     }
+}
+
+/// The scope a rule judges in one window: the group (the group rule), or one of its shards
+/// (the shard rule). The two rules are one loop ([`HotKey::judge_scope`]) over it.
+#[derive(Debug, Clone, Copy)]
+enum View<'a> {
+    Group,
+    Shard(&'a ShardSnapshot),
+}
+
+impl<'a> View<'a> {
+    /// The scope's requests in the window.
+    fn requests(self, g: &GroupSnapshot) -> u64 {
+        match self {
+            View::Group => g.requests,
+            View::Shard(s) => s.requests,
+        }
+    }
+
+    /// The scope's top keys.
+    fn keys(self, g: &'a GroupSnapshot) -> &'a [KeyShare] {
+        match self {
+            View::Group => &g.top_keys,
+            View::Shard(s) => &s.top_keys,
+        }
+    }
+
+    /// True when the scope had no keyed request in the window.
+    fn keyless(self, g: &GroupSnapshot) -> bool {
+        match self {
+            View::Group => g.keyed_requests == 0,
+            View::Shard(s) => s.requests == 0 || s.top_keys.is_empty(),
+        }
+    }
+
+    /// The least share of the scope's requests a hot key holds: `min_group_share` and the
+    /// fair-share multiple for the group, `min_shard_share` for a shard.
+    fn floor(self, cfg: &HotKeyConfig, g: &GroupSnapshot) -> f64 {
+        match self {
+            View::Group => cfg
+                .min_group_share
+                .max(cfg.fair_share_multiple * g.fair_share),
+            View::Shard(_) => cfg.min_shard_share,
+        }
+    }
+
+    /// The least certain requests of a key in a window for the window rule.
+    fn min_requests(self, cfg: &HotKeyConfig) -> u64 {
+        match self {
+            View::Group => cfg.min_requests,
+            View::Shard(_) => cfg.min_shard_requests,
+        }
+    }
+
+    /// The baseline share of the group's requests under which a key is forgotten: shard
+    /// scopes forget relative to the shard's load, so a shard keeps about 1/forget_share keys
+    /// too.
+    fn forget_below(self, cfg: &HotKeyConfig, g: &GroupSnapshot) -> f64 {
+        match self {
+            View::Group => cfg.forget_share,
+            View::Shard(s) => cfg.forget_share * s.requests as f64 / g.requests.max(1) as f64,
+        }
+    }
+
+    /// The `shard` label of a key's alert in this scope.
+    fn shard_label(self, st: &'a KeyState) -> Option<&'a str> {
+        match self {
+            View::Group => st.shard.as_deref(),
+            View::Shard(s) => Some(&s.shard),
+        }
+    }
+}
+
+/// A hot key one rule found: its summary entry, its figures, and the firing path.
+#[derive(Debug, Clone, Copy)]
+struct Found<'a> {
+    key: &'a KeyShare,
+    shares: KeyFigures,
+    proven_by: &'static str,
 }
 
 /// Which rule found a hot key, and where the key sits.
@@ -773,6 +733,8 @@ struct Figures {
     /// The key's lower-bound requests per second.
     requests_per_second: f64,
     place: Place,
+    /// The firing path that proved the key hot.
+    proven_by: &'static str,
 }
 
 /// The lower-bound requests per second of the key over the windows its figures span (windows
@@ -783,12 +745,8 @@ fn rate(ctx: &Context<'_>, fig: KeyFigures) -> f64 {
 }
 
 /// Figures of a key the group rule found, living on `home` when it lives on one shard.
-fn group_figures(
-    ctx: &Context<'_>,
-    k: &KeyShare,
-    home: Option<&ShardSnapshot>,
-    shares: KeyFigures,
-) -> Figures {
+fn group_figures(ctx: &Context<'_>, found: Found<'_>, home: Option<&ShardSnapshot>) -> Figures {
+    let k = found.key;
     let home = home.map(|s| {
         let of_shard = s
             .top_keys
@@ -797,31 +755,26 @@ fn group_figures(
             .map_or(0.0, |x| x.lower_bound() as f64 / s.requests.max(1) as f64);
         (s.shard.clone(), of_shard)
     });
-    Figures {
-        key: k.key.clone(),
-        shares,
-        error_bound: k.error,
-        requests_per_second: rate(ctx, shares),
-        place: Place::Group { home },
-    }
+    figures(ctx, found, Place::Group { home })
 }
 
 /// Figures of a key the shard rule found on shard `s`.
-fn shard_figures(
-    ctx: &Context<'_>,
-    s: &ShardSnapshot,
-    k: &KeyShare,
-    shares: KeyFigures,
-) -> Figures {
+fn shard_figures(ctx: &Context<'_>, s: &ShardSnapshot, found: Found<'_>) -> Figures {
+    let place = Place::Shard {
+        shard: s.shard.clone(),
+        shard_share: s.share,
+    };
+    figures(ctx, found, place)
+}
+
+fn figures(ctx: &Context<'_>, found: Found<'_>, place: Place) -> Figures {
     Figures {
-        key: k.key.clone(),
-        shares,
-        error_bound: k.error,
-        requests_per_second: rate(ctx, shares),
-        place: Place::Shard {
-            shard: s.shard.clone(),
-            shard_share: s.share,
-        },
+        key: found.key.key.clone(),
+        shares: found.shares,
+        error_bound: found.key.error,
+        requests_per_second: rate(ctx, found.shares),
+        place,
+        proven_by: found.proven_by,
     }
 }
 
@@ -903,6 +856,7 @@ fn annotate_figures(f: Finding, fig: &Figures) -> Finding {
         .annotate("windows", shares.windows.to_string())
         .annotate("evidence", format!("{:.2}", shares.evidence.min(1.0)))
         .annotate("error_bound", fig.error_bound.to_string())
+        .annotate("proven_by", fig.proven_by)
         .annotate(
             "requests_per_second",
             format!("{:.1}", fig.requests_per_second),
@@ -916,22 +870,23 @@ impl DetectorKind for HotKey {
 
     fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
         // Two tests share the stated false-alarm rate: the burst-proof one and the quick one.
-        let per_test = cfg.false_alarms_per_key_hour / 2.0;
+        let settings = RatioSettings {
+            false_alarms_per_hour: cfg.false_alarms_per_key_hour,
+            tests: 2,
+            window_secs,
+            consecutive_windows: cfg.consecutive_windows,
+            tolerated_burst_secs: cfg.tolerated_burst_secs,
+            margin_windows: 0,
+            warmup_windows: cfg.warmup_windows,
+            baseline_tau_secs: cfg.baseline_tau_secs,
+        };
         HotKey {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             persistence: Persistence::new(
                 cfg.consecutive_windows,
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            test: CusumSettings::new(
-                per_test,
-                window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
-            quick: CusumSettings::new(per_test, window_secs, cfg.consecutive_windows),
-            window_secs,
+            tests: RatioTests::new(settings).with_quick(settings, true),
             cfg,
             state: BTreeMap::new(),
         }
@@ -960,13 +915,18 @@ impl GroupDetector for HotKey {
             return;
         }
         let mut hot = BTreeSet::new();
-        self.group_rule(ctx, g, &mut st.group, &mut hot, out);
-        self.shard_rule(ctx, g, &mut st.shards, &hot, out);
+        self.judge_scope(ctx, (g, View::Group), &mut st.group, &mut hot, out);
+        for s in g.tracked_shards() {
+            // Every shard has a scope, keyed traffic or not, so that a key first seen on it
+            // knows how long the shard has been there without it.
+            let scope = st.shards.entry(s.shard.clone()).or_default();
+            self.judge_scope(ctx, (g, View::Shard(s)), scope, &mut hot, out);
+        }
         // Every scope was judged this window (a shard's on every tracked shard, and only
         // those are kept): each learns the group's requests once its keys have been weighed.
         let requests = g.requests as f64;
         for scope in std::iter::once(&mut st.group).chain(st.shards.values_mut()) {
-            scope.requests.update(requests, self.alpha);
+            scope.requests.update(requests, self.tests.alpha());
         }
     }
 }
@@ -1113,7 +1073,13 @@ mod tests {
         assert_eq!(shares.lower, 3000);
         assert!((shares.ratio() - 30.0 / 11.0).abs() < 1e-12);
         let home = home_shard(g, "", 3000, 0.9).and_then(|s| g.shard(s));
-        let fig = group_figures(&ctx, k, home, shares);
+        let found = Found {
+            key: k,
+            shares,
+            proven_by: "consecutive_windows",
+        };
+        let fig = group_figures(&ctx, found, home);
+        assert_eq!(fig.proven_by, "consecutive_windows");
         assert_eq!(
             fig.place,
             Place::Group {
@@ -1122,7 +1088,11 @@ mod tests {
         );
         assert_eq!((fig.error_bound, fig.requests_per_second), (0, 300.0));
         let s3 = g.shard("s3").unwrap();
-        let fig = shard_figures(&ctx, s3, &s3.top_keys[0], shares);
+        let found = Found {
+            key: &s3.top_keys[0],
+            ..found
+        };
+        let fig = shard_figures(&ctx, s3, found);
         assert_eq!(
             fig.place,
             Place::Shard {
@@ -1146,11 +1116,12 @@ mod tests {
         let requests = Ewma::zeros(12);
         scope.requests = requests;
         let st = scope.key("k");
-        assert_eq!(st.base.samples, 9);
+        assert_eq!(st.base.samples(), 9);
         // Its count baseline: the group's requests over the windows the group has seen, and no
         // request of the key in any of them.
-        assert_eq!(st.counted.requests, requests);
-        assert_eq!(st.counted.lower, Ewma::zeros(12));
+        let counted = st.counted.requests.baseline();
+        assert_eq!(counted.trials, requests);
+        assert_eq!(counted.events, Ewma::zeros(12));
         // The running mean over ten windows: nine zeros and 0.5.
         // Two windows in a row; the shape rule tolerates no less than a day here.
         let two = Persistence {
@@ -1158,11 +1129,14 @@ mod tests {
             tolerated_burst_secs: 86_400.0,
             window_secs: 10.0,
         };
-        assert!(!st.step(false, false, (0.5, 0.0), 0.001, &two));
-        assert!((st.base.value - 0.05).abs() < 1e-12);
-        assert!(!st.step(true, false, (0.9, 850.0), 0.001, &two));
-        assert!(st.step(true, false, (0.9, 850.0), 0.001, &two));
-        assert!((st.base.value - 0.05).abs() < 1e-12, "learned while over");
+        assert_eq!(st.step(false, false, (0.5, 0.0), 0.001, &two), None);
+        assert!((st.baseline() - 0.05).abs() < 1e-12);
+        assert_eq!(st.step(true, false, (0.9, 850.0), 0.001, &two), None);
+        assert_eq!(
+            st.step(true, false, (0.9, 850.0), 0.001, &two),
+            Some(Lasted::Windows)
+        );
+        assert!((st.baseline() - 0.05).abs() < 1e-12, "learned while over");
     }
 
     #[test]

@@ -131,14 +131,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
     ratio_2dp,
 };
+use crate::evidence::baseline::{Ewma, alpha_for};
+use crate::evidence::cusum::{Cusum, CusumSettings, Poisson, burst_proof_windows};
 use crate::evidence::shape::{Persistence, StreakShape, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
-use crate::evidence::cusum::{Cusum, Poisson, CusumSettings, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 

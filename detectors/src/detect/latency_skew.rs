@@ -47,15 +47,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::evidence::baseline::{BOUND_Z, Ewma, HeldWindows, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
+use crate::evidence::baseline::{BOUND_Z, Ewma, Ratio, alpha_for};
+use crate::evidence::cusum::{Binomial, wilson_upper};
+use crate::evidence::ratio::{Hypotheses, Proof, RatioEvidence, RatioSettings, RatioTests};
 use crate::evidence::shape::{Persistence, StreakShape};
 use crate::observation::quote;
-use crate::evidence::cusum::{
-    Binomial, Cusum, QuickCusum, CusumSettings, burst_proof_windows, wilson_upper,
-};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// The peers' quantile whose latency bucket marks a request as slow: their p99.
@@ -89,7 +88,7 @@ const SEVERE_CAP: f64 = 0.9;
 /// share's (its quick path is the same evidence, capped less), the severe slowdown's and the
 /// bulk's ([`BULK_QUANTILE`]). Each gets a third of the rate (a union bound; the threshold
 /// rises by ln 3).
-const TESTS: f64 = 3.0;
+const TESTS: u32 = 3;
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -206,38 +205,15 @@ pub struct ShardState {
     streak: u32,
     /// Excess mean latency over the peers' of the streak's windows.
     #[serde(default)]
-    evidence: StreakShape,
-    /// Requests with a latency, and those slower than the peers' p99, per window: the
-    /// baseline of the evidence test, learned from every window with samples.
+    shape: StreakShape,
+    /// Requests slower than the peers' p99 among requests with a latency (the path without a
+    /// sample floor), tested burst-proof, quickly and for a severe slowdown
+    /// ([`SEVERE_POWER`]), on a baseline learned from every window with samples.
     #[serde(default)]
-    samples: Ewma,
+    slow: RatioEvidence,
+    /// Requests slower than the peers' median among them ([`BULK_QUANTILE`]), burst-proof.
     #[serde(default)]
-    slow: Ewma,
-    /// Evidence of slow requests among requests (the path without a sample floor).
-    #[serde(default)]
-    cusum: Cusum,
-    /// The same evidence on the quick path (`consecutive_windows`, once its shape has
-    /// outlasted a tolerated spell).
-    #[serde(default)]
-    quick: QuickCusum,
-    /// Windows of an excursion of the evidence, held back from the baseline.
-    #[serde(default)]
-    pending: HeldWindows,
-    /// Evidence of a severe slowdown ([`SEVERE_POWER`]), burst-proof like `cusum`.
-    #[serde(default)]
-    severe: Cusum,
-    /// Requests with a latency, and those slower than the peers' median, per window: the
-    /// baseline of the bulk's test ([`BULK_QUANTILE`]).
-    #[serde(default)]
-    bulk_samples: Ewma,
-    #[serde(default)]
-    bulk_slow: Ewma,
-    /// Evidence of requests slower than the peers' median, burst-proof like `cusum`.
-    #[serde(default)]
-    bulk: Cusum,
-    /// Windows of an excursion of the bulk's evidence, held back from its baseline.
-    #[serde(default)]
-    bulk_pending: HeldWindows,
+    bulk: RatioEvidence,
 }
 
 /// A group's latency buckets in one window, pooled over its tracked shards, and the median
@@ -313,16 +289,28 @@ struct Split {
     slow: u64,
 }
 
+impl Split {
+    /// The shard's slow requests among its requests.
+    fn own(&self) -> Ratio<u64> {
+        Ratio::of(self.slow, self.samples)
+    }
+
+    /// The upper bound of the peers' share of slow requests.
+    fn peers_upper(&self) -> f64 {
+        wilson_upper(self.peers_slow as f64, self.peers as f64, BOUND_Z)
+    }
+}
+
 /// The `LatencySkew` detector. See the module docs.
 #[derive(Debug, Clone)]
 pub struct LatencySkew {
     cfg: LatencySkewConfig,
     alpha: f64,
     persistence: Persistence,
-    /// The evidence test of slow requests among requests.
-    test: CusumSettings,
-    /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: CusumSettings,
+    /// The tests of slow requests among requests: burst-proof, quick and severe.
+    tests: RatioTests,
+    /// The bulk's test: burst-proof, on the same part of the false-alarm rate.
+    bulk_tests: RatioTests,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -379,7 +367,7 @@ impl LatencySkew {
             // No verdict: every run of over windows ends.
             for st in states.values_mut() {
                 st.streak = 0;
-                st.evidence = StreakShape::default();
+                st.shape = StreakShape::default();
             }
             return;
         }
@@ -387,7 +375,7 @@ impl LatencySkew {
         for (name, st) in states.iter_mut() {
             if !names.contains(name.as_str()) {
                 st.streak = 0;
-                st.evidence = StreakShape::default();
+                st.shape = StreakShape::default();
             }
         }
         let mut sorted: Vec<f64> = eligible.iter().map(|(_, p)| *p).collect();
@@ -411,17 +399,13 @@ impl LatencySkew {
                 && p99 - peers >= cfg.min_excess_ms
                 && p99 >= cfg.baseline_ratio * base;
             st.streak = if over { st.streak + 1 } else { 0 };
-            st.evidence.push(over, excess);
+            st.shape.push(over, excess);
             if !(active || over) {
                 st.p99.update(p99, self.alpha);
             }
-            if self.persistence.holds(st.streak, &st.evidence) {
-                out.push(render(
-                    cfg,
-                    &g.group,
-                    &s.shard,
-                    &Figures::of(s, p99, peers, Some(base)),
-                ));
+            if let Some(lasted) = self.persistence.lasted(st.streak, &st.shape) {
+                let fig = Figures::of(s, (p99, peers, Some(base)), lasted.name());
+                out.push(render(cfg, &g.group, &s.shard, &fig));
             }
         }
     }
@@ -447,7 +431,6 @@ impl LatencySkew {
         if pool.p99s.len() < cfg.min_shards {
             return;
         }
-        let warm = cfg.warmup_windows;
         for s in g.tracked_shards() {
             let (Some(split), Some(latency)) = (pool.slow_counts(s), s.traffic.latency) else {
                 continue;
@@ -458,61 +441,40 @@ impl LatencySkew {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
-            let mut reference = None;
-            if let Some((x, n)) = ratio_seen(&st.samples, &st.slow, warm, self.alpha) {
-                let own = wilson_upper(x, n, BOUND_Z);
-                let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
-                let r = own.max(peers);
-                let q1 = cfg.slow_share_ratio * r;
-                let llr = Binomial::new(cfg.slow_share_ratio.sqrt() * r, q1)
-                    .map_or(0.0, |b| b.llr(split.samples, split.slow));
-                st.cusum.push(llr, &self.test);
-                let severe = Binomial::new(
-                    cfg.slow_share_ratio.sqrt() * r,
-                    (cfg.slow_share_ratio.powf(SEVERE_POWER) * r).min(SEVERE_CAP),
-                )
-                .map_or(0.0, |b| b.llr(split.samples, split.slow));
-                st.severe.push(severe, &self.test);
-                let excess = split.slow as f64 - split.samples as f64 * r;
-                st.quick.push(llr, excess, &self.quick);
-                reference = Some(r);
-            }
+            let ratio = cfg.slow_share_ratio;
+            let tested = st.slow.weigh(&self.tests, split.own(), |seen| {
+                let r = seen.upper().max(split.peers_upper());
+                let null = ratio.sqrt() * r;
+                Some(Hypotheses {
+                    reference: r,
+                    rise: Binomial::new(null, ratio * r),
+                    severe: Binomial::new(null, (ratio.powf(SEVERE_POWER) * r).min(SEVERE_CAP)),
+                })
+            });
             let bulk = pool.split_at(s, BULK_QUANTILE);
             let bulk_reference = bulk.and_then(|b| self.weigh_bulk(st, b));
-            let p = &self.persistence;
-            let proven = st.cusum.holds(&self.test)
-                || st.severe.holds(&self.test)
-                || st.bulk.holds(&self.test)
-                || st
-                    .quick
-                    .holds(&self.quick, p.tolerated_burst_secs, p.window_secs, true);
-            let frozen = active || proven;
-            let settled = st.cusum.value() == 0.0 && st.severe.value() == 0.0;
-            let share = RatioBaseline {
-                trials: &mut st.samples,
-                events: &mut st.slow,
-            };
-            self.learn(&mut st.pending, share, split, (frozen, settled));
+            let proof = self.proven(st);
+            let frozen = active || proof.is_some();
+            st.slow.learn(&self.tests, split.own(), frozen);
             if let Some(b) = bulk {
-                let settled = st.bulk.value() == 0.0;
-                let share = RatioBaseline {
-                    trials: &mut st.bulk_samples,
-                    events: &mut st.bulk_slow,
-                };
-                self.learn(&mut st.bulk_pending, share, b, (frozen, settled));
+                st.bulk.learn(&self.bulk_tests, b.own(), frozen);
             }
-            let Some(reference) = reference else {
+            let Some(reference) = tested.map(|h| h.reference) else {
                 continue;
             };
             let peers = median_without(&pool.p99s, latency.p99_ms);
-            if proven && latency.p99_ms - peers >= cfg.min_excess_ms && !named.contains(&s.shard) {
-                let mut fig = Figures::of(s, latency.p99_ms, peers, st.p99.raw());
+            let Some(proof) = proof else {
+                continue;
+            };
+            if latency.p99_ms - peers >= cfg.min_excess_ms && !named.contains(&s.shard) {
+                let mut fig = Figures::of(s, (latency.p99_ms, peers, st.p99.raw()), proof);
                 fig.slow = Some(SlowShare {
                     share: split.slow as f64 / split.samples as f64,
                     reference,
-                    evidence: (st.cusum.value().max(st.severe.value()).max(st.bulk.value())
-                        / self.test.threshold)
-                        .max(st.quick.value() / self.quick.threshold),
+                    evidence: st
+                        .slow
+                        .fraction(&self.tests)
+                        .max(st.bulk.fraction(&self.bulk_tests)),
                     bulk: bulk
                         .zip(bulk_reference)
                         .map(|(b, r)| (b.slow as f64 / b.samples.max(1) as f64, r)),
@@ -522,39 +484,30 @@ impl LatencySkew {
         }
     }
 
+    /// The firing path that has proven shard state `st` slow, if one has: the first of the
+    /// slow share's burst-proof and severe tests, the bulk's, and the slow share's quick path.
+    fn proven(&self, st: &ShardState) -> Option<&'static str> {
+        let bulk = st.bulk.proven(&self.bulk_tests, true).map(|_| "bulk_cusum");
+        match st.slow.proven(&self.tests, true) {
+            Some(Proof::Quick) => bulk.or(Some(Proof::Quick.name())),
+            slow => slow.map(Proof::name).or(bulk),
+        }
+    }
+
     /// Adds the window's requests past its peers' median ([`BULK_QUANTILE`]) to the bulk's
     /// evidence, once its baseline is warm: the test of the reference share (the higher of
     /// its own baseline share and its peers' share in the window, each at its upper bound)
     /// whose crossover is halfway from the reference to every request. Returns the reference.
     fn weigh_bulk(&self, st: &mut ShardState, split: Split) -> Option<f64> {
-        let warm = self.cfg.warmup_windows;
-        let (x, n) = ratio_seen(&st.bulk_samples, &st.bulk_slow, warm, self.alpha)?;
-        let own = wilson_upper(x, n, BOUND_Z);
-        let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
-        let r = own.max(peers);
-        let llr = Binomial::with_crossover(r, (1.0 + r) / 2.0)
-            .map_or(0.0, |t| t.llr(split.samples, split.slow));
-        st.bulk.push(llr, &self.test);
-        Some(r)
-    }
-
-    /// Teaches a share baseline (the slow share's or the bulk's) a window, holding back the
-    /// windows of an excursion of its evidence ([`HeldWindows`]) until the evidence is `settled`;
-    /// nothing while the evidence holds or the alert is active (`frozen`).
-    fn learn(
-        &self,
-        pending: &mut HeldWindows,
-        baseline: RatioBaseline<'_>,
-        split: Split,
-        (frozen, settled): (bool, bool),
-    ) {
-        pending.hold(
-            (split.samples, split.slow),
-            (frozen, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+        let tested = st.bulk.weigh(&self.bulk_tests, split.own(), |seen| {
+            let r = seen.upper().max(split.peers_upper());
+            Some(Hypotheses {
+                reference: r,
+                rise: Binomial::with_crossover(r, (1.0 + r) / 2.0),
+                severe: None,
+            })
+        });
+        tested.map(|h| h.reference)
     }
 }
 
@@ -594,6 +547,8 @@ struct Figures {
     samples: u64,
     /// What the evidence path measured, when it reported.
     slow: Option<SlowShare>,
+    /// The firing path that proved the slowdown.
+    proven_by: &'static str,
 }
 
 /// The evidence path's figures: slow requests (over the peers' p99) among the shard's.
@@ -610,7 +565,11 @@ struct SlowShare {
 }
 
 impl Figures {
-    fn of(s: &ShardSnapshot, p99: f64, peers: f64, baseline: Option<f64>) -> Figures {
+    fn of(
+        s: &ShardSnapshot,
+        (p99, peers, baseline): (f64, f64, Option<f64>),
+        proven_by: &'static str,
+    ) -> Figures {
         Figures {
             p99,
             peers,
@@ -621,6 +580,7 @@ impl Figures {
             load_share: s.share,
             samples: s.latency_samples,
             slow: None,
+            proven_by,
         }
     }
 
@@ -683,7 +643,8 @@ fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> F
         .annotate("p99_ms", format!("{:.1}", fig.p99))
         .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
         .annotate("ratio", format!("{ratio:.2}"))
-        .annotate("samples", fig.samples.to_string());
+        .annotate("samples", fig.samples.to_string())
+        .annotate("proven_by", fig.proven_by);
     if let Some(b) = fig.baseline {
         f = f.annotate("baseline_p99_ms", format!("{b:.1}"));
     }
@@ -713,6 +674,16 @@ impl DetectorKind for LatencySkew {
     type Config = LatencySkewConfig;
 
     fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
+        let settings = RatioSettings {
+            false_alarms_per_hour: cfg.false_alarms_per_shard_hour,
+            tests: TESTS,
+            window_secs,
+            consecutive_windows: cfg.consecutive_windows,
+            tolerated_burst_secs: cfg.tolerated_burst_secs,
+            margin_windows: SLOW_SHARE_MARGIN_WINDOWS,
+            warmup_windows: cfg.warmup_windows,
+            baseline_tau_secs: cfg.baseline_tau_secs,
+        };
         LatencySkew {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             persistence: Persistence::new(
@@ -720,19 +691,10 @@ impl DetectorKind for LatencySkew {
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            test: CusumSettings::new(
-                cfg.false_alarms_per_shard_hour / TESTS,
-                window_secs,
-                cfg.consecutive_windows.max(
-                    burst_proof_windows(cfg.tolerated_burst_secs, window_secs)
-                        + SLOW_SHARE_MARGIN_WINDOWS,
-                ),
-            ),
-            quick: CusumSettings::new(
-                cfg.false_alarms_per_shard_hour / TESTS,
-                window_secs,
-                cfg.consecutive_windows,
-            ),
+            tests: RatioTests::new(settings)
+                .with_quick(settings, false)
+                .with_severe(),
+            bulk_tests: RatioTests::new(settings),
             cfg,
             state: BTreeMap::new(),
         }
@@ -889,6 +851,7 @@ mod tests {
                 // One request in sixteen past the peers' p99, all past their median.
                 assert_eq!(f.annotations["slow_share"], "6.2%");
                 assert_eq!(f.annotations["share_over_peer_median"], "100.0%");
+                assert_eq!(f.annotations["proven_by"], "bulk_cusum");
                 assert!(f.annotations["description"].contains("slower than their median"));
                 break;
             }
@@ -897,8 +860,12 @@ mod tests {
         // reference's noise).
         assert_eq!(first, Some(6));
         let st = &rig.det.state["db"]["s0"];
-        assert!(st.bulk.holds(&rig.det.test));
-        assert!(!st.cusum.holds(&rig.det.test) && !st.severe.holds(&rig.det.test));
+        assert!(st.bulk.proven(&rig.det.bulk_tests, true).is_some());
+        let slow = st.slow.proven(&rig.det.tests, true);
+        assert!(
+            !matches!(slow, Some(Proof::Cusum | Proof::Severe)),
+            "{slow:?}"
+        );
         // Back to normal, it drains at once.
         assert!(cached(&mut rig, 1.0).is_empty());
     }
@@ -988,7 +955,7 @@ mod tests {
         w.record(&peer);
         let snap = w.close(10.0);
         let a = snap.groups[0].shard("a").unwrap();
-        let fig = Figures::of(a, 400.0, 40.0, Some(100.0));
+        let fig = Figures::of(a, (400.0, 40.0, Some(100.0)), "step_shape");
         assert_eq!((fig.peer_ratio(), fig.baseline_ratio()), (10.0, Some(4.0)));
         assert_eq!((fig.error_ratio, fig.load_share), (0.1, 0.25));
         assert_eq!(fig.samples, 100);
@@ -999,7 +966,7 @@ mod tests {
         );
         // A zero median of peers gives an infinite ratio, never NaN.
         assert_eq!(
-            Figures::of(a, 400.0, 0.0, Some(100.0)).peer_ratio(),
+            Figures::of(a, (400.0, 0.0, Some(100.0)), "step_shape").peer_ratio(),
             f64::INFINITY
         );
     }

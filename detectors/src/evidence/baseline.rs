@@ -1,12 +1,14 @@
 //! Baselines for detectors: exponentially weighted moving averages with explicit warm-up, a
-//! ratio's baseline and the windows it holds back, and
-//! small robust helpers (median).
+//! ratio's events among trials and its baseline with the windows it holds back, and small
+//! robust helpers (median).
 //!
 //! A baseline gives no value until it has seen `warmup` windows: detectors make no
 //! baseline-relative verdict before a baseline exists. Detectors stop updating a baseline while
 //! their alert for it is pending or firing, so an incident does not become the new normal.
 
 use serde::{Deserialize, Serialize};
+
+use crate::evidence::cusum::wilson_upper;
 
 /// The EWMA weight of one window for a time constant `tau_secs`: `1 - exp(-window/tau)`.
 pub fn alpha_for(window_secs: f64, tau_secs: f64) -> f64 {
@@ -61,9 +63,78 @@ impl Ewma {
     }
 }
 
+/// Events among trials: failures among requests, slow responses among timed ones, a key's
+/// requests among its group's. `Ratio<u64>` is a window's counts (or an excursion's),
+/// `Ratio<f64>` what a baseline rests on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ratio<T = f64> {
+    /// The events (failures, timeouts, slow responses, a key's requests).
+    pub events: T,
+    /// The trials they are among (requests, timed requests, the group's requests).
+    pub trials: T,
+}
+
+impl Ratio<u64> {
+    /// `events` among `trials`, the events clamped to the trials.
+    pub fn of(events: u64, trials: u64) -> Ratio<u64> {
+        Ratio {
+            events: events.min(trials),
+            trials,
+        }
+    }
+
+    /// The share of trials that are events (0 without trials).
+    pub fn share(&self) -> f64 {
+        self.events as f64 / self.trials.max(1) as f64
+    }
+}
+
+impl Ratio<f64> {
+    /// The share of trials that are events.
+    pub fn share(&self) -> f64 {
+        self.events / self.trials
+    }
+
+    /// The upper bound of the share at [`BOUND_Z`] (`cusum::wilson_upper`): a ratio measured
+    /// on few trials taken as high as it plausibly is.
+    pub fn upper(&self) -> f64 {
+        wilson_upper(self.events, self.trials, BOUND_Z)
+    }
+}
+
+/// Standard deviations of the upper bounds the sequential tests take for their reference
+/// ratios ([`Ratio::upper`]): a baseline or a peers' ratio measured on few requests is
+/// taken as high as it plausibly is (about 2.3% of true ratios lie above the bound), so a quiet
+/// entity's reference is not taken for lower than it is and a test's false-alarm bound, stated
+/// for a true ratio at most the reference, holds.
+pub const BOUND_Z: f64 = 2.0;
+
+/// The baseline of a ratio: its trials and its events per window, two averages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RatioBaseline {
+    /// Trials per window.
+    pub trials: Ewma,
+    /// Events per window.
+    pub events: Ewma,
+}
+
+impl RatioBaseline {
+    /// What the baseline rests on, once warm: its events and its trials over the windows its
+    /// averages span (each mean per window times those windows, at most `1/alpha`); `None`
+    /// before `warmup` windows or without trials.
+    pub fn seen(&self, warmup: u32, alpha: f64) -> Option<Ratio<f64>> {
+        let n = self.trials.value(warmup)?;
+        let x = self.events.value(warmup)?;
+        let span = f64::from(self.trials.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
+        (n > 0.0).then_some(Ratio {
+            events: x * span,
+            trials: n * span,
+        })
+    }
+}
+
 /// The windows of an excursion of a sequential test's evidence, held back from a ratio
-/// baseline (events among trials: failures among requests, slow responses among samples) until
-/// the excursion ends.
+/// baseline until the excursion ends.
 ///
 /// Teaching the baseline only from windows without evidence would leave out exactly the
 /// windows with events and bias it low; teaching it every window would let a slow, quiet
@@ -71,63 +142,33 @@ impl Ewma {
 /// taught once the evidence is back at zero (it was noise) or after `warmup` of them (a change
 /// too small to prove is the new normal), and dropped ([`HeldWindows::drop_held`]) when the
 /// evidence proves a change or its alert is active.
-///
-/// Saved state written before the type was shared names its fields after what each detector
-/// counted; the aliases read it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HeldWindows {
-    #[serde(alias = "requests", alias = "samples")]
     trials: f64,
-    #[serde(alias = "errors", alias = "timeouts", alias = "slow")]
     events: f64,
     windows: u32,
 }
 
-/// Standard deviations of the upper bounds the sequential tests take for their reference
-/// ratios (`cusum::wilson_upper`): a baseline or a peers' ratio measured on few requests is
-/// taken as high as it plausibly is (about 2.3% of true ratios lie above the bound), so a quiet
-/// entity's reference is not taken for lower than it is and a test's false-alarm bound, stated
-/// for a true ratio at most the reference, holds.
-pub const BOUND_Z: f64 = 2.0;
-
-/// What a ratio baseline rests on, once warm: its events and its trials over the windows its
-/// averages span (each mean per window times those windows, at most `1/alpha`), in the order
-/// `cusum::wilson_upper` takes them; `None` before `warmup` windows or without trials.
-pub fn ratio_seen(trials: &Ewma, events: &Ewma, warmup: u32, alpha: f64) -> Option<(f64, f64)> {
-    let n = trials.value(warmup)?;
-    let x = events.value(warmup)?;
-    let span = f64::from(trials.samples()).min(1.0 / alpha.max(f64::MIN_POSITIVE));
-    (n > 0.0).then_some((x * span, n * span))
-}
-
-/// The two averages of a ratio baseline: trials and events per window.
-pub struct RatioBaseline<'a> {
-    /// Trials per window (requests, samples).
-    pub trials: &'a mut Ewma,
-    /// Events per window (failures, timeouts, slow responses).
-    pub events: &'a mut Ewma,
-}
-
 impl HeldWindows {
-    /// Holds a window of `trials` with `events`; once the evidence is `settled` (back at zero)
-    /// or `warmup` windows are held, teaches them to `baseline` at their mean per window. When
-    /// `frozen` (the evidence proves a change, or its alert is active) teaches nothing and
-    /// forgets the held windows instead ([`HeldWindows::drop_held`]).
+    /// Holds `window`; once the evidence is `settled` (back at zero) or `warmup` windows are
+    /// held, teaches them to `baseline` at their mean per window. When `frozen` (the evidence
+    /// proves a change, or its alert is active) teaches nothing and forgets the held windows
+    /// instead ([`HeldWindows::drop_held`]).
     pub fn hold(
         &mut self,
-        (trials, events): (u64, u64),
+        window: Ratio<u64>,
         (frozen, settled): (bool, bool),
         warmup: u32,
-        baseline: RatioBaseline<'_>,
+        baseline: &mut RatioBaseline,
         alpha: f64,
     ) {
         if frozen {
             self.drop_held();
             return;
         }
-        self.trials += trials as f64;
-        self.events += events.min(trials) as f64;
+        self.trials += window.trials as f64;
+        self.events += window.events.min(window.trials) as f64;
         self.windows += 1;
         if settled || self.windows >= warmup {
             let p = std::mem::take(self);
@@ -184,77 +225,67 @@ mod tests {
         assert_eq!(alpha_for(10.0, 0.0), 1.0);
     }
 
-    /// Holds a window in `p`, teaching `n` and `x` (alpha 0.1).
-    fn hold(p: &mut HeldWindows, n: &mut Ewma, x: &mut Ewma, window: (u64, u64), settled: bool) {
-        let baseline = RatioBaseline {
-            trials: n,
-            events: x,
-        };
-        p.hold(window, (false, settled), 4, baseline, 0.1);
+    /// Holds a window in `p`, teaching `b` (alpha 0.1).
+    fn hold(p: &mut HeldWindows, b: &mut RatioBaseline, (n, x): (u64, u64), settled: bool) {
+        p.hold(Ratio::of(x, n), (false, settled), 4, b, 0.1);
     }
 
     #[test]
     fn an_excursion_is_taught_when_it_settles_or_lasts() {
-        let (mut n, mut x, mut p) = (Ewma::default(), Ewma::default(), HeldWindows::default());
+        let (mut b, mut p) = (RatioBaseline::default(), HeldWindows::default());
         for w in 0..3 {
-            hold(&mut p, &mut n, &mut x, (100, 10 + w), false);
+            hold(&mut p, &mut b, (100, 10 + w), false);
         }
-        assert_eq!(n.samples(), 0, "held while the evidence is up");
-        hold(&mut p, &mut n, &mut x, (100, 5), true);
+        assert_eq!(b.trials.samples(), 0, "held while the evidence is up");
+        hold(&mut p, &mut b, (100, 5), true);
         // Four windows taught at their mean: 100 trials and 9.5 events each.
-        assert_eq!(n.samples(), 4);
-        assert_eq!((n.raw(), x.raw()), (Some(100.0), Some(9.5)));
+        assert_eq!(b.trials.samples(), 4);
+        assert_eq!((b.trials.raw(), b.events.raw()), (Some(100.0), Some(9.5)));
         assert_eq!(p, HeldWindows::default());
         // A change too small to prove becomes the normal after `warmup` (4) windows; events
         // are clamped to trials.
         for _ in 0..4 {
-            hold(&mut p, &mut n, &mut x, (10, 20), false);
+            hold(&mut p, &mut b, (10, 20), false);
         }
-        assert_eq!(n.samples(), 8);
-        let (n1, x1) = (n.raw().unwrap(), x.raw().unwrap());
+        assert_eq!(b.trials.samples(), 8);
+        let (n1, x1) = (b.trials.raw().unwrap(), b.events.raw().unwrap());
         // The running mean of the eight windows: (4·100 + 4·10)/8 and (4·9.5 + 4·10)/8.
         assert!(
             (n1 - 55.0).abs() < 1e-9 && (x1 - 9.75).abs() < 1e-9,
             "{n1} {x1}"
         );
         // A proven change is forgotten, and teaches nothing.
-        hold(&mut p, &mut n, &mut x, (10, 1), false);
-        let baseline = RatioBaseline {
-            trials: &mut n,
-            events: &mut x,
-        };
-        p.hold((10, 1), (true, false), 4, baseline, 0.1);
+        hold(&mut p, &mut b, (10, 1), false);
+        p.hold(Ratio::of(1, 10), (true, false), 4, &mut b, 0.1);
         assert_eq!(p, HeldWindows::default());
-        assert_eq!(n.samples(), 8);
+        assert_eq!(b.trials.samples(), 8);
     }
 
     #[test]
-    fn saved_excursions_of_every_detector_load() {
-        for (json, trials, events) in [
-            (
-                r#"{"requests": 10.0, "errors": 2.0, "windows": 1}"#,
-                10.0,
-                2.0,
-            ),
-            (
-                r#"{"requests": 10.0, "timeouts": 3.0, "windows": 1}"#,
-                10.0,
-                3.0,
-            ),
-            (r#"{"samples": 10.0, "slow": 4.0, "windows": 1}"#, 10.0, 4.0),
-            (
-                r#"{"trials": 10.0, "events": 5.0, "windows": 1}"#,
-                10.0,
-                5.0,
-            ),
-        ] {
-            let p: HeldWindows = serde_json::from_str(json).unwrap();
-            assert_eq!(
-                (p.trials, p.events, p.windows),
-                (trials, events, 1),
-                "{json}"
-            );
+    fn a_baseline_rests_on_the_windows_it_spans() {
+        let mut b = RatioBaseline::default();
+        assert_eq!(b.seen(1, 0.1), None);
+        for _ in 0..20 {
+            b.trials.update(100.0, 0.1);
+            b.events.update(3.0, 0.1);
         }
+        assert_eq!(b.seen(30, 0.1), None, "cold");
+        // Twenty windows seen, but an EWMA of weight 0.1 spans ten.
+        let seen = b.seen(20, 0.1).unwrap();
+        assert!((seen.trials - 1000.0).abs() < 1e-9 && (seen.events - 30.0).abs() < 1e-9);
+        assert!((seen.share() - 0.03).abs() < 1e-12);
+        assert!(
+            seen.upper() > 0.03 && seen.upper() < 0.06,
+            "{}",
+            seen.upper()
+        );
+        assert_eq!(
+            Ratio::of(7, 5),
+            Ratio {
+                events: 5,
+                trials: 5
+            }
+        );
     }
 
     #[test]

@@ -20,5 +20,5 @@
 
 pub mod baseline;
 pub mod cusum;
-
+pub mod ratio;
 pub mod shape;

@@ -133,9 +133,40 @@ impl Persistence {
         }
     }
 
-    /// True when a streak of `streak` windows with evidence `ev` is long enough.
-    pub fn holds(&self, streak: u32, ev: &StreakShape) -> bool {
-        streak >= self.windows || ev.outlasts(self.tolerated_burst_secs, self.window_secs)
+    /// True when a streak of `streak` windows with shape `shape` is long enough.
+    pub fn holds(&self, streak: u32, shape: &StreakShape) -> bool {
+        self.lasted(streak, shape).is_some()
+    }
+
+    /// Why a streak of `streak` windows with shape `shape` is long enough, if it is: its count
+    /// of windows, or else its shape.
+    pub fn lasted(&self, streak: u32, shape: &StreakShape) -> Option<Lasted> {
+        if streak >= self.windows {
+            Some(Lasted::Windows)
+        } else if shape.outlasts(self.tolerated_burst_secs, self.window_secs) {
+            Some(Lasted::Shape)
+        } else {
+            None
+        }
+    }
+}
+
+/// What proved a streak long enough ([`Persistence::lasted`]): the firing path an alert names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lasted {
+    /// The windows in a row that are always enough.
+    Windows,
+    /// The shape of the streak, which outlasted a tolerated burst.
+    Shape,
+}
+
+impl Lasted {
+    /// The firing path's name, as the `proven_by` annotation carries it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lasted::Windows => "consecutive_windows",
+            Lasted::Shape => "step_shape",
+        }
     }
 }
 
