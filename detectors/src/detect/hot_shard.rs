@@ -137,7 +137,7 @@ use crate::detect::{
 };
 use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::evidence::cusum::{Cusum, CusumSettings, Poisson, burst_proof_windows};
-use crate::evidence::shape::{Persistence, StreakShape, longest_burst_streak};
+use crate::evidence::shape::{Lasted, Persistence, StreakShape, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
@@ -273,17 +273,17 @@ pub struct ShardState {
     /// NB2 dispersion g.
     dispersion: Ewma,
     /// CUSUM of capped z-scores.
-    cusum: f64,
+    z_cusum: Cusum,
     /// Consecutive windows over threshold.
     streak: u32,
     /// The excesses over the expected count of those windows.
     #[serde(default)]
-    evidence: StreakShape,
+    shape: StreakShape,
     /// Consecutive suspect windows without an active alert.
     suspect: u32,
     /// The request count's evidence across windows ([`crate::evidence::cusum`]).
     #[serde(default)]
-    rate_evidence: Cusum,
+    rate_cusum: Cusum,
     /// NB2 dispersion from every window expecting a request, for that evidence.
     #[serde(default)]
     quiet_dispersion: Ewma,
@@ -366,15 +366,16 @@ impl GroupDetector for HotShard {
         if quiet {
             for st in states.values_mut() {
                 st.streak = 0;
-                st.evidence = StreakShape::default();
+                st.shape = StreakShape::default();
             }
         }
         for s in loaded {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let alerting = ctx.alerts.is_active(HotShard::ALERTNAME, &labels);
-            if let Some(score) = judge(cfg, &self.time, st, &gw, s.requests, quiet, alerting) {
-                out.push(render(cfg, &g.group, &s.shard, &figures(cfg, s, &score)));
+            if let Some((score, path)) = self.assess(st, &gw, s.requests, (quiet, alerting)) {
+                let fig = figures(cfg, s, &score, path);
+                out.push(render(cfg, &g.group, &s.shard, &fig));
             }
         }
     }
@@ -417,133 +418,196 @@ fn pooled<'a>(estimates: impl Iterator<Item = &'a Ewma>) -> f64 {
     if weight > 0.0 { sum / weight } else { 0.0 }
 }
 
-/// What follows from the settings and the window length: the baselines' EWMA weight, and the
-/// threshold of the evidence across windows with the fewest windows that reach it (those the
-/// count rule needs, and never fewer than a tolerated burst cannot fill,
-/// [`burst_proof_windows`]: five at 10 s windows).
+/// What follows from the settings and the window length: the baselines' EWMA weight, the
+/// windows in a row that are always enough, the z-CUSUM's settings, and the threshold of the
+/// evidence across windows with the fewest windows that reach it (those the count rule needs,
+/// and never fewer than a tolerated burst cannot fill, [`burst_proof_windows`]: five at 10 s
+/// windows).
 #[derive(Debug, Clone, Copy)]
 struct Timing {
     alpha: f64,
-    window_secs: f64,
-    /// Windows over threshold in a row that are always enough ([`windows_needed`]).
-    windows_needed: u32,
-    seq: CusumSettings,
+    /// Windows over threshold in a row that are always enough: `consecutive_windows`, but never
+    /// fewer than one more than the longest streak a tolerated burst can make (⌈d/w⌉ + 1
+    /// windows), so that at short windows the count of windows does not undo the burst
+    /// tolerance (at 5 s windows a 20 s burst can touch five); or sooner by the streak's shape.
+    persistence: Persistence,
+    /// The z-CUSUM: threshold `cusum_threshold`, each step capped by [`cusum_step`].
+    z: CusumSettings,
+    /// The request count's evidence across windows.
+    rate: CusumSettings,
 }
 
 impl Timing {
     fn new(cfg: &HotShardConfig, window_secs: f64) -> Timing {
-        let needed = windows_needed(cfg, window_secs);
-        let k = needed.max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
+        let persistence = Persistence::new(
+            cfg.consecutive_windows,
+            cfg.tolerated_burst_secs,
+            window_secs,
+        );
+        let k = persistence
+            .windows
+            .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
         Timing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            window_secs,
-            windows_needed: needed,
-            seq: CusumSettings::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+            persistence,
+            z: CusumSettings {
+                threshold: cfg.cusum_threshold,
+                min_windows: 1,
+            },
+            rate: CusumSettings::new(cfg.false_alarms_per_shard_hour, window_secs, k),
         }
     }
 }
 
-/// Judges a shard with `count` requests against its baseline, updates its state (streak,
-/// CUSUMs, baselines unless frozen) and returns its figures when the alert condition holds.
-/// In a `quiet` window (too few requests per shard for one window's verdict) only the
-/// evidence across windows and an active alert's hysteresis can hold.
-fn judge(
-    cfg: &HotShardConfig,
-    time: &Timing,
-    st: &mut ShardState,
-    gw: &GroupWindow,
-    count: u64,
-    quiet: bool,
-    alerting: bool,
-) -> Option<Score> {
-    let (n, total, z_star) = (gw.n, gw.total, gw.z_star);
-    let c = count as f64;
-    let share = c / total;
-    let r = share * n;
-    let Some(b) = st.load.value(cfg.warmup_windows) else {
-        // Warm-up: learn, no verdict.
-        learn(st, (r, c), total, n, cfg, time.alpha);
-        return None;
-    };
-    let mut sc = score(st, b, gw, c);
-    let share_ok = share >= cfg.fair_share_multiple / n;
-    let practical = sc.ratio >= cfg.min_ratio && share_ok;
-    let over = !quiet && practical && sc.z >= z_star;
-    // The request count's evidence across windows, in every window the shard has requests:
-    // its count against the expected one, for a rate at the practical gates (`min_ratio`
-    // times the baseline and `fair_share_multiple` times the fair share), on the shard's
-    // dispersion. A shard too quiet for one window to tell proves itself in several. Its own
-    // dispersion estimate counts only where its windows are busy enough to make one
-    // (`min_mean_requests`): at a few requests a window one shard's estimate is mostly noise
-    // (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; below it the
-    // group's, pooled over its shards from every window expecting a request, is steady.
-    let g = if sc.expected >= cfg.min_mean_requests {
-        dispersion(st, gw)
-    } else {
-        gw.dispersion.max(gw.quiet_dispersion)
-    };
-    let accumulated = match Poisson::with_crossover(cfg.min_ratio.max(cfg.fair_share_multiple / b))
-    {
-        Some(test) => {
-            let llr = test.llr_overdispersed(count, sc.expected, g);
-            st.rate_evidence.push(llr, &time.seq);
-            sc.evidence = st.rate_evidence.value() / time.seq.threshold;
-            st.rate_evidence.holds(&time.seq)
+/// A firing path of `HotShard`: what proved a shard hot, as its `proven_by` annotation names
+/// it (docs/detectors.md, HotShard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Windows over threshold in a row, by their count or their shape.
+    Lasted(Lasted),
+    /// A streak of at least [`MIN_STREAK`] windows, longer than any tolerated burst can make.
+    LongStreak,
+    /// The CUSUM of capped z-scores.
+    ZCusum,
+    /// The request count's evidence across windows.
+    RateCusum,
+    /// An active alert whose shard is still clearly above its baseline.
+    Hysteresis,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Lasted(l) => l.name(),
+            Path::LongStreak => "long_streak",
+            Path::ZCusum => "z_cusum",
+            Path::RateCusum => "rate_cusum",
+            Path::Hysteresis => "hysteresis",
         }
-        None => false,
-    };
-    // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
-    let elevated = sc.z >= cfg.clear_z_fraction * z_star;
-    let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
-    let holds = if quiet {
-        sc.cusum = st.cusum;
-        accumulated || holds_on
-    } else {
+    }
+}
+
+impl HotShard {
+    /// Judges a shard with `count` requests against its baseline, updates its state (streak,
+    /// CUSUMs, baselines unless frozen) and returns its figures and the firing path when the
+    /// alert condition holds. In a `quiet` window (too few requests per shard for one window's
+    /// verdict) only the evidence across windows and an active alert's hysteresis can hold.
+    fn assess(
+        &self,
+        st: &mut ShardState,
+        gw: &GroupWindow,
+        count: u64,
+        (quiet, alerting): (bool, bool),
+    ) -> Option<(Score, Path)> {
+        let cfg = &self.cfg;
+        let c = count as f64;
+        let share = c / gw.total;
+        let Some(b) = st.load.value(cfg.warmup_windows) else {
+            // Warm-up: learn, no verdict.
+            learn(st, (share * gw.n, c), (gw.total, gw.n), cfg, self.time.alpha);
+            return None;
+        };
+        let mut sc = score(st, b, gw, c);
+        let share_ok = share >= cfg.fair_share_multiple / gw.n;
+        let practical = sc.ratio >= cfg.min_ratio && share_ok;
+        let over = !quiet && practical && sc.z >= gw.z_star;
+        let accumulated = self.weigh_count(st, gw, (count, b), &mut sc);
+        // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
+        let elevated = sc.z >= cfg.clear_z_fraction * gw.z_star;
+        let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
+        let ruled = if quiet {
+            sc.cusum = st.z_cusum.value();
+            None
+        } else {
+            self.window_rules(st, &mut sc, (over, practical), c)
+        };
+        let path = ruled
+            .or(accumulated.then_some(Path::RateCusum))
+            .or(holds_on.then_some(Path::Hysteresis));
+        let suspicious = sc.ratio >= cfg.min_ratio && elevated;
+        st.suspect = if suspicious && !alerting {
+            st.suspect + 1
+        } else {
+            0
+        };
+        let frozen = alerting
+            || path.is_some()
+            || over
+            || (suspicious && st.suspect <= cfg.max_suspect_windows);
+        if !frozen {
+            learn(st, (share * gw.n, c), (gw.total, gw.n), cfg, self.time.alpha);
+        }
+        path.map(|p| (sc, p))
+    }
+
+    /// The request count's evidence across windows, in every window the shard has requests:
+    /// its count against the expected one, for a rate at the practical gates (`min_ratio`
+    /// times the baseline `b` and `fair_share_multiple` times the fair share), on the shard's
+    /// dispersion. A shard too quiet for one window to tell proves itself in several. Its own
+    /// dispersion estimate counts only where its windows are busy enough to make one
+    /// (`min_mean_requests`): at a few requests a window one shard's estimate is mostly noise
+    /// (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; below it
+    /// the group's, pooled over its shards from every window expecting a request, is steady.
+    /// True when the evidence holds.
+    fn weigh_count(
+        &self,
+        st: &mut ShardState,
+        gw: &GroupWindow,
+        (count, b): (u64, f64),
+        sc: &mut Score,
+    ) -> bool {
+        let cfg = &self.cfg;
+        let g = if sc.expected >= cfg.min_mean_requests {
+            dispersion(st, gw)
+        } else {
+            gw.dispersion.max(gw.quiet_dispersion)
+        };
+        let gate = cfg.min_ratio.max(cfg.fair_share_multiple / b);
+        let Some(test) = Poisson::with_crossover(gate) else {
+            return false;
+        };
+        let llr = test.llr_overdispersed(count, sc.expected, g);
+        st.rate_cusum.push(llr, &self.time.rate);
+        sc.evidence = st.rate_cusum.value() / self.time.rate.threshold;
+        st.rate_cusum.holds(&self.time.rate)
+    }
+
+    /// The window rules, in a window busy enough to be judged alone: extends or ends the
+    /// streak of windows over threshold and its shape, and folds the window into the z-CUSUM.
+    /// The rule that holds, if one does: the streak's count or shape, a streak longer than
+    /// any tolerated burst can make, or the z-CUSUM (on a practically significant window).
+    fn window_rules(
+        &self,
+        st: &mut ShardState,
+        sc: &mut Score,
+        (over, practical): (bool, bool),
+        c: f64,
+    ) -> Option<Path> {
+        let p = &self.time.persistence;
         st.streak = if over { st.streak + 1 } else { 0 };
-        st.evidence.push(over, c - sc.expected);
-        let step = st
-            .evidence
-            .outlasts(cfg.tolerated_burst_secs, time.window_secs);
-        let k = time.windows_needed;
-        st.cusum = (st.cusum + cusum_step(cfg, k, &sc)).clamp(0.0, cfg.cusum_threshold);
-        sc.cusum = st.cusum;
-        let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
+        st.shape.push(over, c - sc.expected);
+        st.z_cusum
+            .push(cusum_step(&self.cfg, p.windows, sc), &self.time.z);
+        sc.cusum = st.z_cusum.value();
+        if let Some(lasted) = p.lasted(st.streak, &st.shape) {
+            return Some(Path::Lasted(lasted));
+        }
         // A streak longer than any tolerated burst can make is not one, whatever its shape:
         // at windows longer than half the burst that comes before k (three windows at 30 s
         // windows).
-        let outlasts_by_count = st.streak >= MIN_STREAK
-            && st.streak > longest_burst_streak(cfg.tolerated_burst_secs, time.window_secs);
-        st.streak >= k || step || outlasts_by_count || cusum_holds || accumulated || holds_on
-    };
-    let suspicious = sc.ratio >= cfg.min_ratio && elevated;
-    st.suspect = if suspicious && !alerting {
-        st.suspect + 1
-    } else {
-        0
-    };
-    let frozen = alerting || holds || over || (suspicious && st.suspect <= cfg.max_suspect_windows);
-    if !frozen {
-        learn(st, (r, c), total, n, cfg, time.alpha);
+        let longest_burst = longest_burst_streak(p.tolerated_burst_secs, p.window_secs);
+        if st.streak >= MIN_STREAK && st.streak > longest_burst {
+            return Some(Path::LongStreak);
+        }
+        // The threshold is reached exactly, as this rule always has (not within the rounding
+        // `Cusum::holds` allows): a step capped at h/k can sum to an ulp under h.
+        (practical && st.z_cusum.value() >= self.time.z.threshold).then_some(Path::ZCusum)
     }
-    holds.then_some(sc)
 }
 
 /// The fewest windows over threshold in a row that hold by count alone, however long the
 /// windows: one or two windows significant by chance are likelier than three.
 const MIN_STREAK: u32 = 3;
-
-/// Windows over threshold in a row that are always enough: `consecutive_windows`, but never
-/// fewer than one more than the longest streak a tolerated burst can make (⌈d/w⌉ + 1 windows),
-/// so that at short windows the count of windows does not undo the burst tolerance: at 5 s
-/// windows a 20 s burst can touch five.
-fn windows_needed(cfg: &HotShardConfig, window_secs: f64) -> u32 {
-    Persistence::new(
-        cfg.consecutive_windows,
-        cfg.tolerated_burst_secs,
-        window_secs,
-    )
-    .windows
-}
 
 /// The negative-binomial variance-stabilising transform: for counts of mean μ and variance
 /// μ + gμ², T(x) = 2·asinh(√(g·x))/√g has a variance of about 1 whatever μ; for g → 0 it is
@@ -591,7 +655,8 @@ fn dispersion(st: &ShardState, gw: &GroupWindow) -> f64 {
 
 /// This window's CUSUM increment. Only practically significant windows build the sum: a drift
 /// of a few percent at high volume (z > κ, ratio under `min_ratio`) must not charge it for a
-/// later burst. Each step is capped at h/k for the `k` of [`windows_needed`], so the CUSUM
+/// later burst. Each step is capped at h/k for the `k` windows in a row that are always
+/// enough ([`Timing::persistence`]), so the CUSUM
 /// never fires sooner than the threshold rule.
 fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
     if sc.ratio >= cfg.min_ratio {
@@ -610,8 +675,7 @@ fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
 fn learn(
     st: &mut ShardState,
     (r, c): (f64, f64),
-    total: f64,
-    n: f64,
+    (total, n): (f64, f64),
     cfg: &HotShardConfig,
     alpha: f64,
 ) {
@@ -653,10 +717,12 @@ struct Figures {
     top_key: Option<(String, f64)>,
     attribution: Attribution,
     requests_per_second: f64,
+    /// The firing path that proved the shard hot.
+    proven_by: &'static str,
 }
 
-/// The figures of hot shard `s`: its score, and its top key and attribution.
-fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
+/// The figures of hot shard `s`: its score, the firing path, and its top key and attribution.
+fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score, path: Path) -> Figures {
     let top = s.top_keys.first();
     // The summary over-counts by at most `error`: attribute on the lower bound.
     let top_lower_share = top.map_or(0.0, |k| {
@@ -675,6 +741,7 @@ fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
             Attribution::HotRange
         },
         requests_per_second: s.traffic.requests_per_second,
+        proven_by: path.name(),
     }
 }
 
@@ -709,7 +776,8 @@ fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Find
         "requests_per_second",
         format!("{:.1}", fig.requests_per_second),
     )
-    .annotate("attribution", fig.attribution.as_str());
+    .annotate("attribution", fig.attribution.as_str())
+    .annotate("proven_by", fig.proven_by);
     if let Some((key, share)) = &fig.top_key {
         f = f
             .annotate("top_key", key_label(key))
@@ -844,10 +912,11 @@ mod tests {
         // No over-dispersion learned: Poisson's transform, 2(√c − √e).
         assert!((sc.z - 2.0 * (400f64.sqrt() - 212.5f64.sqrt())).abs() < 1e-12);
         // Far over z*: the step is capped at h/k.
-        let k = windows_needed(&cfg, 10.0);
+        let needed = |w: f64| Timing::new(&cfg, w).persistence.windows;
+        let k = needed(10.0);
         assert_eq!(k, 4);
-        assert_eq!(windows_needed(&cfg, 5.0), 6);
-        assert_eq!(windows_needed(&cfg, 30.0), 4);
+        assert_eq!(needed(5.0), 6);
+        assert_eq!(needed(30.0), 4);
         assert_eq!(cusum_step(&cfg, k, &sc), cfg.cusum_threshold / 4.0);
         // Under min_ratio the sum only drains.
         let calm = Score {
@@ -887,7 +956,7 @@ mod tests {
             o.count = 100 - hot;
             w.record(&o);
             let snap = w.close(10.0);
-            let fig = figures(&cfg, &snap.groups[0].shards[0], &sc);
+            let fig = figures(&cfg, &snap.groups[0].shards[0], &sc, Path::ZCusum);
             assert_eq!(fig.attribution, attribution);
             let (key, share) = fig.top_key.unwrap();
             assert_eq!((key.as_str(), share), ("k", hot as f64 / 100.0));
@@ -944,7 +1013,7 @@ mod tests {
     /// share of 300) first holds, at windows of `window_secs`, after a warm-up at its fair share.
     fn first_hold(window_secs: f64, counts: &[f64]) -> Option<usize> {
         let cfg = HotShardConfig::default();
-        let time = Timing::new(&cfg, window_secs);
+        let d = HotShard::new(cfg.clone(), window_secs);
         let mut st = ShardState::default();
         let gw = |c: f64| GroupWindow {
             n: 16.0,
@@ -954,11 +1023,11 @@ mod tests {
             quiet_dispersion: 0.0,
         };
         for _ in 0..40 {
-            judge(&cfg, &time, &mut st, &gw(300.0), 300, false, false);
+            d.assess(&mut st, &gw(300.0), 300, (false, false));
         }
         counts.iter().position(|&m| {
             let c = 300.0 * m;
-            judge(&cfg, &time, &mut st, &gw(c), c as u64, false, false).is_some()
+            d.assess(&mut st, &gw(c), c as u64, (false, false)).is_some()
         })
     }
 
@@ -987,7 +1056,7 @@ mod tests {
     #[test]
     fn a_shard_is_judged_on_its_groups_dispersion_when_its_own_is_lower() {
         let cfg = HotShardConfig::default();
-        let time = Timing::new(&cfg, 10.0);
+        let d = HotShard::new(cfg.clone(), 10.0);
         let mut st = ShardState::default();
         let gw = |c: f64, dispersion: f64| GroupWindow {
             n: 16.0,
@@ -997,7 +1066,7 @@ mod tests {
             quiet_dispersion: 0.0,
         };
         for _ in 0..40 {
-            judge(&cfg, &time, &mut st, &gw(300.0, 0.0), 300, false, false);
+            d.assess(&mut st, &gw(300.0, 0.0), 300, (false, false));
         }
         // Its own counts were exact (g < 0): Poisson, a doubling is 10 sigma.
         let calm = score(&st, 1.0, &gw(600.0, 0.0), 600.0);
