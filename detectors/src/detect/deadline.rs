@@ -1,49 +1,15 @@
 //! `DeadlinePileUp`: timeouts rise while successful latency crowds against the callers'
-//! deadline (see docs/detectors.md, DeadlinePileUp).
+//! deadline (labels `group`, and `shard` when one shard returns most of the timeouts).
 //!
-//! When a backend slows down, the requests that finish do so ever closer to the deadline and
-//! the ones that do not become timeouts; callers retry, work that nobody waits for any more
-//! keeps the backend busy, and the queue grows. The error ratio alone cannot tell this from a
-//! backend that drops a few connections (those also time out, but the requests that succeed stay
-//! fast), so this detector judges the two signals together.
+//! The deadline is the configured one or the median latency of the window's timeouts. A busy
+//! window piles up when its timeouts rise over their baseline and its successes crowd against
+//! the deadline; a quiet group's timeouts among its requests are weighed across windows
+//! ([`RatioEvidence`]) and judged with the same crowding. Its firing paths, as the `proven_by`
+//! annotation names them: `consecutive_windows` and `step_shape` (the busy windows' streak, by
+//! count or by the shape of its excess timeouts, allowing a pile-up [`DRAIN_WINDOWS`] to drain)
+//! and `cusum` (the evidence across windows).
 //!
-//! **Deadline** of a group, in this order: the configured `deadlines_ms[group]`; otherwise the
-//! median latency of the window's timeouts (`GroupSnapshot::timeout_latency`), once at least
-//! `min_timeout_samples` timeouts carry a latency, because a caller that gives up records
-//! about its deadline. The annotation says which one was used. Without either, no verdict.
-//!
-//! **Condition**, per group and window with at least `min_requests` requests:
-//!
-//! - at least `min_timeouts` timeouts (the count floor), a timeout ratio `T >= min_timeout_ratio`
-//!   and `T >= ratio_over_baseline x` its baseline;
-//! - the p99 of successful responses at least `crowd_fraction x` the deadline (the requests
-//!   that succeed crowd against it) **and** at least `latency_over_baseline x` the group's
-//!   baseline of it (it rose: a service whose normal p99 sits near a tight deadline is not
-//!   piling up because of that). The p99 is the group's, or the larger of the group's and the
-//!   shard's when one shard returns at least `shard_timeout_share` of the timeouts: one
-//!   replica's slow successes are too few to be sure of moving its group's p99.
-//!
-//! It must last `consecutive_windows` windows, or less once the shape of the streak's excess
-//! timeouts shows it has outlasted a burst of `tolerated_burst_secs` ([`crate::evidence::shape`]), so a
-//! 10–20 s pile-up that clears by itself stays silent. The shape rule allows the pile-up
-//! [`DRAIN_WINDOWS`] more, for the timeouts that outlast the slow spell; the evidence test
-//! takes at least [`burst_proof_windows`] windows. Baselines learn only from windows where
-//! the condition does not hold and no alert is active, and give no verdict before
-//! `warmup_windows` windows.
-//!
-//! **Labels**: `group`, plus `shard` when one shard returned at least `shard_timeout_share` of
-//! the group's timeouts; the label is chosen when the alert starts and kept while it is active,
-//! so one incident is one alert.
-//!
-//! **Requests in flight**, where shards report them (`ShardSnapshot::inflight`), measure the
-//! pile-up directly: the group's sum against its baseline, and the named shard's reading, go
-//! into the summary and annotations. They do not gate the verdict: most services report none,
-//! and a caller-side concurrency limit holds them flat while the deadline is still crowded.
-//!
-//! **Annotations**: the timeout ratio against its baseline, the deadline and its source, the
-//! successful p50 and p99 as fractions of the deadline, the shard's share of the timeouts, the
-//! in-flight growth where reported, and the mitigations: shorten deadlines, propagate
-//! cancellation, shed load.
+//! docs/detectors.md ("DeadlinePileUp") gives the method, the defaults and the annotations.
 
 use std::collections::BTreeMap;
 

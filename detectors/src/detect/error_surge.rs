@@ -1,42 +1,14 @@
-//! `ErrorSurge`: a group's error ratio far above its own baseline.
+//! `ErrorSurge`: a group's error ratio far above its own baseline (label `group`).
 //!
-//! **Signals**, per group and window: the error ratio `E = errors / requests` (every outcome but
-//! `ok` is an error) and the ratio of each error class (`error`, `timeout`, `not_found`,
-//! `throttled`, `unavailable`). Each has an EWMA baseline `B` with a one-hour time constant.
+//! A busy window (`min_requests`) is judged on its own against the floor and the relative and
+//! additive tests over the baseline; a quiet group's errors among its requests are weighed
+//! across windows ([`RatioEvidence`]), with the window rule's gate as the test's crossover. Its
+//! firing paths, as the `proven_by` annotation names them: `consecutive_windows` (the window
+//! rule), `hysteresis` (an active alert whose window is still over the gate) and `cusum` (the
+//! evidence across windows).
 //!
-//! **Condition**: `E >= min_error_ratio` (5%) **and** either `E >= ratio_over_baseline * B` (5x)
-//! or `E >= B + points_over_baseline` (+10 points), in a window with at least `min_requests`
-//! requests, for `consecutive_windows` windows in a row (2, i.e. 20 s at 10 s windows). The
-//! relative test catches a jump from 0.1% to 5%; the additive one catches a jump from 10% to 20%
-//! in a group whose normal error ratio is high, where 5x would be out of reach.
-//!
-//! **Under the floor**, errors among requests accumulate as evidence across windows
-//! (`sequential`, docs/adr/006-evidence-that-accumulates.md), so a quiet group is judged later,
-//! never not at all: each window with requests adds the binomial log-likelihood ratio of its
-//! errors to a burst-proof CUSUM whose threshold gives `false_alarms_per_group_hour`. The test
-//! is built for its crossover ([`Binomial::with_crossover`]): its reference is the baseline's
-//! ratio at its upper bound, and its evidence accumulates only above the condition's own gate
-//! (the same floor, multiple and points over the baseline) and drains below it. The count
-//! baseline behind it learns from every window with requests, holding back an excursion of
-//! the evidence until it ends ([`HeldWindows`]). A window adds at most 1/k of the threshold, for k
-//! the larger of `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs`
-//! (5 windows at 10 s), so a burst of up to 20 s never fires on its own.
-//!
-//! **Baselines** are explicit about warm-up: no verdict until a group has `warmup_windows` windows
-//! of volume (5 min), so a group that starts life with 12% `not_found` learns that as normal
-//! instead of paging. They stop learning while the condition holds or the alert is pending or
-//! firing, so a long incident does not become the new normal.
-//!
-//! **Annotations** break the ratio down by class (`error_ratio_<class>`, now and baseline), name
-//! the class whose ratio grew most (`dominant_class`) and the shard that returned most of the
-//! errors (`top_error_shard`), so the alert says *what* fails and *where*.
-//!
-//! **Why it does not false-alarm**: a group with a steady error ratio, however high, stays at
-//! its baseline; the absolute floor keeps a 0.01% -> 0.2% wobble (20x, but harmless) quiet; the
-//! minimum volume keeps a handful of failures in a quiet window from reading as a ratio; and two
-//! consecutive windows absorb a single bad window (at 200 requests and a 1% baseline, one window
-//! at >= 5% has probability ~5e-5, two in a row ~2e-9). Cache hits never fail, so a cold cache
-//! refilling after a deploy does not move the ratio while the backend is healthy.
+//! docs/detectors.md ("ErrorSurge") gives the method, the defaults and why ordinary traffic does
+//! not fire it.
 
 use std::collections::BTreeMap;
 

@@ -1,85 +1,16 @@
-//! `HotKey` detector: one key value takes a large share of a group's load, or of one shard's
-//! load, far above what that key usually takes (labels `group`, `key`, and `shard` when the key
-//! lives on one shard).
+//! `HotKey`: one key value takes a large share of a group's load, or of one shard's load, far
+//! above what that key usually takes (labels `group`, `key`, and `shard` when the key lives on
+//! one shard).
 //!
-//! # Signals
+//! Two rules, the group's and the shard's, judge the key summaries' lower bounds against each
+//! key's baseline share of the group's load; they are one loop over a view of the scope
+//! (`HotKey::judge_scope`). Beside each rule's window verdict, every key with state in a
+//! scope gathers evidence across windows ([`RatioEvidence`]). Its firing paths, as the
+//! `proven_by` annotation names them: `consecutive_windows` and `step_shape` (the window rule's
+//! streak, by count or by shape), `cusum` and `quick_cusum` (the evidence across windows).
 //!
-//! - **Group rule.** The group's key summary ([`GroupSnapshot::top_keys`]) reports each top
-//!   key's count as an upper bound with an over-count bound `error`. Decisions use the *lower
-//!   bound* `requests − error`, so a key whose count is uncertain cannot fire. The key's share
-//!   of the group's requests is compared with an absolute floor (`min_group_share`, 20%), with
-//!   a whole shard's fair share (`fair_share_multiple`·1/N; a key with share p₁ alone puts
-//!   N·p₁ times the mean load on its shard, so a key heavier than one shard's fair share
-//!   overloads its shard whatever the sharding), and with the key's own baseline share
-//!   (`min_ratio`, 2×). A minimum lower-bound volume (`min_requests` per window) keeps a quiet
-//!   group from firing on a handful of requests.
-//! - **Shard rule** (a hot key inside an otherwise normal shard). Each shard's key summary
-//!   ([`ShardSnapshot::top_keys`], shares of the shard's requests) is checked too: the key's
-//!   lower-bound share of the shard must reach `min_shard_share` (50%), its share of the
-//!   *group's* load must be `min_ratio` times its baseline (the key's own load grew, whatever
-//!   its shard did), and it must carry at least `min_shard_requests` requests in the window.
-//!   This catches a key that takes over a shard's traffic mix while the shard's total load
-//!   barely moves, which `HotShard` rightly ignores, and a key that makes its shard hot while
-//!   staying under the group rule's 20% (the empty key of the metadata-database incident: 1% ->
-//!   6% of the group, 40% -> 80% of its shard).
-//!
-//! - **Evidence across windows** (both rules, no volume floor). Each window adds, for every key
-//!   with state in a scope, the binomial LLR of its certain requests among the *group's*
-//!   requests ([`crate::evidence::cusum`], docs/adr/006-evidence-that-accumulates.md): the reference
-//!   is the key's count baseline (its requests and the group's per window) at its upper bound,
-//!   and the test is built for the crossover `min_ratio` times that, so evidence grows only
-//!   while the key's load is over the rules' own ratio. A window in which the key is not
-//!   reported counts as none of its requests, which only drains evidence. It holds once the
-//!   burst-proof CUSUM (at least ⌈`tolerated_burst_secs`/w⌉ + 3 windows) or the quick one
-//!   (`consecutive_windows`, once the streak's shape outlasts a tolerated burst) reaches the
-//!   threshold for `false_alarms_per_key_hour` (half each), **and** the key holds at least
-//!   `min_group_share` (group rule, and the fair-share multiple) or `min_shard_share` (shard
-//!   rule) of its scope's requests over the windows the evidence rests on. The second gate is
-//!   what makes the baseline sound: a key's baseline learns zero in every window the summary
-//!   does not report it, which for a key under a shard's top three that still had requests is
-//!   too low; a key with half of its shard (or a fifth of its group) is always reported, so the
-//!   keys the gate lets through are exactly those whose baselines are not censored.
-//!
-//! A key *lives on one shard* when one shard's summary holds at least `single_shard_share` of
-//! the key's group-wide lower bound; the alert then carries that `shard` label (kept while the
-//! alert is active, so labels do not flap). When the group rule fires for a key, the shard rule
-//! does not raise a second alert for the same key.
-//!
-//! # Baselines and warm-up
-//!
-//! Baselines are EWMAs of the key's share of the group's requests (time constant
-//! `baseline_tau_secs`; shares, so diurnal load cancels), one per key of the group and one per
-//! key of each shard. A key that shows up for the first time is taken to
-//! have had a share of zero in every earlier window of its group or shard (it was not among the
-//! top keys), so a key that appears from nowhere and takes 30% is hot, while a key that has
-//! been heavy since the agent started is its own baseline. No verdict is made before the group
-//! (or shard) has `warmup_windows` windows with keyed traffic. Baselines are frozen while the
-//! key's alert is active or its condition is building up.
-//!
-//! Memory: a key's state is dropped once its baseline share falls under `forget_share` (of the
-//! group's load; in a shard scope, of the shard's) and it is neither reported nor alerting.
-//! Baseline shares are averages of shares that sum to at most 1 (or the shard's share), so at
-//! most 1/`forget_share` keys (100) stay per group and per shard, plus the reported ones.
-//! Shards and groups that leave the snapshot are forgotten.
-//!
-//! # Why it does not false-alarm
-//!
-//! - A stably popular key (Zipf 1.0: the top key is about 7% of the group and most of its own
-//!   shard) is its own baseline: ratio ≈ 1.
-//! - Lower bounds: a key that is only possibly heavy (large Space-Saving error) never fires.
-//! - Sampling noise: at the floors (20% share, ≥ 100 requests) the binomial sd of a share is
-//!   under 4 points, so noise cannot double a key's share; four consecutive windows are also
-//!   required, so a burst of one key of up to 20 s (at most three windows) does not fire, or
-//!   three whose excess requests hold more than `tolerated_burst_secs` (20 s) plus half a
-//!   window at full strength, which a 20 s burst at any alignment does not
-//!   ([`crate::evidence::shape`]).
-//! - Diurnal load changes every key's rate alike; shares do not move.
-//! - Low-volume shards (a few requests per second) stay under `min_shard_requests`; their keys
-//!   are judged by the evidence across windows, whose false alarms are bounded whatever the
-//!   volume, and whose gate on the scope's share rests on every request of the excursion. A
-//!   key's count baseline starts with its scope: a key first seen on a shard had none of the
-//!   group's requests since the shard appeared, and a shard that expired and came back knows
-//!   only its windows since (a key of an intermittent shard is not taken for new).
+//! docs/detectors.md ("HotKey") gives the method, the defaults and why ordinary traffic does
+//! not fire it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -635,7 +566,7 @@ impl HotKey {
 }
 
 /// The scope a rule judges in one window: the group (the group rule), or one of its shards
-/// (the shard rule). The two rules are one loop ([`HotKey::judge_scope`]) over it.
+/// (the shard rule). The two rules are one loop (`HotKey::judge_scope`) over it.
 #[derive(Debug, Clone, Copy)]
 enum View<'a> {
     Group,

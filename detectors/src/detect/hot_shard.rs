@@ -1,130 +1,16 @@
-//! `HotShard` detector: one shard takes far more than its fair share *and* its usual share of a
-//! group's load (labels `group`, `shard`).
+//! `HotShard`: one shard takes far more than its fair share *and* its usual share of a group's
+//! load (labels `group`, `shard`).
 //!
-//! # Signals
+//! Each shard's count is scored against its baseline load ratio on a negative-binomial
+//! variance-stabilised scale (`nb_transform`), with a threshold corrected for the group's
+//! shards ([`hot_shard_z_threshold`]). Its firing paths, as the `proven_by` annotation names
+//! them: `consecutive_windows` and `step_shape` (the streak of windows over threshold, by count
+//! or by shape), `long_streak` (longer than any tolerated burst), `z_cusum` (the CUSUM of capped
+//! scores), `rate_cusum` (the request count's evidence across windows, for shards too quiet for
+//! one window) and `hysteresis` (an active alert still clearly elevated).
 //!
-//! Per group and closed window: the shards with load N (not `__other__`, an aggregate of many
-//! shards; not zero-load shards, which the window stage keeps listed for a few windows after a
-//! shard is drained or removed), their total C, and per shard its count c_i and share
-//! s_i = c_i/C. Shares in the annotations are of this C.
-//!
-//! - **Baseline.** Each shard keeps an EWMA of its *load ratio* r_i = s_i·N (share over fair
-//!   share: which shard saturates first), time constant `baseline_tau_secs`. Baselining r rather
-//!   than s keeps a scale-in or scale-out (N changes, every share moves) from looking like a hot
-//!   shard. The expected count is e_i = b_i·C/N, so diurnal swings in C cancel: no seasonal
-//!   model is needed (see docs/detectors.md, "Baselines").
-//! - **Over-dispersion.** Real counts are burstier than Poisson. Each shard estimates the NB2
-//!   dispersion g_i (variance e + g·e²) as the EWMA of ((c − e)² − e)/e², *unclipped* (clipping
-//!   biases g upward), from windows with e ≥ `min_mean_requests` (below it the estimator's own
-//!   noise, about √2/e, swamps it). A shard is judged on the larger of its own g and the
-//!   group's (the shards' estimates averaged, [`group_dispersion`]): one shard's estimate is
-//!   noisy, and at a thousand shards the lowest are far below the truth.
-//! - **Score.** z_i = T(c_i) − T(e_i), where T(x) = 2·asinh(√(g·x))/√g is the negative
-//!   binomial's variance-stabilising transform ([`nb_transform`]; 2√x, Poisson's, for g ≤ 0).
-//!   For bursty traffic it is about ln(x)/√g, so a shard is judged on the log of its ratio: the
-//!   plain (c − e)/√var reads the long tail of multiplicative bursts as many-sigma events (the
-//!   benchmark's `noisy_shards`, whose shards swing by e^(0.5·Z) every 10 s, fired 53 times per
-//!   1,000 shard-hours on it). The threshold is z* = Φ⁻¹(1 − α/N) ([`hot_shard_z_threshold`]),
-//!   Bonferroni over the group's shards: 4.16 at N = 64, α = 10⁻³.
-//!
-//! # Decision
-//!
-//! A window is *over* for a shard when all of these hold:
-//! 1. z ≥ z* (statistically significant against its own baseline);
-//! 2. c/e ≥ `min_ratio` (1.25: practically significant, not just a large-volume artefact);
-//! 3. s ≥ `fair_share_multiple`/N (2× fair share), so a cold shard doubling, or a stable mildly
-//!    skewed shard, never qualifies.
-//!
-//! The alert condition holds when the shard has been over for k windows in a row, k the larger
-//! of `consecutive_windows` (4) and ⌈d/w⌉ + 2 for d = `tolerated_burst_secs` (20 s) at windows
-//! of w seconds (one more than a burst of d can touch: 6 at 5 s windows); **or** when the streak
-//! is both longer than such a burst can make and at least three windows (at 30 s windows a
-//! 20 s burst touches two); **or** as soon as the excess counts of its run of over windows
-//! hold more than d plus half a window of excess at full strength, and at least 2.5 windows'
-//! worth (the shape of the evidence, [`crate::evidence::shape`]: a step on a window boundary holds at
-//! its third window, a 20 s burst at any alignment never holds but for noise); **or** when its
-//! CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
-//! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
-//! smaller persistent shifts that rarely cross z* in one window; **or** when the request
-//! count's evidence across windows has reached its threshold (below).
-//! Only windows that pass gate 2 add to S (others subtract κ, or more for negative z), so a
-//! drift of a few percent at high volume cannot charge S for a later one-window burst to cash
-//! in. Each window adds at most h/k, so the CUSUM never fires sooner than the threshold rule
-//! and cannot fire on one burst either; S is capped at h so it decays within h/κ windows after
-//! recovery.
-//!
-//! Once the alert is active it keeps holding while z ≥ `clear_z_fraction`·z* **and**
-//! c/e ≥ `clear_ratio` **and** gate 3 holds (hysteresis); `keep_firing_for_secs` then adds the
-//! minimum time an alert keeps firing. The alert clears as soon as *either* z or the ratio falls
-//! back: holding on either one alone would keep an alert (and its frozen baseline) alive for
-//! ever on a +5% remainder at high volume, or on noise at low volume, so both must still be
-//! elevated.
-//!
-//! **Why k = 4 and not 2.** A burst of d seconds touches up to ⌈d/w⌉ + 1 windows of
-//! w seconds, and its partial windows are over too (a 5× burst for 1 s of a 10 s window is
-//! already 1.4× the expected count). With k = 4 a burst of up to 20 s never fires, whatever its
-//! alignment; with k = 3 a 20 s burst would fire at most alignments (the `short_bursts` benign
-//! scenario does fire with k = 3). The shape rule above wins back one window for a step
-//! (30 s instead of 40 s, docs/adr/003-the-shape-of-the-evidence.md); the count alone would be
-//! 40 s after a step instead of 20 s;
-//! set `consecutive_windows: 2` and `tolerated_burst_secs: 0` to trade burst alerts for the
-//! faster verdict (see
-//! docs/adr/002-four-windows-before-a-hot-verdict.md). A slow burn is caught sooner than k
-//! windows after it crosses the gates, because the CUSUM has been charging since it passed
-//! 1.25× its usual load.
-//!
-//! # Baselines, warm-up and volume
-//!
-//! - **Warm-up.** A shard's baseline gives no value before `warmup_windows` (30 windows, 5 min
-//!   at 10 s windows) with enough volume: no baseline-relative verdict is made before then, so a
-//!   freshly started agent, or a newly added shard, is silent for its first five minutes.
-//! - **Freezing.** The baseline and g stop learning while this shard's alert is pending or
-//!   firing, while the condition holds, and while the shard is *suspect* (c/e ≥ `min_ratio` and
-//!   z ≥ `clear_z_fraction`·z*): a slow burn must not teach the baseline that it is normal
-//!   before it fires. A suspect shard that has not fired after `max_suspect_windows` (15 min)
-//!   is a modest permanent shift, and the baseline learns it again.
-//! - **Too little data for one window.** A window whose mean count per shard C/N is below
-//!   `min_mean_requests` (10) gives no window verdict (Poisson noise alone then moves a shard by
-//!   ±30%), but it still teaches the baselines and adds to the evidence across windows.
-//!
-//! # Evidence across windows
-//!
-//! Beside the window rules, every window in which a warm shard has requests adds to a CUSUM
-//! ([`crate::evidence::cusum`]) the log-likelihood ratio of its count c: expected e against ρ·e,
-//! negative binomial on the group's dispersion (pooled over its shards from every window
-//! expecting a request; the shard's own, the window rules', too once its windows expect
-//! `min_mean_requests`). ρ is chosen so that the crossover, the rate above which evidence
-//! accumulates, is the practical gate: max(`min_ratio`, `fair_share_multiple`/b) times the
-//! expected count (ρ ≈ 3.5 for a fair shard, whose gate is 2× its share). The threshold comes
-//! from `false_alarms_per_shard_hour` (10⁻⁴: 15.1 at 10 s windows) and a window adds at most
-//! 1/k of it, k = max(the count rule's windows, ⌈`tolerated_burst_secs`/w⌉ + 3) (five at 10 s
-//! windows), so a 20 s burst cannot fill it. A busy hot shard fills it in k windows, after the
-//! window rules; a quiet one later: 64 shards at 10 req/s (1.6 requests per shard-window) are
-//! judged in about 90 s, where the window rules never speak. Below about one request per
-//! shard-window a shard's baseline takes longer than the benchmark's warm-up to learn (a shard
-//! seen in one window of seven needs 30 such windows), and nothing is judged before it.
-//!
-//! # Why it does not false-alarm
-//!
-//! - Pure noise: z* is Bonferroni-corrected over N shards (family-wise `family_alpha` per
-//!   window), *and* four windows in a row are needed, so noise alone fires the threshold rule
-//!   with a probability of the order of (α/N)⁴ per shard-window.
-//! - Over-dispersed (bursty) traffic widens the variance through g.
-//! - Diurnal load: shares, and so r and e/C, do not move when the whole group scales.
-//! - A stable skew (Zipf keys hashed onto shards): the baseline *is* the skew, so c/e ≈ 1.
-//! - A short burst: up to 20 s it touches at most ⌈20/w⌉ + 1 windows, one fewer than k, and
-//!   the capped CUSUM needs k windows too.
-//! - Low volume (e.g. 256 shards at 2 req/s): the fair-share gate needs a doubling, which at
-//!   λ = 20 is a 4.5σ Poisson event, and it must repeat four windows running.
-//! - Scale-in/out: the baseline is a load ratio, so unaffected shards keep r ≈ b.
-//!
-//! # Attribution
-//!
-//! The annotations name the shard's top key (from the shard's key summary). When the key's
-//! lower-bound share of the shard is at least `hot_key_share` (50%) the attribution is
-//! `hot_key` (cache, replicate, split or rate-limit that key), otherwise `hot_range` (reshard
-//! or re-spread the index values): a single heavy key keeps its shard hot under any sharding
-//! (see docs/detectors.md, HotShard).
+//! docs/detectors.md ("HotShard") gives the method, the defaults and why ordinary traffic does
+//! not fire it.
 
 use std::collections::BTreeMap;
 
@@ -159,7 +45,10 @@ pub struct HotShardConfig {
     pub min_ratio: f64,
     /// Smallest share, in multiples of the fair share 1/N.
     pub fair_share_multiple: f64,
-    /// Smallest mean count per shard per window for a verdict (below: no verdict, no learning).
+    /// Smallest mean count per shard per window for the window rules' verdict. Below it the
+    /// window rules do not judge (streaks restart) and only the evidence across windows and an
+    /// active alert's hysteresis can hold; baselines keep learning (the dispersion the window
+    /// rules use only from windows expecting at least this many requests).
     pub min_mean_requests: f64,
     /// Consecutive windows over threshold before the condition holds.
     pub consecutive_windows: u32,
@@ -504,7 +393,13 @@ impl HotShard {
         let share = c / gw.total;
         let Some(b) = st.load.value(cfg.warmup_windows) else {
             // Warm-up: learn, no verdict.
-            learn(st, (share * gw.n, c), (gw.total, gw.n), cfg, self.time.alpha);
+            learn(
+                st,
+                (share * gw.n, c),
+                (gw.total, gw.n),
+                cfg,
+                self.time.alpha,
+            );
             return None;
         };
         let mut sc = score(st, b, gw, c);
@@ -535,7 +430,13 @@ impl HotShard {
             || over
             || (suspicious && st.suspect <= cfg.max_suspect_windows);
         if !frozen {
-            learn(st, (share * gw.n, c), (gw.total, gw.n), cfg, self.time.alpha);
+            learn(
+                st,
+                (share * gw.n, c),
+                (gw.total, gw.n),
+                cfg,
+                self.time.alpha,
+            );
         }
         path.map(|p| (sc, p))
     }
@@ -1027,7 +928,8 @@ mod tests {
         }
         counts.iter().position(|&m| {
             let c = 300.0 * m;
-            d.assess(&mut st, &gw(c), c as u64, (false, false)).is_some()
+            d.assess(&mut st, &gw(c), c as u64, (false, false))
+                .is_some()
         })
     }
 

@@ -1,46 +1,17 @@
-//! `LatencySkew` detector: one shard's p99 latency is far above its peers' and above its own
-//! usual p99 (labels `group`, `shard`).
+//! `LatencySkew`: one shard's p99 latency is far above its peers' and above its own usual p99
+//! (labels `group`, `shard`).
 //!
-//! # Signals
+//! Two paths. The window rule compares a shard's p99 (of its merged latency histograms) with its
+//! eligible peers' median and its own baseline in windows with `min_samples`; beside it, every
+//! shard with samples gathers evidence across windows that its requests are slower than its
+//! peers' p99 (a burst-proof, a quick and a severe test) and than their median (the bulk's
+//! test), two [`RatioEvidence`]s. Its firing paths, as the `proven_by` annotation names them:
+//! `consecutive_windows` and `step_shape` (the window rule's streak, by count or by the shape of
+//! its excess mean latency), `cusum`, `severe_cusum` and `quick_cusum` (the slow share's
+//! evidence) and `bulk_cusum` (the bulk's).
 //!
-//! Per shard and window, the p99 of all responses from the shard's merged HDR histograms
-//! ([`ShardSnapshot::latency`]; percentiles are never averaged: an average of per-shard p99s
-//! dilutes one slow shard among its healthy peers). A shard is
-//! *eligible* when it has at least `min_samples` latency samples in the window (50: below
-//! that the p99 is one or two requests). A group is judged only with at least `min_shards`
-//! eligible shards (3), so that "its peers" means at least two other shards.
-//!
-//! # Decision
-//!
-//! A window is *over* for a shard when
-//! 1. p99 ≥ `peer_ratio` × the median p99 of the *other* eligible shards (3×): slow against
-//!    its peers right now, which cancels load that slows every shard (a cold cache, a diurnal
-//!    peak, a slow dependency of the whole group);
-//! 2. p99 − peers' median ≥ `min_excess_ms` (50 ms): an absolute floor, because 3× of a 2 ms
-//!    cache-hit p99 is nobody's problem;
-//! 3. p99 ≥ `baseline_ratio` × the shard's own baseline p99 (2×, EWMA with time constant
-//!    `baseline_tau_secs`): slower than *it* usually is, so a shard that is always slower
-//!    (older hardware, a bigger tenant) is not an incident.
-//!
-//! The condition holds after `consecutive_windows` (4) such windows in a row: a latency spike
-//! of up to 20 s touches at most three windows. It holds sooner when the run's excess *mean*
-//! latency over the peers' holds more than `tolerated_burst_secs` (20 s) plus half a window at
-//! full strength ([`crate::evidence::shape`]): the p99 reads the same for a spell covering a
-//! fifth of a window as for a whole one, the mean grows with the covered part. The baseline
-//! needs `warmup_windows` eligible windows (30, 5 minutes) before any verdict, and stops
-//! learning while the alert is active or the condition is building up.
-//!
-//! # Why it does not false-alarm
-//!
-//! - Group-wide slowdowns (cold cache after a deploy, a diurnal peak, a slow shared backend)
-//!   move the peers' median too: gate 1 compares against the same window.
-//! - A slow spell of up to 20 s (a GC pause, one slow batch) touches at most three windows;
-//!   four are needed.
-//! - Few samples: shards under `min_samples` are neither judged nor used as peers, so 256
-//!   shards at 2 req/s give no verdict instead of a noisy one.
-//! - Sampling noise of p99 at 50 samples is well under 3× for realistic (lognormal, σ ≤ 1)
-//!   latencies, and the 50 ms floor covers fast services whose p99 jumps by a few ms.
-//! - A permanently slow shard is its own baseline (gate 3).
+//! docs/detectors.md ("LatencySkew") gives the method, the defaults and why ordinary traffic
+//! does not fire it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,7 +38,7 @@ const SLOW_QUANTILE: f64 = 0.99;
 /// nearly all past their median.
 const BULK_QUANTILE: f64 = 0.5;
 
-/// Windows the slow-share evidence takes beyond [`burst_proof_windows`]: its reference, the
+/// Windows the slow-share evidence takes beyond [`crate::evidence::cusum::burst_proof_windows`]: its reference, the
 /// share of requests past the peers' p99 bucket, moves with that bucket every window, so the
 /// noise before and after a slow spell charges the evidence more than the bound allows for an
 /// exact reference. With five windows at 10 s a 15 s spell and a 2% blip two windows later

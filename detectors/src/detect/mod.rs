@@ -5,9 +5,10 @@
 //! The [`crate::alert::AlertBook`] turns findings into pending, firing and resolved alerts.
 //! Time is the window's end, passed in; nothing here reads a clock.
 //!
-//! Every detector documents its signals, its defaults and why it does not false-alarm on
-//! ordinary traffic; `docs/detectors.md` explains all of them and the machinery they share.
-//! The defaults are in `rules/skewwatch.yaml`.
+//! Every detector's module says what it detects and names its firing paths, the rules an
+//! alert's `proven_by` annotation names; `docs/detectors.md` is the one home of their methods,
+//! defaults and figures, why they do not false-alarm on ordinary traffic, and the machinery
+//! they share ([`crate::evidence`]). The defaults are in `rules/skewwatch.yaml`.
 //!
 //! A detector is a [`DetectorKind`]: it names itself and its YAML section and builds itself
 //! from its [`DetectorSettings`]. The `detectors!` list below names every kind once and

@@ -1,35 +1,14 @@
 //! `ShardFailing`: one shard's failure ratio rose well above its own baseline and its peers',
-//! at any ratio and any rate the evidence supports (see docs/detectors.md, ShardFailing).
+//! at any ratio and any rate the evidence supports (labels `group`, `shard`).
 //!
-//! One dead shard among 128 barely moves its group's error ratio (1/128 of the requests fail),
-//! so `ErrorSurge`, which judges the group, stays quiet, and `FastFailureSink` needs the shard to
-//! attract traffic. This detector judges each shard against the errors of its peers and its own
-//! history, and lets the evidence accumulate across windows (`sequential`,
-//! docs/adr/006-evidence-that-accumulates.md), so a quiet shard is judged later, never not at
-//! all, and a partly failing one as soon as its counts prove it.
+//! One dead shard among many barely moves its group's error ratio, so the group's detectors
+//! stay quiet. Each shard's failures among its requests are weighed across windows
+//! ([`RatioEvidence`]) against the higher of its baseline and its peers' ratio, by a test of a
+//! rise by `margin_points` and a severe test (`severe_ratio`). Its firing paths, as the
+//! `proven_by` annotation names them: `cusum` (burst-proof), `severe_cusum` and `quick_cusum`
+//! (once the streak's shape has outlasted a tolerated burst).
 //!
-//! **Test**, per shard and window: the reference ratio `p0` is the higher of the Wilson upper
-//! bounds ([`BOUND_Z`]) of the shard's baseline ratio (over the requests the baseline has
-//! seen) and of its peers' pooled ratio in the window. The window's failures among its requests
-//! add the binomial log-likelihood ratio of a rise by `margin_points` against a rise by half of
-//! it (`p0 + m` against `p0 + m/2`: a rise under about three quarters of the margin drains
-//! the evidence, one over it builds it up) to a CUSUM whose threshold gives half of
-//! `false_alarms_per_shard_hour`; a window adds at most 1/k of it, for k the larger of
-//! `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs` (20 s: 5 windows
-//! at 10 s windows), so a failure of up to 20 s never fires on its own. A second, severe test
-//! ([`severe_ratio`]: halfway from `p0 + m` to every request failing) has the other half of the
-//! rate, so a quiet shard that fails most of its requests is proven sooner. The condition holds
-//! while either CUSUM is at its threshold. No verdict before the baseline has seen
-//! `warmup_windows` windows: a shard born failing learns that as its normal.
-//!
-//! A group-wide failure raises the peers' ratio with the shard's, so it is `ErrorSurge`'s. A
-//! shard that always fails a share has it as its baseline. Baselines learn the windows of an
-//! excursion of the evidence once it ends without proof ([`HeldWindows`]), never while an alert is
-//! active.
-//!
-//! **Annotations**: the error ratio with its baseline, the peers' ratio and the reference, the
-//! evidence, the error classes, the shard's share of the group's load and its fair share, and
-//! the group's error ratio (to show how little the shard moves it).
+//! docs/detectors.md ("ShardFailing") gives the method, the defaults and the annotations.
 
 use std::collections::BTreeMap;
 
@@ -134,7 +113,7 @@ impl DetectorSettings for ShardFailingConfig {
 }
 
 /// Baseline and evidence of one shard: its failures among its requests, tested for a rise by
-/// the margin (burst-proof and quick) and for a severe failure ([`severe_ratio`]).
+/// the margin (burst-proof and quick) and for a severe failure (`severe_ratio`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ShardState {
     #[serde(default)]
