@@ -385,6 +385,45 @@ impl DeadlinePileUp {
         })
     }
 
+    /// What a finding of group `g` reports: reading `r` against the baselines of `st`, the
+    /// deadline and its source, the successful p99's baseline and the firing path.
+    fn figures(
+        &self,
+        g: &GroupSnapshot,
+        st: &GroupState,
+        r: Reading,
+        (deadline_ms, source): (f64, DeadlineSource),
+        (baseline_ok, proven_by): (f64, &'static str),
+    ) -> Figures {
+        let warm = self.cfg.warmup_windows;
+        // Before the window rule's baseline is warm, the count baseline's ratio.
+        let baseline_ratio = st.ratio.value(warm).unwrap_or_else(|| {
+            let b = st.timeouts.baseline();
+            let n = b.trials.raw().unwrap_or(0.0);
+            b.events.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
+        });
+        Figures {
+            requests: g.requests,
+            timeouts: r.timeouts,
+            timeout_ratio: r.ratio,
+            baseline_ratio,
+            deadline_ms,
+            source,
+            ok_p50_ms: r.ok_p50,
+            ok_p99_ms: r.ok_p99,
+            baseline_ok_p99_ms: baseline_ok,
+            crowd_p99_ms: r.crowd_p99,
+            top_shard: r.top,
+            inflight: r.inflight.map(|now| InFlight {
+                now,
+                baseline: st.inflight.value(warm),
+            }),
+            windows: st.streak.max(st.timeouts.excursion().windows),
+            evidence: st.timeouts.fraction(&self.tests),
+            proven_by,
+        }
+    }
+
     /// Adds the window's timeouts among its requests to the evidence, once the count
     /// baselines are warm: the binomial LLR of the ratio the fast path asks for,
     /// `q1 = max(min_timeout_ratio, ratio_over_baseline × baseline)` (the baseline at its
@@ -673,31 +712,7 @@ impl GroupDetector for DeadlinePileUp {
         let (Some(baseline_ok), Some(proven_by)) = (ok_base, path) else {
             return;
         };
-        let baseline_ratio = st.ratio.value(warm).unwrap_or_else(|| {
-            let b = st.timeouts.baseline();
-            let n = b.trials.raw().unwrap_or(0.0);
-            b.events.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
-        });
-        let fig = Figures {
-            requests: g.requests,
-            timeouts: r.timeouts,
-            timeout_ratio: r.ratio,
-            baseline_ratio,
-            deadline_ms,
-            source,
-            ok_p50_ms: r.ok_p50,
-            ok_p99_ms: r.ok_p99,
-            baseline_ok_p99_ms: baseline_ok,
-            crowd_p99_ms: r.crowd_p99,
-            top_shard: r.top,
-            inflight: r.inflight.map(|now| InFlight {
-                now,
-                baseline: st.inflight.value(warm),
-            }),
-            windows: st.streak.max(st.timeouts.excursion().windows),
-            evidence: st.timeouts.fraction(&self.tests),
-            proven_by,
-        };
+        let fig = self.figures(g, st, r, (deadline_ms, source), (baseline_ok, proven_by));
         if !active {
             st.shard = fig
                 .top_shard

@@ -455,48 +455,17 @@ impl HotKey {
             return;
         }
         let warm = scope.windows >= cfg.warmup_windows;
-        let (scope_total, group_total) = (counts.0 as f64, g.requests.max(1) as f64);
         let mut reported = BTreeSet::new();
         for k in view.keys(g) {
             reported.insert(k.key.as_str());
             let st = scope.key(&k.key);
-            let lb = k.lower_bound();
             let active = is_active(&k.key, st);
-            let accumulated = self.weigh(&mut st.counted, (lb, counts.0, counts.1), floor, active);
-            let fig = KeyFigures {
-                lower: lb,
-                share: lb as f64 / scope_total,
-                load: lb as f64 / group_total,
-                baseline: st.baseline(),
-                windows: 1,
-                evidence: st.counted.requests.fraction(&self.tests),
-            };
-            let over = warm
-                && lb >= view.min_requests(cfg)
-                && fig.share >= floor
-                && fig.ratio() >= cfg.min_ratio;
-            if matches!(view, View::Group) && (over || accumulated.is_some()) && !active {
-                // The `shard` label is chosen when the condition builds up and kept while the
-                // alert is active, so the alert's identity does not flap.
-                st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
-            }
-            let excess = (fig.load - fig.baseline) * group_total;
-            let frozen = active || accumulated.is_some();
-            let ruled = st.step(
-                over,
-                frozen,
-                (fig.load, excess),
-                self.tests.alpha(),
-                &self.persistence,
-            );
-            let (fig, proven_by) = match (ruled, accumulated) {
-                (Some(lasted), _) => (fig, lasted.name()),
-                (None, Some(proof)) => (self.accumulated(&st.counted), proof.name()),
-                (None, None) => continue,
+            let Some((shares, proven_by)) = self.judge_key((g, view), k, st, (warm, active)) else {
+                continue;
             };
             let found = Found {
                 key: k,
-                shares: fig,
+                shares,
                 proven_by,
             };
             match view {
@@ -516,6 +485,50 @@ impl HotKey {
         let forget = (floor, view.forget_below(cfg, g));
         self.forget_unreported(scope, &reported, counts, forget, is_active);
         scope.windows = scope.windows.saturating_add(1);
+    }
+
+    /// Judges reported key `k` of the scope `view` in one window: its evidence across windows,
+    /// then the window rule, whose streak freezes the key's baseline. The figures to report
+    /// and the firing path when either holds: the window's, or those of the windows the
+    /// evidence rests on. `warm` when the scope is past its warm-up; `active` when the key's
+    /// alert is.
+    fn judge_key(
+        &self,
+        (g, view): (&GroupSnapshot, View<'_>),
+        k: &KeyShare,
+        st: &mut KeyState,
+        (warm, active): (bool, bool),
+    ) -> Option<(KeyFigures, &'static str)> {
+        let cfg = &self.cfg;
+        let floor = view.floor(cfg, g);
+        let lb = k.lower_bound();
+        let scope = view.requests(g);
+        let accumulated = self.weigh(&mut st.counted, (lb, scope, g.requests), floor, active);
+        let group_total = g.requests.max(1) as f64;
+        let fig = KeyFigures {
+            lower: lb,
+            share: lb as f64 / scope as f64,
+            load: lb as f64 / group_total,
+            baseline: st.baseline(),
+            windows: 1,
+            evidence: st.counted.requests.fraction(&self.tests),
+        };
+        let over = warm
+            && lb >= view.min_requests(cfg)
+            && fig.share >= floor
+            && fig.ratio() >= cfg.min_ratio;
+        if matches!(view, View::Group) && (over || accumulated.is_some()) && !active {
+            // The `shard` label is chosen when the condition builds up and kept while the
+            // alert is active, so the alert's identity does not flap.
+            st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
+        }
+        let excess = (fig.load - fig.baseline) * group_total;
+        let frozen = active || accumulated.is_some();
+        let alpha = self.tests.alpha();
+        match st.step(over, frozen, (fig.load, excess), alpha, &self.persistence) {
+            Some(lasted) => Some((fig, lasted.name())),
+            None => accumulated.map(|proof| (self.accumulated(&st.counted), proof.name())),
+        }
     }
 
     /// Keys of `scope` not reported this window had a share of (about) zero: their evidence
@@ -817,7 +830,7 @@ impl DetectorKind for HotKey {
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            tests: RatioTests::new(settings).with_quick(settings, true),
+            tests: RatioTests::new(settings).with_quick(true),
             cfg,
             state: BTreeMap::new(),
         }

@@ -662,9 +662,7 @@ impl DetectorKind for LatencySkew {
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            tests: RatioTests::new(settings)
-                .with_quick(settings, false)
-                .with_severe(),
+            tests: RatioTests::new(settings).with_quick(false).with_severe(),
             bulk_tests: RatioTests::new(settings),
             cfg,
             state: BTreeMap::new(),

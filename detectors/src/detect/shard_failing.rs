@@ -324,9 +324,7 @@ impl DetectorKind for ShardFailing {
             baseline_tau_secs: cfg.baseline_tau_secs,
         };
         ShardFailing {
-            tests: RatioTests::new(settings)
-                .with_quick(settings, false)
-                .with_severe(),
+            tests: RatioTests::new(settings).with_quick(false).with_severe(),
             cfg,
             groups: BTreeMap::new(),
         }

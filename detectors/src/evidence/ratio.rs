@@ -40,6 +40,13 @@ pub struct RatioSettings {
     pub baseline_tau_secs: f64,
 }
 
+impl RatioSettings {
+    /// Each test's part of the false-alarm rate.
+    fn per_test(&self) -> f64 {
+        self.false_alarms_per_hour / f64::from(self.tests.max(1))
+    }
+}
+
 /// The quick path: the burst-proof test's LLRs in a CUSUM that may reach its threshold in
 /// `consecutive_windows`, counting once the streak's shape has outlasted a tolerated burst.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,6 +62,7 @@ struct QuickPath {
 /// [`RatioSettings`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RatioTests {
+    settings: RatioSettings,
     /// The burst-proof CUSUM's settings, which the severe test shares.
     proof: CusumSettings,
     quick: Option<QuickPath>,
@@ -91,8 +99,9 @@ impl RatioTests {
     pub fn new(s: RatioSettings) -> RatioTests {
         let burst_proof = burst_proof_windows(s.tolerated_burst_secs, s.window_secs);
         RatioTests {
+            settings: s,
             proof: CusumSettings::new(
-                s.false_alarms_per_hour / f64::from(s.tests.max(1)),
+                s.per_test(),
                 s.window_secs,
                 s.consecutive_windows.max(burst_proof + s.margin_windows),
             ),
@@ -103,16 +112,14 @@ impl RatioTests {
         }
     }
 
-    /// With the quick path of `s` beside the burst-proof test, at the same part of the rate
-    /// (the same evidence, capped less). When `holds_back`, the baseline also holds back the
-    /// windows while the quick CUSUM is above zero.
-    pub fn with_quick(mut self, s: RatioSettings, holds_back: bool) -> RatioTests {
+    /// With the quick path beside the burst-proof test, at the same part of the rate (the same
+    /// evidence, capped less), reaching its threshold in `consecutive_windows`. When
+    /// `holds_back`, the baseline also holds back the windows while the quick CUSUM is above
+    /// zero.
+    pub fn with_quick(mut self, holds_back: bool) -> RatioTests {
+        let s = self.settings;
         self.quick = Some(QuickPath {
-            cusum: CusumSettings::new(
-                s.false_alarms_per_hour / f64::from(s.tests.max(1)),
-                s.window_secs,
-                s.consecutive_windows,
-            ),
+            cusum: CusumSettings::new(s.per_test(), s.window_secs, s.consecutive_windows),
             tolerated_burst_secs: s.tolerated_burst_secs,
             window_secs: s.window_secs,
             holds_back,
@@ -292,5 +299,162 @@ impl RatioEvidence {
     /// The counts of the current excursion.
     pub fn excursion(&self) -> Excursion {
         self.excursion
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::cusum::threshold_for;
+
+    fn settings(tests: u32) -> RatioSettings {
+        RatioSettings {
+            false_alarms_per_hour: 1e-4,
+            tests,
+            window_secs: 10.0,
+            consecutive_windows: 3,
+            tolerated_burst_secs: 20.0,
+            margin_windows: 0,
+            warmup_windows: 5,
+            baseline_tau_secs: 3600.0,
+        }
+    }
+
+    /// The test of `p0` against `p1`, with the reference `p0`.
+    fn rise(p0: f64, p1: f64) -> impl FnOnce(Ratio<f64>) -> Option<Hypotheses> {
+        move |_| {
+            Some(Hypotheses {
+                reference: p0,
+                rise: Binomial::new(p0, p1),
+                severe: Binomial::new(p0, 0.9),
+            })
+        }
+    }
+
+    /// Evidence whose baseline has learned `windows` windows of 100 requests with one event.
+    fn warm(tests: &RatioTests, windows: u32) -> RatioEvidence {
+        let mut e = RatioEvidence::default();
+        for _ in 0..windows {
+            e.learn(tests, Ratio::of(1, 100), false);
+        }
+        e
+    }
+
+    #[test]
+    fn the_rate_is_split_over_the_tests_and_the_burst_proof_test_takes_its_windows() {
+        let one = RatioTests::new(settings(1));
+        let two = RatioTests::new(settings(2)).with_quick(false);
+        assert_eq!(one.proof().threshold, threshold_for(1e-4, 10.0));
+        assert_eq!(two.proof().threshold, threshold_for(0.5e-4, 10.0));
+        // ⌈20/10⌉ + 3 windows at the fewest, beyond `consecutive_windows` (3); the quick path
+        // takes those 3 at the same part of the rate.
+        assert_eq!(one.proof().min_windows, 5);
+        let quick = two.quick.unwrap();
+        assert_eq!(quick.cusum.min_windows, 3);
+        assert_eq!(quick.cusum.threshold, two.proof().threshold);
+        let margin = RatioTests::new(RatioSettings {
+            margin_windows: 1,
+            ..settings(1)
+        });
+        assert_eq!(margin.proof().min_windows, 6);
+    }
+
+    #[test]
+    fn nothing_is_weighed_on_a_cold_baseline() {
+        let tests = RatioTests::new(settings(1)).with_severe();
+        let mut e = warm(&tests, 4);
+        assert_eq!(e.weigh(&tests, Ratio::of(100, 100), rise(0.01, 0.2)), None);
+        assert_eq!(e.fraction(&tests), 0.0);
+        e.learn(&tests, Ratio::of(1, 100), false);
+        let seen = e.seen(&tests).unwrap();
+        assert!((seen.share() - 0.01).abs() < 1e-12, "{seen:?}");
+        assert!(
+            e.weigh(&tests, Ratio::of(100, 100), rise(0.01, 0.2))
+                .is_some()
+        );
+        assert!(e.fraction(&tests) > 0.0);
+    }
+
+    #[test]
+    fn a_rise_is_proven_by_the_first_cusum_that_holds() {
+        // Every request failing: the severe test (a failure adds ln 90) reaches its threshold
+        // in the fewest windows, as the burst-proof one does; the burst-proof one is named.
+        let tests = RatioTests::new(settings(2)).with_severe();
+        let mut e = warm(&tests, 5);
+        let mut proofs = Vec::new();
+        for _ in 0..5 {
+            e.weigh(&tests, Ratio::of(100, 100), rise(0.01, 0.2));
+            proofs.push(e.proven(&tests, false));
+        }
+        assert_eq!(proofs, [None, None, None, None, Some(Proof::Cusum)]);
+        // With a quick path the same step is proven on its third window, by the quick CUSUM.
+        let tests = RatioTests::new(settings(2)).with_quick(false);
+        let mut e = warm(&tests, 5);
+        let mut proofs = Vec::new();
+        for _ in 0..3 {
+            e.weigh(&tests, Ratio::of(100, 100), rise(0.01, 0.2));
+            proofs.push(e.proven(&tests, false));
+        }
+        assert_eq!(proofs, [None, None, Some(Proof::Quick)]);
+        assert_eq!(Proof::Quick.name(), "quick_cusum");
+        assert_eq!(e.excursion().windows, 3);
+        assert_eq!(e.excursion().counts, Ratio::of(300, 300));
+    }
+
+    #[test]
+    fn the_baseline_holds_an_excursion_back_and_forgets_a_proven_one() {
+        let tests = RatioTests::new(settings(1));
+        let mut e = warm(&tests, 5);
+        let learned = e.baseline().trials.samples();
+        // Evidence up: the window waits.
+        e.weigh(&tests, Ratio::of(30, 100), rise(0.01, 0.2));
+        e.learn(&tests, Ratio::of(30, 100), false);
+        assert_eq!(e.baseline().trials.samples(), learned);
+        // Back at zero: the held window and this one are taught.
+        e.weigh(&tests, Ratio::of(0, 100), rise(0.01, 0.2));
+        assert!(e.at_rest(&tests));
+        e.learn(&tests, Ratio::of(0, 100), false);
+        assert_eq!(e.baseline().trials.samples(), learned + 2);
+        // A frozen window (a proven rise, an active alert) is forgotten with what was held.
+        e.weigh(&tests, Ratio::of(30, 100), rise(0.01, 0.2));
+        e.learn(&tests, Ratio::of(30, 100), false);
+        e.learn(&tests, Ratio::of(30, 100), true);
+        assert_eq!(e.baseline().trials.samples(), learned + 2);
+        assert_eq!(e.held, HeldWindows::default());
+    }
+
+    #[test]
+    fn a_quick_path_that_holds_back_keeps_the_entity_from_rest() {
+        let holds = RatioTests::new(settings(2)).with_quick(true);
+        let lets_go = RatioTests::new(settings(2)).with_quick(false);
+        for (tests, at_rest) in [(holds, false), (lets_go, true)] {
+            let mut e = warm(&tests, 5);
+            // A strong window, then one that drains the burst-proof CUSUM (capped at h/5 a
+            // window) back to zero but not the quick one (capped at h/3).
+            e.weigh(&tests, Ratio::of(100, 100), rise(0.01, 0.2));
+            e.weigh(&tests, Ratio::of(0, 100), |_| {
+                Some(Hypotheses {
+                    reference: 0.01,
+                    rise: None,
+                    severe: None,
+                })
+            });
+            let drain = -tests.proof().max_step();
+            e.cusum.push(drain, &tests.proof);
+            assert_eq!(e.cusum.value(), 0.0);
+            assert!(e.quick.value() > 0.0);
+            assert_eq!(e.at_rest(&tests), at_rest);
+        }
+    }
+
+    #[test]
+    fn saved_state_leaves_out_what_is_at_rest() {
+        let tests = RatioTests::new(settings(1));
+        let e = warm(&tests, 5);
+        let saved = serde_json::to_value(&e).unwrap();
+        let keys: Vec<&String> = saved.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["baseline"]);
+        let back: RatioEvidence = serde_json::from_value(saved).unwrap();
+        assert_eq!(back, e);
     }
 }
