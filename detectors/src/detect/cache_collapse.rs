@@ -133,12 +133,7 @@ impl DetectorSettings for CacheHitCollapseConfig {
         p.range("error_ratio_floor", self.error_ratio_floor, 0.0, 1.0);
         p.range("error_ratio_factor", self.error_ratio_factor, 1.0, 1000.0);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         p.windows("freeze_limit_windows", self.freeze_limit_windows);
         p.range(

@@ -124,12 +124,7 @@ impl DetectorSettings for CapacityHeadroomConfig {
         }
         p.windows("consecutive_windows", self.consecutive_windows);
         p.range("noise_sigmas", self.noise_sigmas, 0.0, 10.0);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         // A line through two points has no residual to speak of: a trend needs three.
         p.windows_from("projection_windows", self.projection_windows, 3);
         p.range(
@@ -145,11 +140,9 @@ impl DetectorSettings for CapacityHeadroomConfig {
             10.0,
         );
         p.range("projection_sigmas", self.projection_sigmas, 0.0, 100.0);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
     }
 }

@@ -157,18 +157,11 @@ impl DetectorSettings for DeadlinePileUpConfig {
             3600.0,
         );
         p.range("shard_timeout_share", self.shard_timeout_share, 0.0, 1.0);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_group_hour",
             self.false_alarms_per_group_hour,
-            1e-12,
-            1.0,
         );
     }
 }

@@ -91,25 +91,13 @@ impl DetectorSettings for ErrorSurgeConfig {
         p.range("ratio_over_baseline", self.ratio_over_baseline, 1.0, 1000.0);
         p.range("points_over_baseline", self.points_over_baseline, 0.0, 1.0);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_group_hour",
             self.false_alarms_per_group_hour,
-            1e-12,
-            1.0,
         );
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
     }
 }
 

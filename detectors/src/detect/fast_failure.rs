@@ -110,12 +110,7 @@ impl DetectorSettings for FastFailureSinkConfig {
             1000.0,
         );
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
     }
 }

@@ -94,12 +94,7 @@ impl DetectorSettings for HotKeyConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         for (field, v) in [
             ("min_group_share", self.min_group_share),
@@ -126,12 +121,7 @@ impl DetectorSettings for HotKeyConfig {
             }
         }
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         if !(self.single_shard_share > 0.5 && self.single_shard_share <= 1.0) {
             p.fail(
                 "single_shard_share",
@@ -150,12 +140,7 @@ impl DetectorSettings for HotKeyConfig {
                 ),
             );
         }
-        p.range(
-            "false_alarms_per_key_hour",
-            self.false_alarms_per_key_hour,
-            1e-12,
-            1.0,
-        );
+        p.false_alarm_rate("false_alarms_per_key_hour", self.false_alarms_per_key_hour);
     }
 }
 

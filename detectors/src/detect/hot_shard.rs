@@ -103,12 +103,7 @@ impl DetectorSettings for HotShardConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         if !(self.family_alpha > 0.0 && self.family_alpha < 1.0) {
             p.fail(
@@ -123,12 +118,7 @@ impl DetectorSettings for HotShardConfig {
         p.range("fair_share_multiple", self.fair_share_multiple, 0.0, 1000.0);
         p.range("min_mean_requests", self.min_mean_requests, 0.0, 1e9);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         p.range("cusum_slack", self.cusum_slack, 0.0, 100.0);
         p.range("cusum_threshold", self.cusum_threshold, 0.1, 10_000.0);
         p.range("clear_ratio", self.clear_ratio, 1.0, 1000.0);
@@ -145,11 +135,9 @@ impl DetectorSettings for HotShardConfig {
         // 0 is valid: a suspect shard then keeps learning at once.
         p.windows_from("max_suspect_windows", self.max_suspect_windows as usize, 0);
         p.range("hot_key_share", self.hot_key_share, 0.0, 1.0);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
     }
 }

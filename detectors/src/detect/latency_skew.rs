@@ -124,12 +124,7 @@ impl DetectorSettings for LatencySkewConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         if self.min_samples < 10 {
             p.fail(
@@ -153,18 +148,11 @@ impl DetectorSettings for LatencySkewConfig {
         p.range("min_excess_ms", self.min_excess_ms, 0.0, 3_600_000.0);
         p.range("baseline_ratio", self.baseline_ratio, 1.0, 1000.0);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         p.range("slow_share_ratio", self.slow_share_ratio, 1.1, 50.0);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
     }
 }

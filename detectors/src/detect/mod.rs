@@ -296,6 +296,21 @@ impl<'a> Problems<'a> {
         }
     }
 
+    /// Checks a baseline's time constant, seconds: a second to 30 days.
+    pub fn time_constant(&mut self, field: &str, v: f64) {
+        self.range(field, v, 1.0, 30.0 * 86_400.0);
+    }
+
+    /// Checks a burst to tolerate, seconds: none to a day.
+    pub fn burst(&mut self, field: &str, v: f64) {
+        self.range(field, v, 0.0, 86_400.0);
+    }
+
+    /// Checks a stated false-alarm rate per entity-hour: above 0 (10⁻¹²) and at most one.
+    pub fn false_alarm_rate(&mut self, field: &str, v: f64) {
+        self.range(field, v, 1e-12, 1.0);
+    }
+
     /// Checks a count of windows: `1..=`[`MAX_WINDOWS`].
     pub fn windows(&mut self, field: &str, v: u32) {
         self.windows_from(field, v as usize, 1);

@@ -89,25 +89,13 @@ impl DetectorSettings for ShardFailingConfig {
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range("margin_points", self.margin_points, 0.01, 0.99);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
     }
 }
