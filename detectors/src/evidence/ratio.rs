@@ -52,8 +52,6 @@ impl RatioSettings {
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct QuickPath {
     cusum: CusumSettings,
-    tolerated_burst_secs: f64,
-    window_secs: f64,
     /// True when the quick CUSUM above zero holds windows back from the baseline too.
     holds_back: bool,
 }
@@ -67,7 +65,6 @@ pub struct RatioTests {
     proof: CusumSettings,
     quick: Option<QuickPath>,
     severe: bool,
-    warmup: u32,
     alpha: f64,
 }
 
@@ -107,7 +104,6 @@ impl RatioTests {
             ),
             quick: None,
             severe: false,
-            warmup: s.warmup_windows,
             alpha: alpha_for(s.window_secs, s.baseline_tau_secs),
         }
     }
@@ -120,8 +116,6 @@ impl RatioTests {
         let s = self.settings;
         self.quick = Some(QuickPath {
             cusum: CusumSettings::new(s.per_test(), s.window_secs, s.consecutive_windows),
-            tolerated_burst_secs: s.tolerated_burst_secs,
-            window_secs: s.window_secs,
             holds_back,
         });
         self
@@ -144,8 +138,8 @@ impl RatioTests {
     }
 
     /// Windows the baseline needs before a test is built on it.
-    pub fn warmup(&self) -> u32 {
-        self.warmup
+    fn warmup(&self) -> u32 {
+        self.settings.warmup_windows
     }
 }
 
@@ -204,7 +198,7 @@ impl RatioEvidence {
 
     /// The baseline's events and trials over the windows it spans, once warm.
     pub fn seen(&self, tests: &RatioTests) -> Option<Ratio<f64>> {
-        self.baseline.seen(tests.warmup, tests.alpha)
+        self.baseline.seen(tests.warmup(), tests.alpha)
     }
 
     /// The baseline.
@@ -260,8 +254,9 @@ impl RatioEvidence {
             return Some(Proof::Severe);
         }
         let q = tests.quick.as_ref()?;
+        let s = &tests.settings;
         self.quick
-            .holds(&q.cusum, q.tolerated_burst_secs, q.window_secs, drains)
+            .holds(&q.cusum, s.tolerated_burst_secs, s.window_secs, drains)
             .then_some(Proof::Quick)
     }
 
@@ -274,7 +269,7 @@ impl RatioEvidence {
         self.held.hold(
             window,
             (frozen, settled),
-            tests.warmup,
+            tests.warmup(),
             &mut self.baseline,
             tests.alpha,
         );
