@@ -133,11 +133,6 @@ impl Persistence {
         }
     }
 
-    /// True when a streak of `streak` windows with shape `shape` is long enough.
-    pub fn holds(&self, streak: u32, shape: &StreakShape) -> bool {
-        self.lasted(streak, shape).is_some()
-    }
-
     /// Why a streak of `streak` windows with shape `shape` is long enough, if it is: its count
     /// of windows, or else its shape.
     pub fn lasted(&self, streak: u32, shape: &StreakShape) -> Option<Lasted> {
@@ -189,6 +184,17 @@ mod tests {
             assert_eq!(Persistence::new(4, 20.0, w).windows, needed, "{w}");
         }
         assert_eq!(Persistence::new(8, 20.0, 5.0).windows, 8);
+    }
+
+    #[test]
+    fn a_streak_lasted_by_its_count_before_its_shape() {
+        let p = Persistence::new(4, 20.0, 10.0);
+        let step = streak(&[400.0, 400.0, 400.0]);
+        assert_eq!(p.lasted(2, &step), Some(Lasted::Shape));
+        assert_eq!(p.lasted(4, &step), Some(Lasted::Windows));
+        let burst = streak(&[200.0, 400.0, 200.0]);
+        assert_eq!(p.lasted(3, &burst), None);
+        assert_eq!(Lasted::Shape.name(), "step_shape");
     }
 
     #[test]
