@@ -266,7 +266,12 @@ mod tests {
             s.load(0.0),
             Err(LoadError::Version { found: 99, .. })
         ));
-        std::fs::write(&s.path, br#"{"version": 1, "saved_at": "yesterday"}"#).unwrap();
+        // The version this build writes, with a field it cannot read.
+        let wrong = format!(
+            r#"{{"version": {}, "saved_at": "yesterday"}}"#,
+            skewwatch_detectors::engine::STATE_VERSION
+        );
+        std::fs::write(&s.path, wrong).unwrap();
         assert!(matches!(s.load(0.0), Err(LoadError::Corrupt { .. })));
         s.write(&s.encode(&state(1000.0)));
         let err = s.load(1000.0 + 601.0).unwrap_err();

@@ -43,7 +43,11 @@ pub struct Evaluation {
 }
 
 /// The version of [`EngineState`]; a state of another version is not restored.
-pub const STATE_VERSION: u32 = 1;
+///
+/// 2: ErrorSurge, ShardFailing, LatencySkew, DeadlinePileUp and HotKey keep each entity's
+/// ratio evidence in one [`crate::evidence::ratio::RatioEvidence`] (its baseline, held windows
+/// and CUSUMs under one key), and HotShard's z-CUSUM is a [`crate::evidence::cusum::Cusum`].
+pub const STATE_VERSION: u32 = 2;
 
 /// What the engine has learned, to carry over a restart: the active alerts and every
 /// detector's state (baselines, streaks), by alert name.

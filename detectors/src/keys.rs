@@ -556,7 +556,7 @@ impl KeySummary {
     ///
     /// Always inlined: a window calls it twice per keyed observation, and its common paths
     /// (an increment, or a filtered key under the smallest count) are shorter than a call's
-    /// set-up; everything else is out of line in [`Self::admit`].
+    /// set-up; everything else is out of line in `Self::admit`.
     #[inline(always)]
     pub fn record_hashed(&mut self, key: &str, hash: KeyHash, weight: u64) {
         if weight == 0 {

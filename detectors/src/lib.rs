@@ -16,9 +16,10 @@
 //! - [`stats`]: skew statistics (bias-corrected Gini, top-k share, peak-to-mean, CV and its
 //!   noise floor, dispersion test).
 //! - [`detect`]: the detectors, each reading a closed window and its own baselines.
-//! - [`evidence`]: the shape of a run of over-threshold windows, which the step detectors share.
-//! - [`sequential`]: evidence that accumulates across windows (a CUSUM of log-likelihood
-//!   ratios of counts), so a quiet entity is judged later instead of never.
+//! - [`evidence`]: what the detectors weigh: baselines, the shape of a run of over-threshold
+//!   windows, evidence that accumulates across windows (a CUSUM of log-likelihood ratios of
+//!   counts, so a quiet entity is judged later instead of never), and one entity's ratio
+//!   evidence built from them.
 //! - [`alert`]: the alert state machine (inactive, pending, firing, resolved).
 //! - [`engine`]: owns the windows and detectors and is driven by time passed in.
 //! - [`prng`]: the seeded generator and the small hashes every crate of the workspace shares.
@@ -37,7 +38,6 @@ pub mod keys;
 pub mod observation;
 pub mod parts;
 pub mod prng;
-pub mod sequential;
 pub mod snapshot;
 pub mod stats;
 pub mod window;

@@ -6,7 +6,7 @@
 //! [`WindowConfig::record_threads`] above 1, [`Recording`] splits the shards into that many
 //! parts by a fixed hash of group and shard name. Each part is a [`Windows`] of its own; the
 //! calling thread records part 0 and deals the records of the others, in batches, to one
-//! thread each. At close the parts are merged into one snapshot ([`window::close_parts`]).
+//! thread each. At close the parts are merged into one snapshot (`window::close_parts`).
 //!
 //! What stays true:
 //! - **One owner of the state.** Detectors and alerts stay with the caller; the recording

@@ -1,83 +1,28 @@
 //! `CacheHitCollapse`: the look-aside cache's miss ratio, the backend's load and the backend's
-//! distress rising together, which is the amplification loop of a metastable failure.
+//! distress rising together, which is the amplification loop of a metastable failure (label
+//! `group`).
 //!
-//! Backend latency or errors turn into cache misses, because failed fills are not cached and
-//! slow fills leave entries empty for longer. Each miss is another backend call, and more
-//! backend calls mean more latency and errors. A hit ratio that falls from h0 to h1 multiplies
-//! backend load by `(1 - h1) / (1 - h0)`: 95% -> 50% is 10x (see docs/detectors.md,
-//! CacheHitCollapse).
+//! Backend latency or errors turn into cache misses, each miss is another backend call, and
+//! more calls mean more latency and errors: a hit ratio that falls from h0 to h1 multiplies
+//! backend load by `(1 - h1) / (1 - h0)`. The condition is the miss ratio, the amplification
+//! (backend calls per request) and the backend's distress (its p99 or error ratio) all over
+//! their baselines together; the phase turns `metastable` once it holds at normal front-end
+//! load. Its firing paths, as the `proven_by` annotation names them: `consecutive_windows` and
+//! `hysteresis` (an active alert whose window still meets the condition).
 //!
-//! **Signals**, per group and window (a *request* is any observation; hits and misses are the
-//! ones with a `cache` result):
-//! - miss ratio `M = misses / (hits + misses)`;
-//! - amplification `A = misses / requests`: backend calls per front-end request. A retry that
-//!   goes through the cache again shows up as one more miss, so retries count as backend calls.
-//!   Requests without a `cache` result count as requests but not as backend calls: they are
-//!   traffic the cache never saw, and counting them would make a partly cached group look
-//!   amplified;
-//! - backend error ratio `E = errors / (requests - hits)`: a hit does not fail, so errors
-//!   belong to the requests that reached the backend;
-//! - the backend's p99 latency, from the group's histogram of cache misses
-//!   (`GroupSnapshot::miss_latency`), against its own baseline. Only when no miss carries a
-//!   latency (a group that reports cache results without latencies on its misses) does the
-//!   detector fall back to the p99 of all responses (the merged histogram) as a stand-in, with
-//!   the discount below; the two are learned in separate baselines. When a share `f = (requests - hits) /
-//!   requests` of requests reaches the backend and hits are faster than backend calls, the
-//!   merged p99 is the backend's `1 - 0.01/f` quantile. That level moves with `f`: at a 95% hit
-//!   ratio the merged p99 is the backend's 80th percentile, with a cold cache its 99th, so the
-//!   merged p99 rises with the miss ratio even when the backend is unchanged. The latency test
-//!   therefore discounts the rise a lognormal backend of shape `p99_tail_sigma` shows from that
-//!   shift alone (see (c)), and is off while fewer than 1% of requests reach the backend;
-//! - front-end load `F`, requests per second, for the phase.
-//!
-//! Each has an EWMA baseline `B` with a one-hour time constant.
-//!
-//! **Condition**, all three together for `consecutive_windows` (3) windows:
-//! - (a) `M >= 2 B(M)` and `M - B(M) >= 0.05`;
-//! - (b) `A >= 2 B(A)`;
-//! - (c) `p99 >= 2 B(p99) k` or `E >= max(5%, 5 B(E))`, where
-//!   `k = exp(sigma max(0, z(1 - 0.01/f) - z(1 - 0.01/B(f))))` is the quantile-shift allowance
-//!   (`z` the standard normal quantile; `k = 1` when `f` is at its baseline). Timeouts are
-//!   errors, so a backend that slows down to its callers' deadlines meets the error test.
-//!
-//! **Baselines** wait for `warmup_windows` windows with volume before any verdict. They stop
-//! learning while any condition holds or the alert is active, so the loop's early windows do not
-//! leak into them. A single condition that persists for `freeze_limit_windows` windows without
-//! the alert (a shorter TTL, say, raises the miss ratio for good) is learned as the new normal
-//! again, so one benign shift cannot leave the detector one blip away from firing forever.
-//!
-//! **Phase**: `loop` when it fires; `metastable` once it has held for `metastable_windows` (6)
-//! windows in a row with front-end load at most `metastable_load_factor` (1.1) times its baseline.
-//! Load is normal but the backend is still drowning in misses, so the amplification itself
-//! sustains the failure, and removing the trigger will not end it.
-//!
-//! **Annotations**: hit ratio now and baseline, the amplification factor `(1-h1)/(1-h0)` and the
-//! measured backend calls per request against baseline, backend error ratio and p99, the shard
-//! with the most backend calls and its top key when one key dominates it, the phase, and the
-//! mitigations that fit (coalescing, stale-if-error, longer or jittered TTL, shorter deadlines,
-//! a rate limit on the hot shard).
-//!
-//! **Why it does not false-alarm**: each condition alone has a benign cause, and the three
-//! together do not.
-//! - A cold cache after a deploy raises M and A, but the backend stays healthy (no (c)), and M
-//!   recovers within about one TTL.
-//! - A slow or failing backend alone raises p99 or E, but M stays flat (no (a)).
-//! - A demand surge raises front-end and backend load together, but A stays flat or falls, as hot
-//!   keys get hotter (no (b)).
-//!
-//! In addition, three consecutive windows absorb a blip, and the minimum volumes keep quiet
-//! groups out.
+//! docs/detectors.md ("CacheHitCollapse") gives the signals, the defaults, the mitigations and
+//! why ordinary traffic does not fire it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
 };
+use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::observation::{Outcome, key_label, label_value, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::normal_quantile;
@@ -188,12 +133,7 @@ impl DetectorSettings for CacheHitCollapseConfig {
         p.range("error_ratio_floor", self.error_ratio_floor, 0.0, 1.0);
         p.range("error_ratio_factor", self.error_ratio_factor, 1.0, 1000.0);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         p.windows("freeze_limit_windows", self.freeze_limit_windows);
         p.range(
@@ -414,11 +354,13 @@ impl GroupDetector for CacheHitCollapse {
                 if b.miss > 0.0 {
                     st.peak = st.peak.max(s.miss / b.miss);
                 }
-                out.push(render(
-                    &self.cfg,
-                    &g.group,
-                    &self.figures(g, st, &s, &b, cond),
-                ));
+                let proven_by = if st.streak >= self.cfg.consecutive_windows {
+                    "consecutive_windows"
+                } else {
+                    "hysteresis"
+                };
+                let f = render(&self.cfg, &g.group, &self.figures(g, st, &s, &b, cond));
+                out.push(f.annotate("proven_by", proven_by));
             }
             _ if !active => {
                 st.reported = 0;

@@ -1,64 +1,17 @@
-//! `CapacityHeadroom` detector: a shard runs near its capacity (labels `group`, `shard`). It
-//! judges the shards that have a configured capacity or report their own saturation; without
-//! either skewwatch knows shares but not limits.
+//! `CapacityHeadroom`: a shard runs near its capacity (labels `group`, `shard`). It judges the
+//! shards that have a configured capacity or report their own saturation; without either
+//! skewwatch knows shares but not limits.
 //!
-//! # Signals
+//! Utilisation is the highest of the request rate over the configured rate (judged at its
+//! lower noise bound), in-flight requests over the configured limit and the shard's own
+//! reading; a line through the latest windows projects it forward. Its firing paths, as the
+//! `proven_by` annotation names them, each after `consecutive_windows` over windows:
+//! `step_shape` (the streak's utilisation outlasted a tolerated burst) and `long_streak`
+//! (longer than a burst can stretch it); and `rate_cusum` (the request rate's evidence across
+//! windows, [`crate::evidence::cusum`]).
 //!
-//! Utilisation u, per shard, is the highest of what is known about it:
-//! - requests per second / `max_requests_per_second` of its capacity entry (an exact
-//!   `group`/`shard` entry wins over the group's `*` entry);
-//! - the highest in-flight reading of the window / the entry's `max_inflight`;
-//! - the highest utilisation reading the shard reported (`skewwatch.utilisation`, NDJSON
-//!   `utilisation`): the shard's own view, which sees load skewwatch does not (batch jobs,
-//!   other clients), as when the seed's metadata DB was near capacity before the surge.
-//!
-//! Also a least-squares line through the last `projection_windows` (10) utilisations,
-//! projected forward with its slope taken `projection_sigmas` (4) standard errors low, so load
-//! that moves in steps, in noise or in one burst is not read as a trend.
-//!
-//! # Decision
-//!
-//! A window is *over* when u ≥ `warn_utilisation` (0.8), or when the line reaches u = 1 within
-//! `projection_horizon_secs` (10 min; 0 turns projection off) while u is already at least
-//! `projection_min_utilisation` (0.5). For the request-rate signal u is judged at its lower
-//! noise bound: the window's count n less `noise_sigmas` (2) standard deviations of Poisson
-//! noise, (n − 2√n)/n of the rate. The condition holds after `consecutive_windows` (3) such
-//! windows in a row, once the streak cannot be a burst of `tolerated_burst_secs` (20 s): its
-//! utilisation fills more windows than such a burst could (the shape rule of
-//! [`crate::evidence`], each window's lower bound against the peak's upper one), or it is
-//! longer than such a burst can stretch a streak. The finding's
-//! severity is `critical` while u ≥ `critical_utilisation` (0.9), else the configured severity.
-//!
-//! The condition also holds once the request rate's evidence across windows proves it over the
-//! line ([`crate::sequential`]): a CUSUM of the Poisson LLR of each window's count, the rate
-//! at `warn_utilisation` of capacity against `critical_utilisation`, threshold from
-//! `false_alarms_per_shard_hour`, each window adding at most 1/k of it for k =
-//! ⌈`tolerated_burst_secs`/w⌉ + 3. A quiet shard whose windows are each too small to prove it
-//! over the line at 2 sigma proves it in several (a shard at 0.9 with 280 requests a window:
-//! the ninth window).
-//!
-//! **Why 0.8 and 0.9.** A shard is a queue. In M/M/1 the response time is exponential with
-//! mean 1/(μ(1 − ρ)), so its p99 is ln(100)/(μ(1 − ρ)): 1/(1 − ρ) times the unloaded p99, 5× at
-//! ρ = 0.8 and 10× at 0.9 (see docs/detectors.md, CapacityHeadroom). Past 0.8 every further
-//! percent of load costs latency steeply, so 0.8 is the last comfortable point to act and 0.9
-//! is when users feel it.
-//!
-//! # Why it does not false-alarm
-//!
-//! - Poisson noise: a shard whose capacity is a few dozen requests a window measures its rate
-//!   coarsely, and a raw 80% line is crossed by chance three windows running every few hours
-//!   per shard. Judged at the 2-sigma lower bound, ordinary noise crosses it in about 2% of
-//!   windows and three in a row about once in 10^5. The price: at 100 requests a window a rate
-//!   is judged at 80% of its value, at 10,000 at 98%, so size windows (or capacities) so that
-//!   a shard near capacity sees a few thousand requests a window.
-//! - Bursts: a 20 s burst at any alignment holds two windows' worth of utilisation at 10 s
-//!   windows, under the 2.5 the shape rule needs, and stretches a streak to at most three
-//!   windows; a step shows 2.5 windows' worth by its third window, so it fires no later than
-//!   the count alone did when its onset is on a window boundary.
-//! - The projection needs a full history of `projection_windows`, a positive trend that
-//!   reaches saturation within the horizon, *and* utilisation already at 0.5: a diurnal ramp at
-//!   30% utilisation is not a capacity problem.
-//! - Shards without a configured capacity or readings are never judged.
+//! docs/detectors.md ("CapacityHeadroom") gives the thresholds and why 0.8 and 0.9, the
+//! defaults and why ordinary traffic does not fire it.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -68,9 +21,9 @@ use crate::alert::{Finding, Severity};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
-use crate::evidence::{StepEvidence, longest_burst_streak};
+use crate::evidence::cusum::{Cusum, CusumSettings, Poisson, burst_proof_windows};
+use crate::evidence::shape::{StreakShape, longest_burst_streak};
 use crate::observation::quote;
-use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// `detectors.capacity_headroom` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -171,12 +124,7 @@ impl DetectorSettings for CapacityHeadroomConfig {
         }
         p.windows("consecutive_windows", self.consecutive_windows);
         p.range("noise_sigmas", self.noise_sigmas, 0.0, 10.0);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         // A line through two points has no residual to speak of: a trend needs three.
         p.windows_from("projection_windows", self.projection_windows, 3);
         p.range(
@@ -192,11 +140,9 @@ impl DetectorSettings for CapacityHeadroomConfig {
             10.0,
         );
         p.range("projection_sigmas", self.projection_sigmas, 0.0, 100.0);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
     }
 }
@@ -341,12 +287,12 @@ pub struct ShardState {
     streak: u32,
     /// Utilisation over the streak's windows: how much of it a burst could explain.
     #[serde(default)]
-    evidence: StepEvidence,
+    shape: StreakShape,
     /// (window end, utilisation), oldest first, at most `projection_windows`.
     history: VecDeque<(f64, f64)>,
     /// Evidence that the request rate is over the line, accumulated across windows.
     #[serde(default)]
-    rate_evidence: Cusum,
+    rate_cusum: Cusum,
 }
 
 /// The `CapacityHeadroom` detector. See the module docs.
@@ -356,7 +302,7 @@ pub struct CapacityHeadroom {
     window_secs: f64,
     /// The sequential test of the request rate: `None` when `critical_utilisation` is not
     /// above `warn_utilisation` (no alternative to test against).
-    rate_test: Option<(Poisson, Sequential)>,
+    rate_test: Option<(Poisson, CusumSettings)>,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -410,29 +356,27 @@ impl GroupDetector for CapacityHeadroom {
                 && eta.is_some_and(|t| t <= cfg.projection_horizon_secs);
             let over = judged >= cfg.warn_utilisation || projected;
             st.streak = if over { st.streak + 1 } else { 0 };
-            st.evidence.push_bounded(over, judged, reading.u_high);
+            st.shape.push_bounded(over, judged, reading.u_high);
             // Beside the windows' own verdicts, the request rate's evidence across windows: a
             // shard whose windows are each too small to prove it over the line proves it in
             // a few more.
             let accumulated = match (self.rate_test, reading.capacity) {
                 (Some((test, seq)), Some(rps)) => {
                     let expected = cfg.warn_utilisation * rps * window_secs;
-                    st.rate_evidence.push(test.llr(s.requests, expected), &seq);
-                    st.rate_evidence.holds(&seq)
+                    st.rate_cusum.push(test.llr(s.requests, expected), &seq);
+                    st.rate_cusum.holds(&seq)
                 }
                 _ => {
-                    st.rate_evidence.reset();
+                    st.rate_cusum.reset();
                     false
                 }
             };
-            let windows = st.streak >= cfg.consecutive_windows
-                && outlasts_a_burst(st, cfg.tolerated_burst_secs, window_secs);
-            if windows || accumulated {
-                out.push(render(
-                    &g.group,
-                    &s.shard,
-                    &Figures::of(cfg, s, reading, eta),
-                ));
+            let ruled = (st.streak >= cfg.consecutive_windows)
+                .then(|| outlasted_a_burst(st, cfg.tolerated_burst_secs, window_secs))
+                .flatten();
+            if let Some(path) = ruled.or(accumulated.then_some("rate_cusum")) {
+                let f = render(&g.group, &s.shard, &Figures::of(cfg, s, reading, eta));
+                out.push(f.annotate("proven_by", path));
             }
         }
     }
@@ -446,12 +390,18 @@ impl GroupDetector for CapacityHeadroom {
     }
 }
 
-/// True when the streak cannot be a tolerated burst of `tolerated` seconds at windows of `w`:
-/// its utilisation fills more windows than the burst could (the shape of the evidence), or it
-/// is longer than any such burst can stretch a streak (its length in windows, plus a partial
-/// window at each end).
-fn outlasts_a_burst(st: &ShardState, tolerated: f64, w: f64) -> bool {
-    st.evidence.outlasts(tolerated, w) || st.streak > longest_burst_streak(tolerated, w)
+/// Why the streak cannot be a tolerated burst of `tolerated` seconds at windows of `w`, if it
+/// cannot: its utilisation fills more windows than the burst could (`step_shape`, the shape of
+/// the evidence), or it is longer than any such burst can stretch a streak (`long_streak`: its
+/// length in windows, plus a partial window at each end).
+fn outlasted_a_burst(st: &ShardState, tolerated: f64, w: f64) -> Option<&'static str> {
+    if st.shape.outlasts(tolerated, w) {
+        Some("step_shape")
+    } else if st.streak > longest_burst_streak(tolerated, w) {
+        Some("long_streak")
+    } else {
+        None
+    }
 }
 
 /// The fraction of a window's `requests` its rate is judged at: (n + z sqrt n) / n, floored at
@@ -645,7 +595,7 @@ impl DetectorKind for CapacityHeadroom {
                 .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
             (
                 t,
-                Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+                CusumSettings::new(cfg.false_alarms_per_shard_hour, window_secs, k),
             )
         });
         CapacityHeadroom {

@@ -18,6 +18,8 @@
 //!
 //! **Why it does not false-alarm**: nothing folds while the caps hold, and idle groups and
 //! shards give up their slots before anything folds, so churn alone does not fire it.
+//!
+//! Its one firing path, as the `proven_by` annotation names it: `consecutive_windows`.
 
 use std::collections::BTreeMap;
 
@@ -203,7 +205,8 @@ impl Detector for CardinalityOverflow {
                     requests: g.requests,
                     windows: streak,
                 };
-                out.push(render(&self.cfg, g, &fig));
+                let f = render(&self.cfg, g, &fig);
+                out.push(f.annotate("proven_by", "consecutive_windows"));
             }
         }
         // A window without folding ends a streak; state is kept only for folding groups.

@@ -1,63 +1,30 @@
 //! `DeadlinePileUp`: timeouts rise while successful latency crowds against the callers'
-//! deadline (see docs/detectors.md, DeadlinePileUp).
+//! deadline (labels `group`, and `shard` when one shard returns most of the timeouts).
 //!
-//! When a backend slows down, the requests that finish do so ever closer to the deadline and
-//! the ones that do not become timeouts; callers retry, work that nobody waits for any more
-//! keeps the backend busy, and the queue grows. The error ratio alone cannot tell this from a
-//! backend that drops a few connections (those also time out, but the requests that succeed stay
-//! fast), so this detector judges the two signals together.
+//! The deadline is the configured one or the median latency of the window's timeouts. A busy
+//! window piles up when its timeouts rise over their baseline and its successes crowd against
+//! the deadline; a quiet group's timeouts among its requests are weighed across windows
+//! ([`RatioEvidence`]) and judged with the same crowding. Its firing paths, as the `proven_by`
+//! annotation names them: `consecutive_windows` and `step_shape` (the busy windows' streak, by
+//! count or by the shape of its excess timeouts, allowing a pile-up [`DRAIN_WINDOWS`] to drain)
+//! and `cusum` (the evidence across windows).
 //!
-//! **Deadline** of a group, in this order: the configured `deadlines_ms[group]`; otherwise the
-//! median latency of the window's timeouts (`GroupSnapshot::timeout_latency`), once at least
-//! `min_timeout_samples` timeouts carry a latency, because a caller that gives up records
-//! about its deadline. The annotation says which one was used. Without either, no verdict.
-//!
-//! **Condition**, per group and window with at least `min_requests` requests:
-//!
-//! - at least `min_timeouts` timeouts (the count floor), a timeout ratio `T >= min_timeout_ratio`
-//!   and `T >= ratio_over_baseline x` its baseline;
-//! - the p99 of successful responses at least `crowd_fraction x` the deadline (the requests
-//!   that succeed crowd against it) **and** at least `latency_over_baseline x` the group's
-//!   baseline of it (it rose: a service whose normal p99 sits near a tight deadline is not
-//!   piling up because of that). The p99 is the group's, or the larger of the group's and the
-//!   shard's when one shard returns at least `shard_timeout_share` of the timeouts: one
-//!   replica's slow successes are too few to be sure of moving its group's p99.
-//!
-//! It must last `consecutive_windows` windows, or less once the shape of the streak's excess
-//! timeouts shows it has outlasted a burst of `tolerated_burst_secs` ([`crate::evidence`]), so a
-//! 10–20 s pile-up that clears by itself stays silent. The shape rule allows the pile-up
-//! [`DRAIN_WINDOWS`] more, for the timeouts that outlast the slow spell; the evidence test
-//! takes at least [`burst_proof_windows`] windows. Baselines learn only from windows where
-//! the condition does not hold and no alert is active, and give no verdict before
-//! `warmup_windows` windows.
-//!
-//! **Labels**: `group`, plus `shard` when one shard returned at least `shard_timeout_share` of
-//! the group's timeouts; the label is chosen when the alert starts and kept while it is active,
-//! so one incident is one alert.
-//!
-//! **Requests in flight**, where shards report them (`ShardSnapshot::inflight`), measure the
-//! pile-up directly: the group's sum against its baseline, and the named shard's reading, go
-//! into the summary and annotations. They do not gate the verdict: most services report none,
-//! and a caller-side concurrency limit holds them flat while the deadline is still crowded.
-//!
-//! **Annotations**: the timeout ratio against its baseline, the deadline and its source, the
-//! successful p50 and p99 as fractions of the deadline, the shard's share of the timeouts, the
-//! in-flight growth where reported, and the mitigations: shorten deadlines, propagate
-//! cancellation, shed load.
+//! docs/detectors.md ("DeadlinePileUp") gives the method, the defaults and the annotations.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, ms, num, pct, times,
 };
-use crate::evidence::{DRAIN_WINDOWS, Persistence, StepEvidence};
+use crate::evidence::baseline::{Ewma, Ratio, alpha_for};
+use crate::evidence::cusum::Binomial;
+use crate::evidence::ratio::{Hypotheses, RatioEvidence, RatioSettings, RatioTests};
+use crate::evidence::shape::{DRAIN_WINDOWS, Persistence, StreakShape};
 use crate::observation::{Outcome, label_value, quote};
-use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// Longest deadline accepted in `deadlines_ms`: one hour, the latency histograms' ceiling.
@@ -190,18 +157,11 @@ impl DetectorSettings for DeadlinePileUpConfig {
             3600.0,
         );
         p.range("shard_timeout_share", self.shard_timeout_share, 0.0, 1.0);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_group_hour",
             self.false_alarms_per_group_hour,
-            1e-12,
-            1.0,
         );
     }
 }
@@ -215,27 +175,16 @@ pub struct GroupState {
     ok_p99: Ewma,
     streak: u32,
     /// Excess timeouts (over the baseline ratio's share) of the streak's windows.
-    evidence: StepEvidence,
+    shape: StreakShape,
     /// The shard named in the active alert's labels, if one was.
     shard: Option<String>,
     /// Requests in flight summed over the shards that report them, in windows with readings.
     #[serde(default)]
     inflight: Ewma,
-    /// Requests and timeouts per window, learned from every window with requests: the
-    /// baseline of the evidence test, which has no volume floor.
+    /// Timeouts among requests as evidence across windows (the path without floors), on a
+    /// baseline learned from every window with requests.
     #[serde(default)]
-    requests: Ewma,
-    #[serde(default)]
-    timeouts: Ewma,
-    /// Evidence of timeouts among requests above the baseline (the path without floors).
-    #[serde(default)]
-    cusum: Cusum,
-    /// Windows in a row with evidence (the CUSUM above zero).
-    #[serde(default)]
-    evidence_windows: u32,
-    /// Windows of an excursion of the evidence, held back from the count baselines.
-    #[serde(default)]
-    pending: Pending,
+    timeouts: RatioEvidence,
     /// The last inferred deadline, ms, and the timeouts pooled across quiet windows until
     /// they are enough to infer one.
     #[serde(default)]
@@ -342,6 +291,8 @@ struct Figures {
     windows: u32,
     /// The evidence of timeouts among requests, as a fraction of its threshold.
     evidence: f64,
+    /// The firing path that proved the pile-up.
+    proven_by: &'static str,
 }
 
 /// One window's measurements of a group, before any verdict.
@@ -366,7 +317,7 @@ pub struct DeadlinePileUp {
     alpha: f64,
     persistence: Persistence,
     /// The evidence test of the path without floors.
-    test: Sequential,
+    tests: RatioTests,
     groups: BTreeMap<String, GroupState>,
 }
 
@@ -427,38 +378,60 @@ impl DeadlinePileUp {
         })
     }
 
+    /// What a finding of group `g` reports: reading `r` against the baselines of `st`, the
+    /// deadline and its source, the successful p99's baseline and the firing path.
+    fn figures(
+        &self,
+        g: &GroupSnapshot,
+        st: &GroupState,
+        r: Reading,
+        (deadline_ms, source): (f64, DeadlineSource),
+        (baseline_ok, proven_by): (f64, &'static str),
+    ) -> Figures {
+        let warm = self.cfg.warmup_windows;
+        // Before the window rule's baseline is warm, the count baseline's ratio.
+        let baseline_ratio = st.ratio.value(warm).unwrap_or_else(|| {
+            let b = st.timeouts.baseline();
+            let n = b.trials.raw().unwrap_or(0.0);
+            b.events.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
+        });
+        Figures {
+            requests: g.requests,
+            timeouts: r.timeouts,
+            timeout_ratio: r.ratio,
+            baseline_ratio,
+            deadline_ms,
+            source,
+            ok_p50_ms: r.ok_p50,
+            ok_p99_ms: r.ok_p99,
+            baseline_ok_p99_ms: baseline_ok,
+            crowd_p99_ms: r.crowd_p99,
+            top_shard: r.top,
+            inflight: r.inflight.map(|now| InFlight {
+                now,
+                baseline: st.inflight.value(warm),
+            }),
+            windows: st.streak.max(st.timeouts.excursion().windows),
+            evidence: st.timeouts.fraction(&self.tests),
+            proven_by,
+        }
+    }
+
     /// Adds the window's timeouts among its requests to the evidence, once the count
     /// baselines are warm: the binomial LLR of the ratio the fast path asks for,
     /// `q1 = max(min_timeout_ratio, ratio_over_baseline × baseline)` (the baseline at its
     /// upper bound), against half of it. A ratio at the baseline drains the evidence; one at
     /// `q1` builds it up at any volume.
-    fn weigh(&self, st: &mut GroupState, requests: u64, timeouts: u64) {
-        let warm = self.cfg.warmup_windows;
-        let Some((x, n)) = ratio_seen(&st.requests, &st.timeouts, warm, self.alpha) else {
-            return;
-        };
-        let base = wilson_upper(x, n, BOUND_Z);
-        let q1 = (self.cfg.ratio_over_baseline * base).max(self.cfg.min_timeout_ratio);
-        let llr = Binomial::new(q1 / 2.0, q1).map_or(0.0, |b| b.llr(requests, timeouts));
-        st.cusum.push(llr, &self.test);
-    }
-
-    /// Teaches the count baselines a window, holding back the windows of an excursion of the
-    /// evidence ([`Pending`]); nothing while a pile-up holds or its alert is active.
-    fn learn_counts(&self, st: &mut GroupState, requests: u64, timeouts: u64, frozen: bool) {
-        let frozen = frozen || st.cusum.holds(&self.test);
-        let settled = st.cusum.value() == 0.0;
-        let baseline = RatioBaseline {
-            trials: &mut st.requests,
-            events: &mut st.timeouts,
-        };
-        st.pending.hold(
-            (requests, timeouts),
-            (frozen, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+    fn weigh(&self, st: &mut GroupState, window: Ratio<u64>) {
+        st.timeouts.weigh(&self.tests, window, |seen| {
+            let base = seen.upper();
+            let q1 = (self.cfg.ratio_over_baseline * base).max(self.cfg.min_timeout_ratio);
+            Some(Hypotheses {
+                reference: base,
+                rise: Binomial::new(q1 / 2.0, q1),
+                severe: None,
+            })
+        });
     }
 }
 
@@ -514,6 +487,7 @@ fn render(cfg: &DeadlinePileUpConfig, group: &str, shard: Option<&str>, fig: &Fi
         )
         .annotate("windows", fig.windows.to_string())
         .annotate("evidence", format!("{:.2}", fig.evidence))
+        .annotate("proven_by", fig.proven_by)
         .annotate("mitigations", MITIGATIONS);
     if let Some(s) = &fig.top_shard {
         f = f
@@ -629,12 +603,16 @@ impl DetectorKind for DeadlinePileUp {
                     window_secs,
                 )
             },
-            test: Sequential::new(
-                cfg.false_alarms_per_group_hour,
+            tests: RatioTests::new(RatioSettings {
+                false_alarms_per_hour: cfg.false_alarms_per_group_hour,
+                tests: 1,
                 window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
+                consecutive_windows: cfg.consecutive_windows,
+                tolerated_burst_secs: cfg.tolerated_burst_secs,
+                margin_windows: 0,
+                warmup_windows: cfg.warmup_windows,
+                baseline_tau_secs: cfg.baseline_tau_secs,
+            }),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -677,7 +655,7 @@ impl GroupDetector for DeadlinePileUp {
         let Some(r) = reading else {
             // Nothing to judge: the streak ends, nothing is learned.
             st.streak = 0;
-            st.evidence = StepEvidence::default();
+            st.shape = StreakShape::default();
             return;
         };
         let warm = self.cfg.warmup_windows;
@@ -688,21 +666,18 @@ impl GroupDetector for DeadlinePileUp {
         if busy {
             st.streak = if over { st.streak + 1 } else { 0 };
             let expected = base.map_or(0.0, |b| b.0) * g.requests as f64;
-            st.evidence.push(over, r.timeouts as f64 - expected);
+            st.shape.push(over, r.timeouts as f64 - expected);
         } else {
             st.streak = 0;
-            st.evidence = StepEvidence::default();
+            st.shape = StreakShape::default();
         }
         // The path without floors: timeouts among requests accumulate across windows, and
         // the condition holds while the evidence is at its threshold and the successes crowd.
-        self.weigh(st, g.requests, r.timeouts);
-        st.evidence_windows = if st.cusum.value() > 0.0 {
-            st.evidence_windows + 1
-        } else {
-            0
-        };
+        let window = Ratio::of(r.timeouts, g.requests);
+        self.weigh(st, window);
         let ok_base = st.ok_p99.value(warm);
-        let proven = st.cusum.holds(&self.test);
+        let proof = st.timeouts.proven(&self.tests, false);
+        let proven = proof.is_some();
         let slow = proven && ok_base.is_some_and(|p| self.crowds(&r, p));
         if !(over || active) {
             let ok_samples = g.traffic.ok_latency.map_or(0, |l| l.count);
@@ -716,37 +691,21 @@ impl GroupDetector for DeadlinePileUp {
                 }
             }
         }
-        self.learn_counts(st, g.requests, r.timeouts, over || active);
+        // A pile-up, holding or proven, and an active alert teach the count baselines nothing.
+        st.timeouts
+            .learn(&self.tests, window, over || active || proven);
         let Some((deadline_ms, source)) = r.deadline else {
             return;
         };
-        let fast = over && self.persistence.holds(st.streak, &st.evidence);
-        let (Some(baseline_ok), true) = (ok_base, fast || slow) else {
+        let fast = over
+            .then(|| self.persistence.lasted(st.streak, &st.shape))
+            .flatten()
+            .map(|l| l.name());
+        let path = fast.or(proof.filter(|_| slow).map(|p| p.name()));
+        let (Some(baseline_ok), Some(proven_by)) = (ok_base, path) else {
             return;
         };
-        let baseline_ratio = st.ratio.value(warm).unwrap_or_else(|| {
-            let n = st.requests.raw().unwrap_or(0.0);
-            st.timeouts.raw().unwrap_or(0.0) / n.max(f64::MIN_POSITIVE)
-        });
-        let fig = Figures {
-            requests: g.requests,
-            timeouts: r.timeouts,
-            timeout_ratio: r.ratio,
-            baseline_ratio,
-            deadline_ms,
-            source,
-            ok_p50_ms: r.ok_p50,
-            ok_p99_ms: r.ok_p99,
-            baseline_ok_p99_ms: baseline_ok,
-            crowd_p99_ms: r.crowd_p99,
-            top_shard: r.top,
-            inflight: r.inflight.map(|now| InFlight {
-                now,
-                baseline: st.inflight.value(warm),
-            }),
-            windows: st.streak.max(st.evidence_windows),
-            evidence: st.cusum.value() / self.test.threshold,
-        };
+        let fig = self.figures(g, st, r, (deadline_ms, source), (baseline_ok, proven_by));
         if !active {
             st.shard = fig
                 .top_shard

@@ -1,55 +1,28 @@
-//! `ErrorSurge`: a group's error ratio far above its own baseline.
+//! `ErrorSurge`: a group's error ratio far above its own baseline (label `group`).
 //!
-//! **Signals**, per group and window: the error ratio `E = errors / requests` (every outcome but
-//! `ok` is an error) and the ratio of each error class (`error`, `timeout`, `not_found`,
-//! `throttled`, `unavailable`). Each has an EWMA baseline `B` with a one-hour time constant.
+//! A busy window (`min_requests`) is judged on its own against the floor and the relative and
+//! additive tests over the baseline; a quiet group's errors among its requests are weighed
+//! across windows ([`RatioEvidence`]), with the window rule's gate as the test's crossover. Its
+//! firing paths, as the `proven_by` annotation names them: `consecutive_windows` (the window
+//! rule), `hysteresis` (an active alert whose window is still over the gate) and `cusum` (the
+//! evidence across windows).
 //!
-//! **Condition**: `E >= min_error_ratio` (5%) **and** either `E >= ratio_over_baseline * B` (5x)
-//! or `E >= B + points_over_baseline` (+10 points), in a window with at least `min_requests`
-//! requests, for `consecutive_windows` windows in a row (2, i.e. 20 s at 10 s windows). The
-//! relative test catches a jump from 0.1% to 5%; the additive one catches a jump from 10% to 20%
-//! in a group whose normal error ratio is high, where 5x would be out of reach.
-//!
-//! **Under the floor**, errors among requests accumulate as evidence across windows
-//! (`sequential`, docs/adr/006-evidence-that-accumulates.md), so a quiet group is judged later,
-//! never not at all: each window with requests adds the binomial log-likelihood ratio of its
-//! errors to a burst-proof CUSUM whose threshold gives `false_alarms_per_group_hour`. The test
-//! is built for its crossover ([`Binomial::with_crossover`]): its reference is the baseline's
-//! ratio at its upper bound, and its evidence accumulates only above the condition's own gate
-//! (the same floor, multiple and points over the baseline) and drains below it. The count
-//! baseline behind it learns from every window with requests, holding back an excursion of
-//! the evidence until it ends ([`Pending`]). A window adds at most 1/k of the threshold, for k
-//! the larger of `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs`
-//! (5 windows at 10 s), so a burst of up to 20 s never fires on its own.
-//!
-//! **Baselines** are explicit about warm-up: no verdict until a group has `warmup_windows` windows
-//! of volume (5 min), so a group that starts life with 12% `not_found` learns that as normal
-//! instead of paging. They stop learning while the condition holds or the alert is pending or
-//! firing, so a long incident does not become the new normal.
-//!
-//! **Annotations** break the ratio down by class (`error_ratio_<class>`, now and baseline), name
-//! the class whose ratio grew most (`dominant_class`) and the shard that returned most of the
-//! errors (`top_error_shard`), so the alert says *what* fails and *where*.
-//!
-//! **Why it does not false-alarm**: a group with a steady error ratio, however high, stays at
-//! its baseline; the absolute floor keeps a 0.01% -> 0.2% wobble (20x, but harmless) quiet; the
-//! minimum volume keeps a handful of failures in a quiet window from reading as a ratio; and two
-//! consecutive windows absorb a single bad window (at 200 requests and a 1% baseline, one window
-//! at >= 5% has probability ~5e-5, two in a row ~2e-9). Cache hits never fail, so a cold cache
-//! refilling after a deploy does not move the ratio while the backend is healthy.
+//! docs/detectors.md ("ErrorSurge") gives the method, the defaults and why ordinary traffic does
+//! not fire it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     Visit, factor, pct, times,
 };
+use crate::evidence::baseline::{Ewma, Ratio};
+use crate::evidence::cusum::Binomial;
+use crate::evidence::ratio::{Hypotheses, RatioEvidence, RatioSettings, RatioTests};
 use crate::observation::{Outcome, label_value, quote};
-use crate::sequential::{Binomial, Cusum, Sequential, burst_proof_windows, wilson_upper};
 use crate::snapshot::GroupSnapshot;
 
 /// `detectors.error_surge` settings.
@@ -118,25 +91,13 @@ impl DetectorSettings for ErrorSurgeConfig {
         p.range("ratio_over_baseline", self.ratio_over_baseline, 1.0, 1000.0);
         p.range("points_over_baseline", self.points_over_baseline, 0.0, 1.0);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_group_hour",
             self.false_alarms_per_group_hour,
-            1e-12,
-            1.0,
         );
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
     }
 }
 
@@ -160,30 +121,10 @@ pub struct GroupState {
     ratio: Ewma,
     by_class: [Ewma; Outcome::COUNT],
     streak: u32,
-    /// Requests and errors per window, learned from every window with requests: the baseline
-    /// of the evidence test, which has no volume floor.
+    /// Errors among requests as evidence across windows above the gate (the path under
+    /// `min_requests`), on a baseline learned from every window with requests.
     #[serde(default)]
-    requests: Ewma,
-    #[serde(default)]
-    errors: Ewma,
-    /// Evidence of errors among requests above the gate (the path under `min_requests`).
-    #[serde(default)]
-    evidence: Cusum,
-    /// Requests and errors since the evidence was last at zero: what it rests on.
-    #[serde(default)]
-    excursion: (u64, u64),
-    /// Windows of an excursion of the evidence, held back from the count baselines.
-    #[serde(default)]
-    pending: Pending,
-}
-
-impl GroupState {
-    /// The count baseline's ratio, and its errors and requests over the windows it spans, once
-    /// warm.
-    fn counted(&self, warmup: u32, alpha: f64) -> Option<(f64, (f64, f64))> {
-        let (x, n) = ratio_seen(&self.requests, &self.errors, warmup, alpha)?;
-        Some((x / n, (x, n)))
-    }
+    errors: RatioEvidence,
 }
 
 impl GroupMemory for GroupState {}
@@ -192,11 +133,16 @@ impl GroupMemory for GroupState {}
 #[derive(Debug, Clone)]
 pub struct ErrorSurge {
     cfg: ErrorSurgeConfig,
-    alpha: f64,
     /// The evidence test of the path without floors.
-    test: Sequential,
+    tests: RatioTests,
     groups: BTreeMap<String, GroupState>,
 }
+
+/// The firing path of the window rule: `consecutive_windows` busy windows over the gate.
+const CONSECUTIVE_WINDOWS: &str = "consecutive_windows";
+
+/// The firing path of an active alert whose window is still over the gate.
+const HYSTERESIS: &str = "hysteresis";
 
 /// Baseline ratio from which a class is listed even when it has no error now, so the
 /// breakdown shows a usual failure that vanished as well as a new one.
@@ -214,6 +160,8 @@ struct Figures {
     requests: u64,
     /// The evidence gathered, as a fraction of its threshold.
     evidence: f64,
+    /// The firing path that proved the surge.
+    proven_by: &'static str,
     /// The class whose ratio grew most, in points.
     grown: Outcome,
     /// The classes worth listing: failing now, or usually failing.
@@ -241,24 +189,26 @@ struct ErrorShard {
 }
 
 impl ErrorSurge {
-    /// Adds the window's `x` errors among `n` requests to the evidence, once the count baseline
+    /// Adds the window's errors among its requests to the evidence, once the count baseline
     /// is warm: the test of its ratio at its upper bound whose crossover is the gate over it.
-    fn weigh(&self, st: &mut GroupState, n: u64, x: u64) {
-        let Some((b, (errors, seen))) = st.counted(self.cfg.warmup_windows, self.alpha) else {
-            return;
-        };
-        let reference = wilson_upper(errors, seen, BOUND_Z);
-        let llr =
-            Binomial::with_crossover(reference, self.cfg.gate(b)).map_or(0.0, |t| t.llr(n, x));
-        st.evidence.push(llr, &self.test);
-        st.excursion = if st.evidence.value() > 0.0 {
-            (st.excursion.0 + n, st.excursion.1 + x)
-        } else {
-            (0, 0)
-        };
+    fn weigh(&self, st: &mut GroupState, window: Ratio<u64>) {
+        st.errors.weigh(&self.tests, window, |seen| {
+            let reference = seen.upper();
+            Some(Hypotheses {
+                reference,
+                rise: Binomial::with_crossover(reference, self.cfg.gate(seen.share())),
+                severe: None,
+            })
+        });
     }
 
-    fn figures(&self, g: &GroupSnapshot, st: &GroupState, (e, b, n): (f64, f64, u64)) -> Figures {
+    fn figures(
+        &self,
+        g: &GroupSnapshot,
+        st: &GroupState,
+        (e, b, n): (f64, f64, u64),
+        proven_by: &'static str,
+    ) -> Figures {
         let requests = g.requests as f64;
         let warm = self.cfg.warmup_windows;
         let all: Vec<ClassRatio> = Outcome::ERRORS
@@ -293,7 +243,8 @@ impl ErrorSurge {
             ratio: e,
             baseline: b,
             requests: n,
-            evidence: st.evidence.value() / self.test.threshold,
+            evidence: st.errors.fraction(&self.tests),
+            proven_by,
             grown,
             classes: all
                 .into_iter()
@@ -315,6 +266,7 @@ fn render(cfg: &ErrorSurgeConfig, group: &str, fig: &Figures) -> Finding {
     .annotate("baseline_error_ratio", pct(fig.baseline))
     .annotate("requests", fig.requests.to_string())
     .annotate("evidence", format!("{:.2}", fig.evidence))
+    .annotate("proven_by", fig.proven_by)
     .annotate("dominant_class", fig.grown.as_str());
     for c in &fig.classes {
         f = f.annotate(
@@ -373,13 +325,16 @@ impl DetectorKind for ErrorSurge {
 
     fn new(cfg: ErrorSurgeConfig, window_secs: f64) -> Self {
         ErrorSurge {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            test: Sequential::new(
-                cfg.false_alarms_per_group_hour,
+            tests: RatioTests::new(RatioSettings {
+                false_alarms_per_hour: cfg.false_alarms_per_group_hour,
+                tests: 1,
                 window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
+                consecutive_windows: cfg.consecutive_windows,
+                tolerated_burst_secs: cfg.tolerated_burst_secs,
+                margin_windows: 0,
+                warmup_windows: cfg.warmup_windows,
+                baseline_tau_secs: cfg.baseline_tau_secs,
+            }),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -409,8 +364,8 @@ impl GroupDetector for ErrorSurge {
         st: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        let (n, x) = (g.requests, g.traffic.errors.min(g.requests));
-        let e = x as f64 / n as f64;
+        let window = Ratio::of(g.traffic.errors, g.requests);
+        let (n, e) = (window.trials, window.share());
         // The window rule, in a window with the volume to judge it alone.
         let busy = n >= self.cfg.min_requests;
         let verdict = st
@@ -422,40 +377,39 @@ impl GroupDetector for ErrorSurge {
         if busy {
             st.streak = if holds { st.streak + 1 } else { 0 };
         }
-        self.weigh(st, n, x);
-        let proven = st.evidence.holds(&self.test);
+        self.weigh(st, window);
+        let proof = st.errors.proven(&self.tests, false);
         let active = ctx
             .alerts
             .is_active(ErrorSurge::ALERTNAME, &[("group", &g.group)]);
         let ruled = holds && (st.streak >= self.cfg.consecutive_windows || active);
         if let Some((b, _)) = verdict.filter(|_| ruled) {
-            out.push(render(&self.cfg, &g.group, &self.figures(g, st, (e, b, n))));
-        } else if proven && let Some((b, _)) = st.counted(self.cfg.warmup_windows, self.alpha) {
-            let (rn, rx) = st.excursion;
-            let over = (rx as f64 / rn.max(1) as f64, b, rn);
-            out.push(render(&self.cfg, &g.group, &self.figures(g, st, over)));
+            let path = if st.streak >= self.cfg.consecutive_windows {
+                CONSECUTIVE_WINDOWS
+            } else {
+                HYSTERESIS
+            };
+            let fig = self.figures(g, st, (e, b, n), path);
+            out.push(render(&self.cfg, &g.group, &fig));
+        } else if let Some(proof) = proof
+            && let Some(seen) = st.errors.seen(&self.tests)
+        {
+            let counts = st.errors.excursion().counts;
+            let over = (counts.share(), seen.share(), counts.trials);
+            let fig = self.figures(g, st, over, proof.name());
+            out.push(render(&self.cfg, &g.group, &fig));
         }
         // Learn only from windows that are neither suspect nor part of an incident.
-        let frozen = holds || active || proven;
+        let frozen = holds || active || proof.is_some();
         if busy && !frozen {
-            st.ratio.update(e, self.alpha);
+            let alpha = self.tests.alpha();
+            st.ratio.update(e, alpha);
             for c in Outcome::ERRORS {
                 let r = g.traffic.outcome(c) as f64 / n as f64;
-                st.by_class[c.index()].update(r, self.alpha);
+                st.by_class[c.index()].update(r, alpha);
             }
         }
-        let settled = st.evidence.value() == 0.0;
-        let baseline = RatioBaseline {
-            trials: &mut st.requests,
-            events: &mut st.errors,
-        };
-        st.pending.hold(
-            (n, x),
-            (frozen, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+        st.errors.learn(&self.tests, window, frozen);
     }
 }
 
@@ -552,7 +506,12 @@ mod tests {
             d.evaluate(&ctx, &mut Vec::new());
         }
         let snap = window(&mut w, 410.0, 1000, 210, Outcome::NotFound);
-        let fig = d.figures(&snap.groups[0], &d.groups["g"], (0.21, 0.003, 1000));
+        let fig = d.figures(
+            &snap.groups[0],
+            &d.groups["g"],
+            (0.21, 0.003, 1000),
+            CONSECUTIVE_WINDOWS,
+        );
         assert_eq!(fig.grown, Outcome::NotFound);
         // `error` is gone now but listed for its baseline; `not_found` is new.
         let listed: Vec<Outcome> = fig.classes.iter().map(|c| c.class).collect();

@@ -1,50 +1,26 @@
 //! `FastFailureSink`: a shard that answers fast with errors and, because it answers fast, draws
-//! a growing share of the traffic (see docs/detectors.md, FastFailureSink).
+//! a growing share of the traffic (labels `group`, `shard`).
 //!
-//! Least-loaded and latency-aware balancers send work where answers come back soonest. A backend
-//! that fails fast (a `NOT_FOUND` from a broken control plane, a `503` from an empty pool) looks
-//! like the best backend there is, so it gets more traffic, and more requests fail. The SRE book
-//! (ch. 20) describes a task serving 100% fast errors under least-loaded round robin; the
-//! September 2025 model-serving incident had one cluster answering `NOT_FOUND` faster and
-//! gaining share until 21% of requests failed.
+//! Least-loaded and latency-aware balancers send work where answers come back soonest, so a
+//! backend that fails fast looks like the best one there is. The condition is a shard that
+//! gained share, fails more than its peers and answers faster than them, in a group whose
+//! routing moves traffic toward errors (the error-attraction ratio). Its firing paths, as the
+//! `proven_by` annotation names them: `consecutive_windows` and `hysteresis` (an active alert
+//! whose shard still meets the condition).
 //!
-//! **Signals**, per shard j of a group and window (shards with at least `min_requests`):
-//! - traffic share `s_j` against its EWMA baseline `b_j` (one-hour time constant);
-//! - error ratio `e_j`: every outcome but `ok` counts (`not_found`, `unavailable` and
-//!   `throttled` are the fast ones);
-//! - p50 latency of all responses, errors included: the balancer sees exactly that;
-//! - the fleet's **error-attraction ratio** `EAR = sum s_j e_j / sum b_j e_j`: the error ratio
-//!   traffic actually meets, over what baseline routing would give it with today's error ratios.
-//!   Baselines are rescaled to the same total as today's shares, so EAR measures redistribution.
-//!
-//! **Condition**, for `consecutive_windows` (3) windows in a row, with at least `min_shards` (2)
-//! shards judged:
-//! - `s_j >= 1.3 b_j`: it draws more traffic than it used to;
-//! - `e_j >= max(5%, 3 x median peer error ratio)`: it fails more than its peers;
-//! - `p50_j <= 0.8 x median peer p50`: it answers faster than its peers;
-//! - `EAR >= 1.2`: routing moves traffic *toward* errors.
-//!
-//! **Baselines** give no verdict before `warmup_windows` windows. A group's share baselines stop
-//! learning while any of its shards meets the condition or its alert is active.
-//!
-//! **Why it does not false-alarm**:
-//! - A shard that gains share because its peers are drained or scaled in has a normal error
-//!   ratio.
-//! - A failing shard that loses share is the balancer doing its job (EAR < 1).
-//! - A slow failing shard (timeouts) does not attract traffic and is not fast.
-//! - A shard that is fast because it serves cheap requests fails no more than its peers.
-//! - A shard whose share drifts up slowly is learned by its baseline.
+//! docs/detectors.md ("FastFailureSink") gives the signals, the defaults and why ordinary
+//! traffic does not fire it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for, median};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, ms, num,
     pct,
 };
+use crate::evidence::baseline::{Ewma, alpha_for, median};
 use crate::observation::{Outcome, quote};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
@@ -134,12 +110,7 @@ impl DetectorSettings for FastFailureSinkConfig {
             1000.0,
         );
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
     }
 }
@@ -426,16 +397,15 @@ impl GroupDetector for FastFailureSink {
                 continue;
             };
             st.streak += 1;
-            if st.streak >= self.cfg.consecutive_windows
-                || ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels)
-            {
-                out.push(render(
-                    &self.cfg,
-                    &g.group,
-                    &s.shard,
-                    &figures(g, s, v, st.streak),
-                ));
-            }
+            let proven_by = if st.streak >= self.cfg.consecutive_windows {
+                "consecutive_windows"
+            } else if ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels) {
+                "hysteresis"
+            } else {
+                continue;
+            };
+            let f = render(&self.cfg, &g.group, &s.shard, &figures(g, s, v, st.streak));
+            out.push(f.annotate("proven_by", proven_by));
         }
         // Shares learn only while no shard is suspect and no alert is active, so the
         // incident's redistribution does not become the new normal.

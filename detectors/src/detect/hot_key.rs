@@ -1,101 +1,31 @@
-//! `HotKey` detector: one key value takes a large share of a group's load, or of one shard's
-//! load, far above what that key usually takes (labels `group`, `key`, and `shard` when the key
-//! lives on one shard).
+//! `HotKey`: one key value takes a large share of a group's load, or of one shard's load, far
+//! above what that key usually takes (labels `group`, `key`, and `shard` when the key lives on
+//! one shard).
 //!
-//! # Signals
+//! Two rules, the group's and the shard's, judge the key summaries' lower bounds against each
+//! key's baseline share of the group's load; they are one loop over a view of the scope
+//! (`HotKey::judge_scope`). Beside each rule's window verdict, every key with state in a
+//! scope gathers evidence across windows ([`RatioEvidence`]). Its firing paths, as the
+//! `proven_by` annotation names them: `consecutive_windows` and `step_shape` (the window rule's
+//! streak, by count or by shape), `cusum` and `quick_cusum` (the evidence across windows).
 //!
-//! - **Group rule.** The group's key summary ([`GroupSnapshot::top_keys`]) reports each top
-//!   key's count as an upper bound with an over-count bound `error`. Decisions use the *lower
-//!   bound* `requests − error`, so a key whose count is uncertain cannot fire. The key's share
-//!   of the group's requests is compared with an absolute floor (`min_group_share`, 20%), with
-//!   a whole shard's fair share (`fair_share_multiple`·1/N; a key with share p₁ alone puts
-//!   N·p₁ times the mean load on its shard, so a key heavier than one shard's fair share
-//!   overloads its shard whatever the sharding), and with the key's own baseline share
-//!   (`min_ratio`, 2×). A minimum lower-bound volume (`min_requests` per window) keeps a quiet
-//!   group from firing on a handful of requests.
-//! - **Shard rule** (a hot key inside an otherwise normal shard). Each shard's key summary
-//!   ([`ShardSnapshot::top_keys`], shares of the shard's requests) is checked too: the key's
-//!   lower-bound share of the shard must reach `min_shard_share` (50%), its share of the
-//!   *group's* load must be `min_ratio` times its baseline (the key's own load grew, whatever
-//!   its shard did), and it must carry at least `min_shard_requests` requests in the window.
-//!   This catches a key that takes over a shard's traffic mix while the shard's total load
-//!   barely moves, which `HotShard` rightly ignores, and a key that makes its shard hot while
-//!   staying under the group rule's 20% (the empty key of the metadata-database incident: 1% ->
-//!   6% of the group, 40% -> 80% of its shard).
-//!
-//! - **Evidence across windows** (both rules, no volume floor). Each window adds, for every key
-//!   with state in a scope, the binomial LLR of its certain requests among the *group's*
-//!   requests ([`crate::sequential`], docs/adr/006-evidence-that-accumulates.md): the reference
-//!   is the key's count baseline (its requests and the group's per window) at its upper bound,
-//!   and the test is built for the crossover `min_ratio` times that, so evidence grows only
-//!   while the key's load is over the rules' own ratio. A window in which the key is not
-//!   reported counts as none of its requests, which only drains evidence. It holds once the
-//!   burst-proof CUSUM (at least ⌈`tolerated_burst_secs`/w⌉ + 3 windows) or the quick one
-//!   (`consecutive_windows`, once the streak's shape outlasts a tolerated burst) reaches the
-//!   threshold for `false_alarms_per_key_hour` (half each), **and** the key holds at least
-//!   `min_group_share` (group rule, and the fair-share multiple) or `min_shard_share` (shard
-//!   rule) of its scope's requests over the windows the evidence rests on. The second gate is
-//!   what makes the baseline sound: a key's baseline learns zero in every window the summary
-//!   does not report it, which for a key under a shard's top three that still had requests is
-//!   too low; a key with half of its shard (or a fifth of its group) is always reported, so the
-//!   keys the gate lets through are exactly those whose baselines are not censored.
-//!
-//! A key *lives on one shard* when one shard's summary holds at least `single_shard_share` of
-//! the key's group-wide lower bound; the alert then carries that `shard` label (kept while the
-//! alert is active, so labels do not flap). When the group rule fires for a key, the shard rule
-//! does not raise a second alert for the same key.
-//!
-//! # Baselines and warm-up
-//!
-//! Baselines are EWMAs of the key's share of the group's requests (time constant
-//! `baseline_tau_secs`; shares, so diurnal load cancels), one per key of the group and one per
-//! key of each shard. A key that shows up for the first time is taken to
-//! have had a share of zero in every earlier window of its group or shard (it was not among the
-//! top keys), so a key that appears from nowhere and takes 30% is hot, while a key that has
-//! been heavy since the agent started is its own baseline. No verdict is made before the group
-//! (or shard) has `warmup_windows` windows with keyed traffic. Baselines are frozen while the
-//! key's alert is active or its condition is building up.
-//!
-//! Memory: a key's state is dropped once its baseline share falls under `forget_share` (of the
-//! group's load; in a shard scope, of the shard's) and it is neither reported nor alerting.
-//! Baseline shares are averages of shares that sum to at most 1 (or the shard's share), so at
-//! most 1/`forget_share` keys (100) stay per group and per shard, plus the reported ones.
-//! Shards and groups that leave the snapshot are forgotten.
-//!
-//! # Why it does not false-alarm
-//!
-//! - A stably popular key (Zipf 1.0: the top key is about 7% of the group and most of its own
-//!   shard) is its own baseline: ratio ≈ 1.
-//! - Lower bounds: a key that is only possibly heavy (large Space-Saving error) never fires.
-//! - Sampling noise: at the floors (20% share, ≥ 100 requests) the binomial sd of a share is
-//!   under 4 points, so noise cannot double a key's share; four consecutive windows are also
-//!   required, so a burst of one key of up to 20 s (at most three windows) does not fire, or
-//!   three whose excess requests hold more than `tolerated_burst_secs` (20 s) plus half a
-//!   window at full strength, which a 20 s burst at any alignment does not
-//!   ([`crate::evidence`]).
-//! - Diurnal load changes every key's rate alike; shares do not move.
-//! - Low-volume shards (a few requests per second) stay under `min_shard_requests`; their keys
-//!   are judged by the evidence across windows, whose false alarms are bounded whatever the
-//!   volume, and whose gate on the scope's share rests on every request of the excursion. A
-//!   key's count baseline starts with its scope: a key first seen on a shard had none of the
-//!   group's requests since the shard appeared, and a shard that expired and came back knows
-//!   only its windows since (a key of an intermittent shard is not taken for new).
+//! docs/detectors.md ("HotKey") gives the method, the defaults and why ordinary traffic does
+//! not fire it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, GroupMemory, Problems, RuleSettings,
     num, pct, ratio_2dp,
 };
-use crate::evidence::{Persistence, StepEvidence};
+use crate::evidence::baseline::{Ewma, Ratio, RatioBaseline};
+use crate::evidence::cusum::Binomial;
+use crate::evidence::ratio::{Hypotheses, Proof, RatioEvidence, RatioSettings, RatioTests};
+use crate::evidence::shape::{Lasted, Persistence, StreakShape};
 use crate::observation::{quote, quote_key};
-use crate::sequential::{
-    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
-};
 use crate::snapshot::{GroupSnapshot, KeyShare, ShardSnapshot};
 
 /// `detectors.hot_key` settings. Defaults are those of `rules/skewwatch.yaml`.
@@ -164,12 +94,7 @@ impl DetectorSettings for HotKeyConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         for (field, v) in [
             ("min_group_share", self.min_group_share),
@@ -196,12 +121,7 @@ impl DetectorSettings for HotKeyConfig {
             }
         }
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         if !(self.single_shard_share > 0.5 && self.single_shard_share <= 1.0) {
             p.fail(
                 "single_shard_share",
@@ -220,47 +140,20 @@ impl DetectorSettings for HotKeyConfig {
                 ),
             );
         }
-        p.range(
-            "false_alarms_per_key_hour",
-            self.false_alarms_per_key_hour,
-            1e-12,
-            1.0,
-        );
-    }
-}
-
-/// An EWMA of a key's share that counts windows before the key first appeared as zeros.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-struct ShareBaseline {
-    value: f64,
-    samples: u32,
-}
-
-impl ShareBaseline {
-    /// A baseline for a key first seen after `prior` windows in which it was not reported.
-    fn after(prior: u32) -> Self {
-        ShareBaseline {
-            value: 0.0,
-            samples: prior,
-        }
-    }
-
-    /// Folds in one window; the running mean until `1/alpha` windows, then the EWMA.
-    fn update(&mut self, x: f64, alpha: f64) {
-        self.samples = self.samples.saturating_add(1);
-        let a = alpha.max(1.0 / f64::from(self.samples));
-        self.value += a * (x - self.value);
+        p.false_alarm_rate("false_alarms_per_key_hour", self.false_alarms_per_key_hour);
     }
 }
 
 /// What the detector remembers about one key in one scope (group or shard).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct KeyState {
-    base: ShareBaseline,
+    /// The key's share of the group's requests; windows before the key first appeared count
+    /// as zeros ([`Scope::key`]).
+    base: Ewma,
     streak: u32,
     /// The excess requests over the baseline of the streak's windows.
     #[serde(default)]
-    evidence: StepEvidence,
+    shape: StreakShape,
     /// The `shard` label of the group rule's alert, once chosen.
     shard: Option<String>,
     /// The key's requests as evidence across windows.
@@ -273,51 +166,28 @@ struct KeyState {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct Counted {
-    /// The group's requests per window: the trials of the key's count baseline.
-    requests: Ewma,
-    /// The key's certain requests in its scope per window: the events.
-    lower: Ewma,
-    /// Windows of an excursion of the evidence, held back from the count baseline.
-    #[serde(skip_serializing_if = "is_default")]
-    pending: Pending,
-    /// Burst-proof evidence.
-    #[serde(skip_serializing_if = "is_default")]
-    evidence: Cusum,
-    /// The same evidence on the quick path.
-    #[serde(skip_serializing_if = "is_default")]
-    quick: QuickEvidence,
-    /// What the evidence rests on since it was last at zero.
-    #[serde(skip_serializing_if = "is_default")]
-    excursion: Excursion,
+    /// The key's certain requests in its scope among the group's requests, tested burst-proof
+    /// and quickly on the key's count baseline.
+    requests: RatioEvidence,
+    /// Its scope's requests (the group's or the shard's) since the evidence was last at rest.
+    #[serde(skip_serializing_if = "is_zero")]
+    scope: u64,
     /// The test last built, for the reference it was built for: the reference stays put while
     /// the evidence is up (its windows are held back), so most windows reuse it.
     #[serde(skip)]
-    test: Option<(f64, Option<Binomial>)>,
+    built: Option<BuiltTest>,
 }
 
-/// The requests an excursion of a key's evidence rests on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-struct Excursion {
-    /// The key's certain requests in its scope.
-    key: u64,
-    /// Its scope's requests (the group's or the shard's).
-    scope: u64,
-    /// The group's requests.
-    group: u64,
-    windows: u32,
+/// A key's test, and the reference it was built for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct BuiltTest {
+    reference: f64,
+    test: Option<Binomial>,
 }
 
-/// True for a value that is its type's default: what the saved state leaves out (most keys
-/// have no evidence and hold no window back, and a reload saves every key).
-fn is_default<T: Default + PartialEq>(x: &T) -> bool {
-    *x == T::default()
-}
-
-impl Counted {
-    /// No evidence on either path.
-    fn idle(&self) -> bool {
-        self.evidence.value() == 0.0 && self.quick.value() == 0.0
-    }
+/// True for nothing counted: what the saved state leaves out.
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// The keys of one scope and how many windows with keyed traffic it has seen.
@@ -376,13 +246,9 @@ impl KeyFigures {
 #[derive(Debug, Clone)]
 pub struct HotKey {
     cfg: HotKeyConfig,
-    alpha: f64,
     persistence: Persistence,
-    /// The evidence test, burst-proof.
-    test: Sequential,
-    /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: Sequential,
-    window_secs: f64,
+    /// The evidence test, burst-proof and quick.
+    tests: RatioTests,
     state: BTreeMap<String, GroupState>,
 }
 
@@ -433,10 +299,12 @@ impl Scope {
         let prior = self.windows;
         let requests = self.requests;
         self.keys.entry(key.to_owned()).or_insert_with(|| KeyState {
-            base: ShareBaseline::after(prior),
+            base: Ewma::zeros(prior),
             counted: Counted {
-                requests,
-                lower: Ewma::zeros(requests.samples()),
+                requests: RatioEvidence::on(RatioBaseline {
+                    trials: requests,
+                    events: Ewma::zeros(requests.samples()),
+                }),
                 ..Counted::default()
             },
             ..KeyState::default()
@@ -447,7 +315,7 @@ impl Scope {
 impl KeyState {
     /// Extends or ends the key's run of over windows (with `excess` requests over its
     /// baseline) and teaches its baseline `load` unless `frozen` (the key's alert is active or
-    /// its evidence proves a change) or its condition is building up. True once the run is
+    /// its evidence proves a change) or its condition is building up. Says why once the run is
     /// long enough for `needed`.
     fn step(
         &mut self,
@@ -456,13 +324,18 @@ impl KeyState {
         (load, excess): (f64, f64),
         alpha: f64,
         needed: &Persistence,
-    ) -> bool {
+    ) -> Option<Lasted> {
         self.streak = if over { self.streak + 1 } else { 0 };
-        self.evidence.push(over, excess);
+        self.shape.push(over, excess);
         if !(frozen || self.streak > 0) {
             self.base.update(load, alpha);
         }
-        needed.holds(self.streak, &self.evidence)
+        needed.lasted(self.streak, &self.shape)
+    }
+
+    /// The key's baseline share of the group's requests (0 before any window).
+    fn baseline(&self) -> f64 {
+        self.base.raw().unwrap_or(0.0)
     }
 }
 
@@ -472,8 +345,8 @@ impl HotKey {
     /// key's count baseline at its upper bound, and it is built for the crossover `min_ratio`
     /// times that, so evidence grows only while the key's load is over the rules' own ratio.
     /// Then teaches the window to the count baseline, holding an excursion of the evidence
-    /// back, or forgets the held windows when `active` or proven. True when the evidence holds
-    /// and, over the windows it rests on, the key holds at least `floor` of its scope's
+    /// back, or forgets the held windows when `active` or proven. The CUSUM that proves a
+    /// rise, when over the windows it rests on the key holds at least `floor` of its scope's
     /// requests.
     fn weigh(
         &self,
@@ -481,228 +354,165 @@ impl HotKey {
         (key, scope, group): (u64, u64, u64),
         floor: f64,
         active: bool,
-    ) -> bool {
-        let warmup = self.cfg.warmup_windows;
-        if let Some((x, n)) = ratio_seen(&c.requests, &c.lower, warmup, self.alpha) {
-            let p0 = wilson_upper(x, n, BOUND_Z);
-            let crossover = self.cfg.min_ratio * p0;
+    ) -> Option<Proof> {
+        let window = Ratio::of(key, group);
+        let at_rest = c.requests.at_rest(&self.tests);
+        let min_ratio = self.cfg.min_ratio;
+        let built = &mut c.built;
+        c.requests.weigh(&self.tests, window, |seen| {
+            let p0 = seen.upper();
+            let crossover = min_ratio * p0;
             // A window at or under the crossover adds no evidence, and without evidence to
             // drain it changes nothing: most windows of most keys, which skip the test's
             // construction (a bisection).
-            if !c.idle() || key as f64 > crossover * group as f64 {
-                let test = match c.test {
-                    Some((built_for, test)) if built_for == p0 => test,
-                    _ => Binomial::with_crossover(p0, crossover),
-                };
-                c.test = Some((p0, test));
-                let llr = test.map_or(0.0, |t| t.llr(group, key));
-                c.evidence.push(llr, &self.test);
-                c.quick
-                    .push(llr, key as f64 - p0 * group as f64, &self.quick);
+            if at_rest && key as f64 <= crossover * group as f64 {
+                return None;
             }
-        }
-        let e = c.excursion;
-        c.excursion = if c.idle() {
-            Excursion::default()
+            let test = match *built {
+                Some(b) if b.reference == p0 => b.test,
+                _ => Binomial::with_crossover(p0, crossover),
+            };
+            *built = Some(BuiltTest {
+                reference: p0,
+                test,
+            });
+            Some(Hypotheses {
+                reference: p0,
+                rise: test,
+                severe: None,
+            })
+        });
+        c.scope = if c.requests.at_rest(&self.tests) {
+            0
         } else {
-            Excursion {
-                key: e.key + key,
-                scope: e.scope + scope,
-                group: e.group + group,
-                windows: e.windows + 1,
-            }
+            c.scope + scope
         };
-        let proven = c.evidence.holds(&self.test)
-            || c.quick.holds(
-                &self.quick,
-                self.cfg.tolerated_burst_secs,
-                self.window_secs,
-                false,
-            );
-        let e = c.excursion;
-        let holds = proven && e.scope > 0 && e.key as f64 >= floor * e.scope as f64;
-        let settled = c.idle();
-        let baseline = RatioBaseline {
-            trials: &mut c.requests,
-            events: &mut c.lower,
-        };
-        c.pending.hold(
-            (group, key),
-            (active || holds, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+        let key_requests = c.requests.excursion().counts.events;
+        let holds = c
+            .requests
+            .proven(&self.tests, false)
+            .filter(|_| c.scope > 0 && key_requests as f64 >= floor * c.scope as f64);
+        c.requests
+            .learn(&self.tests, window, active || holds.is_some());
         holds
     }
 
     /// The figures of the windows a key's evidence rests on.
     fn accumulated(&self, c: &Counted) -> KeyFigures {
-        let e = c.excursion;
-        let baseline = ratio_seen(&c.requests, &c.lower, self.cfg.warmup_windows, self.alpha)
-            .map_or(0.0, |(x, n)| x / n);
+        let e = c.requests.excursion();
+        let baseline = c
+            .requests
+            .seen(&self.tests)
+            .map_or(0.0, |seen| seen.share());
         KeyFigures {
-            lower: e.key,
-            share: e.key as f64 / e.scope.max(1) as f64,
-            load: e.key as f64 / e.group.max(1) as f64,
+            lower: e.counts.events,
+            share: e.counts.events as f64 / c.scope.max(1) as f64,
+            load: e.counts.share(),
             baseline,
             windows: e.windows,
-            evidence: self.evidence(c),
+            evidence: c.requests.fraction(&self.tests),
         }
     }
 
-    /// A key's evidence as a fraction of its threshold: the higher of the two paths.
-    fn evidence(&self, c: &Counted) -> f64 {
-        (c.evidence.value() / self.test.threshold).max(c.quick.value() / self.quick.threshold)
-    }
-
-    fn group_rule(
+    /// Judges the keys of one scope (`view`: the group, or one of its shards) in one window:
+    /// the window rule and the evidence across windows for each key reported, then the keys
+    /// not reported. Keys the group rule found go into `hot_keys`; the shard rule does not
+    /// report them again.
+    fn judge_scope(
         &self,
         ctx: &Context<'_>,
-        g: &GroupSnapshot,
+        (g, view): (&GroupSnapshot, View<'_>),
         scope: &mut Scope,
         hot_keys: &mut BTreeSet<String>,
         out: &mut Vec<Finding>,
     ) {
         let cfg = &self.cfg;
-        let alpha = self.alpha;
-        let floor = cfg
-            .min_group_share
-            .max(cfg.fair_share_multiple * g.fair_share);
+        let floor = view.floor(cfg, g);
+        let counts = (view.requests(g), g.requests);
         let is_active = |key: &str, st: &KeyState| {
-            ctx.alerts.is_active(
-                HotKey::ALERTNAME,
-                &key_labels(&g.group, key, st.shard.as_deref()),
-            )
+            let labels = key_labels(&g.group, key, view.shard_label(st));
+            ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
         };
-        if g.keyed_requests == 0 {
-            // No key this window: the evidence of each hears that it had no request.
-            self.weigh_absent(scope, (g.requests, g.requests), floor, is_active);
+        if view.keyless(g) {
+            // No key in the scope this window: the evidence of each hears that it had no
+            // request.
+            self.weigh_absent(scope, counts, floor, is_active);
             return;
         }
         let warm = scope.windows >= cfg.warmup_windows;
-        let total = g.requests as f64;
         let mut reported = BTreeSet::new();
-        for k in &g.top_keys {
+        for k in view.keys(g) {
             reported.insert(k.key.as_str());
             let st = scope.key(&k.key);
-            let lb = k.lower_bound();
             let active = is_active(&k.key, st);
-            let accumulated =
-                self.weigh(&mut st.counted, (lb, g.requests, g.requests), floor, active);
-            let fig = KeyFigures {
-                lower: lb,
-                share: lb as f64 / total,
-                load: lb as f64 / total,
-                baseline: st.base.value,
-                windows: 1,
-                evidence: self.evidence(&st.counted),
+            let Some((shares, proven_by)) = self.judge_key((g, view), k, st, (warm, active)) else {
+                continue;
             };
-            let over = warm
-                && lb >= cfg.min_requests
-                && fig.share >= floor
-                && fig.ratio() >= cfg.min_ratio;
-            if (over || accumulated) && !active {
-                // The `shard` label is chosen when the condition builds up and kept while the
-                // alert is active, so the alert's identity does not flap.
-                st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
-            }
-            let excess = (fig.load - fig.baseline) * total;
-            let frozen = active || accumulated;
-            let ruled = st.step(over, frozen, (fig.load, excess), alpha, &self.persistence);
-            let fig = if ruled {
-                fig
-            } else {
-                self.accumulated(&st.counted)
+            let found = Found {
+                key: k,
+                shares,
+                proven_by,
             };
-            if ruled || accumulated {
-                hot_keys.insert(k.key.clone());
-                let home = st.shard.as_deref().and_then(|s| g.shard(s));
-                out.push(render(cfg, &g.group, &group_figures(ctx, k, home, fig)));
+            match view {
+                View::Group => {
+                    hot_keys.insert(k.key.clone());
+                    let home = st.shard.as_deref().and_then(|s| g.shard(s));
+                    out.push(render(cfg, &g.group, &group_figures(ctx, found, home)));
+                }
+                // The group rule already alerts on this key (with this shard, or spread over
+                // several): one alert per key is enough.
+                View::Shard(s) if !hot_keys.contains(&k.key) => {
+                    out.push(render(cfg, &g.group, &shard_figures(ctx, s, found)));
+                }
+                View::Shard(_) => {}
             }
         }
-        self.forget_unreported(
-            scope,
-            &reported,
-            (g.requests, g.requests),
-            (floor, cfg.forget_share),
-            is_active,
-        );
+        let forget = (floor, view.forget_below(cfg, g));
+        self.forget_unreported(scope, &reported, counts, forget, is_active);
         scope.windows = scope.windows.saturating_add(1);
     }
 
-    fn shard_rule(
+    /// Judges reported key `k` of the scope `view` in one window: its evidence across windows,
+    /// then the window rule, whose streak freezes the key's baseline. The figures to report
+    /// and the firing path when either holds: the window's, or those of the windows the
+    /// evidence rests on. `warm` when the scope is past its warm-up; `active` when the key's
+    /// alert is.
+    fn judge_key(
         &self,
-        ctx: &Context<'_>,
-        g: &GroupSnapshot,
-        shards: &mut BTreeMap<String, Scope>,
-        hot_keys: &BTreeSet<String>,
-        out: &mut Vec<Finding>,
-    ) {
+        (g, view): (&GroupSnapshot, View<'_>),
+        k: &KeyShare,
+        st: &mut KeyState,
+        (warm, active): (bool, bool),
+    ) -> Option<(KeyFigures, &'static str)> {
         let cfg = &self.cfg;
-        let alpha = self.alpha;
+        let floor = view.floor(cfg, g);
+        let lb = k.lower_bound();
+        let scope = view.requests(g);
+        let accumulated = self.weigh(&mut st.counted, (lb, scope, g.requests), floor, active);
         let group_total = g.requests.max(1) as f64;
-        let floor = cfg.min_shard_share;
-        for s in g.tracked_shards() {
-            let is_active = |key: &str, _: &KeyState| {
-                let labels = key_labels(&g.group, key, Some(&s.shard));
-                ctx.alerts.is_active(HotKey::ALERTNAME, &labels)
-            };
-            // Every shard has a scope, keyed traffic or not, so that a key first seen on it
-            // knows how long the shard has been there without it.
-            let scope = shards.entry(s.shard.clone()).or_default();
-            if s.requests == 0 || s.top_keys.is_empty() {
-                // No key on the shard this window: its keys' evidence hears that they had no
-                // request.
-                self.weigh_absent(scope, (s.requests, g.requests), floor, is_active);
-                continue;
-            }
-            let warm = scope.windows >= cfg.warmup_windows;
-            let mut reported = BTreeSet::new();
-            for k in &s.top_keys {
-                reported.insert(k.key.as_str());
-                let st = scope.key(&k.key);
-                let lb = k.lower_bound();
-                let active = is_active(&k.key, st);
-                let accumulated =
-                    self.weigh(&mut st.counted, (lb, s.requests, g.requests), floor, active);
-                let fig = KeyFigures {
-                    lower: lb,
-                    share: lb as f64 / s.requests as f64,
-                    load: lb as f64 / group_total,
-                    baseline: st.base.value,
-                    windows: 1,
-                    evidence: self.evidence(&st.counted),
-                };
-                let over = warm
-                    && lb >= cfg.min_shard_requests
-                    && fig.share >= floor
-                    && fig.ratio() >= cfg.min_ratio;
-                let excess = (fig.load - fig.baseline) * group_total;
-                let frozen = active || accumulated;
-                let ruled = st.step(over, frozen, (fig.load, excess), alpha, &self.persistence);
-                let fig = if ruled {
-                    fig
-                } else {
-                    self.accumulated(&st.counted)
-                };
-                // The group rule already alerts on this key (with this shard, or spread over
-                // several): one alert per key is enough.
-                if (ruled || accumulated) && !hot_keys.contains(&k.key) {
-                    out.push(render(cfg, &g.group, &shard_figures(ctx, s, k, fig)));
-                }
-            }
-            // Shard scopes forget relative to the shard's load, so a shard keeps about
-            // 1/forget_share keys too.
-            let forget_below = cfg.forget_share * s.requests as f64 / group_total;
-            self.forget_unreported(
-                scope,
-                &reported,
-                (s.requests, g.requests),
-                (floor, forget_below),
-                is_active,
-            );
-            scope.windows = scope.windows.saturating_add(1);
+        let fig = KeyFigures {
+            lower: lb,
+            share: lb as f64 / scope as f64,
+            load: lb as f64 / group_total,
+            baseline: st.baseline(),
+            windows: 1,
+            evidence: st.counted.requests.fraction(&self.tests),
+        };
+        let over = warm
+            && lb >= view.min_requests(cfg)
+            && fig.share >= floor
+            && fig.ratio() >= cfg.min_ratio;
+        if matches!(view, View::Group) && (over || accumulated.is_some()) && !active {
+            // The `shard` label is chosen when the condition builds up and kept while the
+            // alert is active, so the alert's identity does not flap.
+            st.shard = home_shard(g, &k.key, lb, cfg.single_shard_share).map(str::to_owned);
+        }
+        let excess = (fig.load - fig.baseline) * group_total;
+        let frozen = active || accumulated.is_some();
+        let alpha = self.tests.alpha();
+        match st.step(over, frozen, (fig.load, excess), alpha, &self.persistence) {
+            Some(lasted) => Some((fig, lasted.name())),
+            None => accumulated.map(|proof| (self.accumulated(&st.counted), proof.name())),
         }
     }
 
@@ -719,20 +529,20 @@ impl HotKey {
         (floor, forget_below): (f64, f64),
         is_active: impl Fn(&str, &KeyState) -> bool,
     ) {
-        let alpha = self.alpha;
+        let alpha = self.tests.alpha();
         scope.keys.retain(|key, st| {
             if reported.contains(key.as_str()) {
                 return true;
             }
             st.streak = 0;
-            st.evidence = StepEvidence::default();
+            st.shape = StreakShape::default();
             let active = is_active(key, st);
             let accumulated =
                 self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
-            if !(active || accumulated) {
+            if !(active || accumulated.is_some()) {
                 st.base.update(0.0, alpha);
             }
-            active || st.base.value >= forget_below
+            active || st.baseline() >= forget_below
         });
     }
 
@@ -751,6 +561,85 @@ impl HotKey {
             self.weigh(&mut st.counted, (0, scope_requests, group), floor, active);
         }
     }
+}
+
+/// The scope a rule judges in one window: the group (the group rule), or one of its shards
+/// (the shard rule). The two rules are one loop (`HotKey::judge_scope`) over it.
+#[derive(Debug, Clone, Copy)]
+enum View<'a> {
+    Group,
+    Shard(&'a ShardSnapshot),
+}
+
+impl<'a> View<'a> {
+    /// The scope's requests in the window.
+    fn requests(self, g: &GroupSnapshot) -> u64 {
+        match self {
+            View::Group => g.requests,
+            View::Shard(s) => s.requests,
+        }
+    }
+
+    /// The scope's top keys.
+    fn keys(self, g: &'a GroupSnapshot) -> &'a [KeyShare] {
+        match self {
+            View::Group => &g.top_keys,
+            View::Shard(s) => &s.top_keys,
+        }
+    }
+
+    /// True when the scope had no keyed request in the window.
+    fn keyless(self, g: &GroupSnapshot) -> bool {
+        match self {
+            View::Group => g.keyed_requests == 0,
+            View::Shard(s) => s.requests == 0 || s.top_keys.is_empty(),
+        }
+    }
+
+    /// The least share of the scope's requests a hot key holds: `min_group_share` and the
+    /// fair-share multiple for the group, `min_shard_share` for a shard.
+    fn floor(self, cfg: &HotKeyConfig, g: &GroupSnapshot) -> f64 {
+        match self {
+            View::Group => cfg
+                .min_group_share
+                .max(cfg.fair_share_multiple * g.fair_share),
+            View::Shard(_) => cfg.min_shard_share,
+        }
+    }
+
+    /// The least certain requests of a key in a window for the window rule.
+    fn min_requests(self, cfg: &HotKeyConfig) -> u64 {
+        match self {
+            View::Group => cfg.min_requests,
+            View::Shard(_) => cfg.min_shard_requests,
+        }
+    }
+
+    /// The baseline share of the group's requests under which a key is forgotten: shard
+    /// scopes forget relative to the shard's load, so a shard keeps about 1/forget_share keys
+    /// too.
+    fn forget_below(self, cfg: &HotKeyConfig, g: &GroupSnapshot) -> f64 {
+        match self {
+            View::Group => cfg.forget_share,
+            View::Shard(s) => cfg.forget_share * s.requests as f64 / g.requests.max(1) as f64,
+        }
+    }
+
+    /// The `shard` label of a key's alert in this scope.
+    fn shard_label(self, st: &'a KeyState) -> Option<&'a str> {
+        match self {
+            View::Group => st.shard.as_deref(),
+            View::Shard(s) => Some(&s.shard),
+        }
+    }
+}
+
+/// A hot key one rule found: its summary entry, its figures, and the firing path.
+#[derive(Debug, Clone, Copy)]
+struct Found<'a> {
+    key: &'a KeyShare,
+    shares: KeyFigures,
+    proven_by: &'static str,
 }
 
 /// Which rule found a hot key, and where the key sits.
@@ -773,6 +662,8 @@ struct Figures {
     /// The key's lower-bound requests per second.
     requests_per_second: f64,
     place: Place,
+    /// The firing path that proved the key hot.
+    proven_by: &'static str,
 }
 
 /// The lower-bound requests per second of the key over the windows its figures span (windows
@@ -783,12 +674,8 @@ fn rate(ctx: &Context<'_>, fig: KeyFigures) -> f64 {
 }
 
 /// Figures of a key the group rule found, living on `home` when it lives on one shard.
-fn group_figures(
-    ctx: &Context<'_>,
-    k: &KeyShare,
-    home: Option<&ShardSnapshot>,
-    shares: KeyFigures,
-) -> Figures {
+fn group_figures(ctx: &Context<'_>, found: Found<'_>, home: Option<&ShardSnapshot>) -> Figures {
+    let k = found.key;
     let home = home.map(|s| {
         let of_shard = s
             .top_keys
@@ -797,31 +684,26 @@ fn group_figures(
             .map_or(0.0, |x| x.lower_bound() as f64 / s.requests.max(1) as f64);
         (s.shard.clone(), of_shard)
     });
-    Figures {
-        key: k.key.clone(),
-        shares,
-        error_bound: k.error,
-        requests_per_second: rate(ctx, shares),
-        place: Place::Group { home },
-    }
+    figures(ctx, found, Place::Group { home })
 }
 
 /// Figures of a key the shard rule found on shard `s`.
-fn shard_figures(
-    ctx: &Context<'_>,
-    s: &ShardSnapshot,
-    k: &KeyShare,
-    shares: KeyFigures,
-) -> Figures {
+fn shard_figures(ctx: &Context<'_>, s: &ShardSnapshot, found: Found<'_>) -> Figures {
+    let place = Place::Shard {
+        shard: s.shard.clone(),
+        shard_share: s.share,
+    };
+    figures(ctx, found, place)
+}
+
+fn figures(ctx: &Context<'_>, found: Found<'_>, place: Place) -> Figures {
     Figures {
-        key: k.key.clone(),
-        shares,
-        error_bound: k.error,
-        requests_per_second: rate(ctx, shares),
-        place: Place::Shard {
-            shard: s.shard.clone(),
-            shard_share: s.share,
-        },
+        key: found.key.key.clone(),
+        shares: found.shares,
+        error_bound: found.key.error,
+        requests_per_second: rate(ctx, found.shares),
+        place,
+        proven_by: found.proven_by,
     }
 }
 
@@ -903,6 +785,7 @@ fn annotate_figures(f: Finding, fig: &Figures) -> Finding {
         .annotate("windows", shares.windows.to_string())
         .annotate("evidence", format!("{:.2}", shares.evidence.min(1.0)))
         .annotate("error_bound", fig.error_bound.to_string())
+        .annotate("proven_by", fig.proven_by)
         .annotate(
             "requests_per_second",
             format!("{:.1}", fig.requests_per_second),
@@ -916,22 +799,23 @@ impl DetectorKind for HotKey {
 
     fn new(cfg: HotKeyConfig, window_secs: f64) -> Self {
         // Two tests share the stated false-alarm rate: the burst-proof one and the quick one.
-        let per_test = cfg.false_alarms_per_key_hour / 2.0;
+        let settings = RatioSettings {
+            false_alarms_per_hour: cfg.false_alarms_per_key_hour,
+            tests: 2,
+            window_secs,
+            consecutive_windows: cfg.consecutive_windows,
+            tolerated_burst_secs: cfg.tolerated_burst_secs,
+            margin_windows: 0,
+            warmup_windows: cfg.warmup_windows,
+            baseline_tau_secs: cfg.baseline_tau_secs,
+        };
         HotKey {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             persistence: Persistence::new(
                 cfg.consecutive_windows,
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            test: Sequential::new(
-                per_test,
-                window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
-            quick: Sequential::new(per_test, window_secs, cfg.consecutive_windows),
-            window_secs,
+            tests: RatioTests::new(settings).with_quick(true),
             cfg,
             state: BTreeMap::new(),
         }
@@ -960,13 +844,18 @@ impl GroupDetector for HotKey {
             return;
         }
         let mut hot = BTreeSet::new();
-        self.group_rule(ctx, g, &mut st.group, &mut hot, out);
-        self.shard_rule(ctx, g, &mut st.shards, &hot, out);
+        self.judge_scope(ctx, (g, View::Group), &mut st.group, &mut hot, out);
+        for s in g.tracked_shards() {
+            // Every shard has a scope, keyed traffic or not, so that a key first seen on it
+            // knows how long the shard has been there without it.
+            let scope = st.shards.entry(s.shard.clone()).or_default();
+            self.judge_scope(ctx, (g, View::Shard(s)), scope, &mut hot, out);
+        }
         // Every scope was judged this window (a shard's on every tracked shard, and only
         // those are kept): each learns the group's requests once its keys have been weighed.
         let requests = g.requests as f64;
         for scope in std::iter::once(&mut st.group).chain(st.shards.values_mut()) {
-            scope.requests.update(requests, self.alpha);
+            scope.requests.update(requests, self.tests.alpha());
         }
     }
 }
@@ -1113,7 +1002,13 @@ mod tests {
         assert_eq!(shares.lower, 3000);
         assert!((shares.ratio() - 30.0 / 11.0).abs() < 1e-12);
         let home = home_shard(g, "", 3000, 0.9).and_then(|s| g.shard(s));
-        let fig = group_figures(&ctx, k, home, shares);
+        let found = Found {
+            key: k,
+            shares,
+            proven_by: "consecutive_windows",
+        };
+        let fig = group_figures(&ctx, found, home);
+        assert_eq!(fig.proven_by, "consecutive_windows");
         assert_eq!(
             fig.place,
             Place::Group {
@@ -1122,7 +1017,11 @@ mod tests {
         );
         assert_eq!((fig.error_bound, fig.requests_per_second), (0, 300.0));
         let s3 = g.shard("s3").unwrap();
-        let fig = shard_figures(&ctx, s3, &s3.top_keys[0], shares);
+        let found = Found {
+            key: &s3.top_keys[0],
+            ..found
+        };
+        let fig = shard_figures(&ctx, s3, found);
         assert_eq!(
             fig.place,
             Place::Shard {
@@ -1146,11 +1045,12 @@ mod tests {
         let requests = Ewma::zeros(12);
         scope.requests = requests;
         let st = scope.key("k");
-        assert_eq!(st.base.samples, 9);
+        assert_eq!(st.base.samples(), 9);
         // Its count baseline: the group's requests over the windows the group has seen, and no
         // request of the key in any of them.
-        assert_eq!(st.counted.requests, requests);
-        assert_eq!(st.counted.lower, Ewma::zeros(12));
+        let counted = st.counted.requests.baseline();
+        assert_eq!(counted.trials, requests);
+        assert_eq!(counted.events, Ewma::zeros(12));
         // The running mean over ten windows: nine zeros and 0.5.
         // Two windows in a row; the shape rule tolerates no less than a day here.
         let two = Persistence {
@@ -1158,11 +1058,14 @@ mod tests {
             tolerated_burst_secs: 86_400.0,
             window_secs: 10.0,
         };
-        assert!(!st.step(false, false, (0.5, 0.0), 0.001, &two));
-        assert!((st.base.value - 0.05).abs() < 1e-12);
-        assert!(!st.step(true, false, (0.9, 850.0), 0.001, &two));
-        assert!(st.step(true, false, (0.9, 850.0), 0.001, &two));
-        assert!((st.base.value - 0.05).abs() < 1e-12, "learned while over");
+        assert_eq!(st.step(false, false, (0.5, 0.0), 0.001, &two), None);
+        assert!((st.baseline() - 0.05).abs() < 1e-12);
+        assert_eq!(st.step(true, false, (0.9, 850.0), 0.001, &two), None);
+        assert_eq!(
+            st.step(true, false, (0.9, 850.0), 0.001, &two),
+            Some(Lasted::Windows)
+        );
+        assert!((st.baseline() - 0.05).abs() < 1e-12, "learned while over");
     }
 
     #[test]

@@ -1,144 +1,30 @@
-//! `HotShard` detector: one shard takes far more than its fair share *and* its usual share of a
-//! group's load (labels `group`, `shard`).
+//! `HotShard`: one shard takes far more than its fair share *and* its usual share of a group's
+//! load (labels `group`, `shard`).
 //!
-//! # Signals
+//! Each shard's count is scored against its baseline load ratio on a negative-binomial
+//! variance-stabilised scale (`nb_transform`), with a threshold corrected for the group's
+//! shards ([`hot_shard_z_threshold`]). Its firing paths, as the `proven_by` annotation names
+//! them: `consecutive_windows` and `step_shape` (the streak of windows over threshold, by count
+//! or by shape), `long_streak` (longer than any tolerated burst), `z_cusum` (the CUSUM of capped
+//! scores), `rate_cusum` (the request count's evidence across windows, for shards too quiet for
+//! one window) and `hysteresis` (an active alert still clearly elevated).
 //!
-//! Per group and closed window: the shards with load N (not `__other__`, an aggregate of many
-//! shards; not zero-load shards, which the window stage keeps listed for a few windows after a
-//! shard is drained or removed), their total C, and per shard its count c_i and share
-//! s_i = c_i/C. Shares in the annotations are of this C.
-//!
-//! - **Baseline.** Each shard keeps an EWMA of its *load ratio* r_i = s_i·N (share over fair
-//!   share: which shard saturates first), time constant `baseline_tau_secs`. Baselining r rather
-//!   than s keeps a scale-in or scale-out (N changes, every share moves) from looking like a hot
-//!   shard. The expected count is e_i = b_i·C/N, so diurnal swings in C cancel: no seasonal
-//!   model is needed (see docs/detectors.md, "Baselines").
-//! - **Over-dispersion.** Real counts are burstier than Poisson. Each shard estimates the NB2
-//!   dispersion g_i (variance e + g·e²) as the EWMA of ((c − e)² − e)/e², *unclipped* (clipping
-//!   biases g upward), from windows with e ≥ `min_mean_requests` (below it the estimator's own
-//!   noise, about √2/e, swamps it). A shard is judged on the larger of its own g and the
-//!   group's (the shards' estimates averaged, [`group_dispersion`]): one shard's estimate is
-//!   noisy, and at a thousand shards the lowest are far below the truth.
-//! - **Score.** z_i = T(c_i) − T(e_i), where T(x) = 2·asinh(√(g·x))/√g is the negative
-//!   binomial's variance-stabilising transform ([`nb_transform`]; 2√x, Poisson's, for g ≤ 0).
-//!   For bursty traffic it is about ln(x)/√g, so a shard is judged on the log of its ratio: the
-//!   plain (c − e)/√var reads the long tail of multiplicative bursts as many-sigma events (the
-//!   benchmark's `noisy_shards`, whose shards swing by e^(0.5·Z) every 10 s, fired 53 times per
-//!   1,000 shard-hours on it). The threshold is z* = Φ⁻¹(1 − α/N) ([`hot_shard_z_threshold`]),
-//!   Bonferroni over the group's shards: 4.16 at N = 64, α = 10⁻³.
-//!
-//! # Decision
-//!
-//! A window is *over* for a shard when all of these hold:
-//! 1. z ≥ z* (statistically significant against its own baseline);
-//! 2. c/e ≥ `min_ratio` (1.25: practically significant, not just a large-volume artefact);
-//! 3. s ≥ `fair_share_multiple`/N (2× fair share), so a cold shard doubling, or a stable mildly
-//!    skewed shard, never qualifies.
-//!
-//! The alert condition holds when the shard has been over for k windows in a row, k the larger
-//! of `consecutive_windows` (4) and ⌈d/w⌉ + 2 for d = `tolerated_burst_secs` (20 s) at windows
-//! of w seconds (one more than a burst of d can touch: 6 at 5 s windows); **or** when the streak
-//! is both longer than such a burst can make and at least three windows (at 30 s windows a
-//! 20 s burst touches two); **or** as soon as the excess counts of its run of over windows
-//! hold more than d plus half a window of excess at full strength, and at least 2.5 windows'
-//! worth (the shape of the evidence, [`crate::evidence`]: a step on a window boundary holds at
-//! its third window, a 20 s burst at any alignment never holds but for noise); **or** when its
-//! CUSUM S = min(h, max(0, S + min(min(z, z*) − κ, h/k)))
-//! has reached h = `cusum_threshold` (10) with gates 2 and 3 holding: the CUSUM catches
-//! smaller persistent shifts that rarely cross z* in one window; **or** when the request
-//! count's evidence across windows has reached its threshold (below).
-//! Only windows that pass gate 2 add to S (others subtract κ, or more for negative z), so a
-//! drift of a few percent at high volume cannot charge S for a later one-window burst to cash
-//! in. Each window adds at most h/k, so the CUSUM never fires sooner than the threshold rule
-//! and cannot fire on one burst either; S is capped at h so it decays within h/κ windows after
-//! recovery.
-//!
-//! Once the alert is active it keeps holding while z ≥ `clear_z_fraction`·z* **and**
-//! c/e ≥ `clear_ratio` **and** gate 3 holds (hysteresis); `keep_firing_for_secs` then adds the
-//! minimum time an alert keeps firing. The alert clears as soon as *either* z or the ratio falls
-//! back: holding on either one alone would keep an alert (and its frozen baseline) alive for
-//! ever on a +5% remainder at high volume, or on noise at low volume, so both must still be
-//! elevated.
-//!
-//! **Why k = 4 and not 2.** A burst of d seconds touches up to ⌈d/w⌉ + 1 windows of
-//! w seconds, and its partial windows are over too (a 5× burst for 1 s of a 10 s window is
-//! already 1.4× the expected count). With k = 4 a burst of up to 20 s never fires, whatever its
-//! alignment; with k = 3 a 20 s burst would fire at most alignments (the `short_bursts` benign
-//! scenario does fire with k = 3). The shape rule above wins back one window for a step
-//! (30 s instead of 40 s, docs/adr/003-the-shape-of-the-evidence.md); the count alone would be
-//! 40 s after a step instead of 20 s;
-//! set `consecutive_windows: 2` and `tolerated_burst_secs: 0` to trade burst alerts for the
-//! faster verdict (see
-//! docs/adr/002-four-windows-before-a-hot-verdict.md). A slow burn is caught sooner than k
-//! windows after it crosses the gates, because the CUSUM has been charging since it passed
-//! 1.25× its usual load.
-//!
-//! # Baselines, warm-up and volume
-//!
-//! - **Warm-up.** A shard's baseline gives no value before `warmup_windows` (30 windows, 5 min
-//!   at 10 s windows) with enough volume: no baseline-relative verdict is made before then, so a
-//!   freshly started agent, or a newly added shard, is silent for its first five minutes.
-//! - **Freezing.** The baseline and g stop learning while this shard's alert is pending or
-//!   firing, while the condition holds, and while the shard is *suspect* (c/e ≥ `min_ratio` and
-//!   z ≥ `clear_z_fraction`·z*): a slow burn must not teach the baseline that it is normal
-//!   before it fires. A suspect shard that has not fired after `max_suspect_windows` (15 min)
-//!   is a modest permanent shift, and the baseline learns it again.
-//! - **Too little data for one window.** A window whose mean count per shard C/N is below
-//!   `min_mean_requests` (10) gives no window verdict (Poisson noise alone then moves a shard by
-//!   ±30%), but it still teaches the baselines and adds to the evidence across windows.
-//!
-//! # Evidence across windows
-//!
-//! Beside the window rules, every window in which a warm shard has requests adds to a CUSUM
-//! ([`crate::sequential`]) the log-likelihood ratio of its count c: expected e against ρ·e,
-//! negative binomial on the group's dispersion (pooled over its shards from every window
-//! expecting a request; the shard's own, the window rules', too once its windows expect
-//! `min_mean_requests`). ρ is chosen so that the crossover, the rate above which evidence
-//! accumulates, is the practical gate: max(`min_ratio`, `fair_share_multiple`/b) times the
-//! expected count (ρ ≈ 3.5 for a fair shard, whose gate is 2× its share). The threshold comes
-//! from `false_alarms_per_shard_hour` (10⁻⁴: 15.1 at 10 s windows) and a window adds at most
-//! 1/k of it, k = max(the count rule's windows, ⌈`tolerated_burst_secs`/w⌉ + 3) (five at 10 s
-//! windows), so a 20 s burst cannot fill it. A busy hot shard fills it in k windows, after the
-//! window rules; a quiet one later: 64 shards at 10 req/s (1.6 requests per shard-window) are
-//! judged in about 90 s, where the window rules never speak. Below about one request per
-//! shard-window a shard's baseline takes longer than the benchmark's warm-up to learn (a shard
-//! seen in one window of seven needs 30 such windows), and nothing is judged before it.
-//!
-//! # Why it does not false-alarm
-//!
-//! - Pure noise: z* is Bonferroni-corrected over N shards (family-wise `family_alpha` per
-//!   window), *and* four windows in a row are needed, so noise alone fires the threshold rule
-//!   with a probability of the order of (α/N)⁴ per shard-window.
-//! - Over-dispersed (bursty) traffic widens the variance through g.
-//! - Diurnal load: shares, and so r and e/C, do not move when the whole group scales.
-//! - A stable skew (Zipf keys hashed onto shards): the baseline *is* the skew, so c/e ≈ 1.
-//! - A short burst: up to 20 s it touches at most ⌈20/w⌉ + 1 windows, one fewer than k, and
-//!   the capped CUSUM needs k windows too.
-//! - Low volume (e.g. 256 shards at 2 req/s): the fair-share gate needs a doubling, which at
-//!   λ = 20 is a 4.5σ Poisson event, and it must repeat four windows running.
-//! - Scale-in/out: the baseline is a load ratio, so unaffected shards keep r ≈ b.
-//!
-//! # Attribution
-//!
-//! The annotations name the shard's top key (from the shard's key summary). When the key's
-//! lower-bound share of the shard is at least `hot_key_share` (50%) the attribution is
-//! `hot_key` (cache, replicate, split or rate-limit that key), otherwise `hot_range` (reshard
-//! or re-spread the index values): a single heavy key keeps its shard hot under any sharding
-//! (see docs/detectors.md, HotShard).
+//! docs/detectors.md ("HotShard") gives the method, the defaults and why ordinary traffic does
+//! not fire it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{Ewma, alpha_for};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
     ratio_2dp,
 };
-use crate::evidence::{Persistence, StepEvidence, longest_burst_streak};
+use crate::evidence::baseline::{Ewma, alpha_for};
+use crate::evidence::cusum::{Cusum, CusumSettings, Poisson, burst_proof_windows};
+use crate::evidence::shape::{Lasted, Persistence, StreakShape, longest_burst_streak};
 use crate::observation::{key_label, quote, quote_key};
-use crate::sequential::{Cusum, Poisson, Sequential, burst_proof_windows};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::hot_shard_z_threshold;
 
@@ -159,7 +45,10 @@ pub struct HotShardConfig {
     pub min_ratio: f64,
     /// Smallest share, in multiples of the fair share 1/N.
     pub fair_share_multiple: f64,
-    /// Smallest mean count per shard per window for a verdict (below: no verdict, no learning).
+    /// Smallest mean count per shard per window for the window rules' verdict. Below it the
+    /// window rules do not judge (streaks restart) and only the evidence across windows and an
+    /// active alert's hysteresis can hold; baselines keep learning (the dispersion the window
+    /// rules use only from windows expecting at least this many requests).
     pub min_mean_requests: f64,
     /// Consecutive windows over threshold before the condition holds.
     pub consecutive_windows: u32,
@@ -214,12 +103,7 @@ impl DetectorSettings for HotShardConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         if !(self.family_alpha > 0.0 && self.family_alpha < 1.0) {
             p.fail(
@@ -234,12 +118,7 @@ impl DetectorSettings for HotShardConfig {
         p.range("fair_share_multiple", self.fair_share_multiple, 0.0, 1000.0);
         p.range("min_mean_requests", self.min_mean_requests, 0.0, 1e9);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         p.range("cusum_slack", self.cusum_slack, 0.0, 100.0);
         p.range("cusum_threshold", self.cusum_threshold, 0.1, 10_000.0);
         p.range("clear_ratio", self.clear_ratio, 1.0, 1000.0);
@@ -256,11 +135,9 @@ impl DetectorSettings for HotShardConfig {
         // 0 is valid: a suspect shard then keeps learning at once.
         p.windows_from("max_suspect_windows", self.max_suspect_windows as usize, 0);
         p.range("hot_key_share", self.hot_key_share, 0.0, 1.0);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
     }
 }
@@ -273,17 +150,17 @@ pub struct ShardState {
     /// NB2 dispersion g.
     dispersion: Ewma,
     /// CUSUM of capped z-scores.
-    cusum: f64,
+    z_cusum: Cusum,
     /// Consecutive windows over threshold.
     streak: u32,
     /// The excesses over the expected count of those windows.
     #[serde(default)]
-    evidence: StepEvidence,
+    shape: StreakShape,
     /// Consecutive suspect windows without an active alert.
     suspect: u32,
-    /// The request count's evidence across windows ([`crate::sequential`]).
+    /// The request count's evidence across windows ([`crate::evidence::cusum`]).
     #[serde(default)]
-    rate_evidence: Cusum,
+    rate_cusum: Cusum,
     /// NB2 dispersion from every window expecting a request, for that evidence.
     #[serde(default)]
     quiet_dispersion: Ewma,
@@ -366,15 +243,16 @@ impl GroupDetector for HotShard {
         if quiet {
             for st in states.values_mut() {
                 st.streak = 0;
-                st.evidence = StepEvidence::default();
+                st.shape = StreakShape::default();
             }
         }
         for s in loaded {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let alerting = ctx.alerts.is_active(HotShard::ALERTNAME, &labels);
-            if let Some(score) = judge(cfg, &self.time, st, &gw, s.requests, quiet, alerting) {
-                out.push(render(cfg, &g.group, &s.shard, &figures(cfg, s, &score)));
+            if let Some((score, path)) = self.assess(st, &gw, s.requests, (quiet, alerting)) {
+                let fig = figures(cfg, s, &score, path);
+                out.push(render(cfg, &g.group, &s.shard, &fig));
             }
         }
     }
@@ -417,133 +295,208 @@ fn pooled<'a>(estimates: impl Iterator<Item = &'a Ewma>) -> f64 {
     if weight > 0.0 { sum / weight } else { 0.0 }
 }
 
-/// What follows from the settings and the window length: the baselines' EWMA weight, and the
-/// threshold of the evidence across windows with the fewest windows that reach it (those the
-/// count rule needs, and never fewer than a tolerated burst cannot fill,
-/// [`burst_proof_windows`]: five at 10 s windows).
+/// What follows from the settings and the window length: the baselines' EWMA weight, the
+/// windows in a row that are always enough, the z-CUSUM's settings, and the threshold of the
+/// evidence across windows with the fewest windows that reach it (those the count rule needs,
+/// and never fewer than a tolerated burst cannot fill, [`burst_proof_windows`]: five at 10 s
+/// windows).
 #[derive(Debug, Clone, Copy)]
 struct Timing {
     alpha: f64,
-    window_secs: f64,
-    /// Windows over threshold in a row that are always enough ([`windows_needed`]).
-    windows_needed: u32,
-    seq: Sequential,
+    /// Windows over threshold in a row that are always enough: `consecutive_windows`, but never
+    /// fewer than one more than the longest streak a tolerated burst can make (⌈d/w⌉ + 1
+    /// windows), so that at short windows the count of windows does not undo the burst
+    /// tolerance (at 5 s windows a 20 s burst can touch five); or sooner by the streak's shape.
+    persistence: Persistence,
+    /// The z-CUSUM: threshold `cusum_threshold`, each step capped by [`cusum_step`].
+    z: CusumSettings,
+    /// The request count's evidence across windows.
+    rate: CusumSettings,
 }
 
 impl Timing {
     fn new(cfg: &HotShardConfig, window_secs: f64) -> Timing {
-        let needed = windows_needed(cfg, window_secs);
-        let k = needed.max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
+        let persistence = Persistence::new(
+            cfg.consecutive_windows,
+            cfg.tolerated_burst_secs,
+            window_secs,
+        );
+        let k = persistence
+            .windows
+            .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs));
         Timing {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            window_secs,
-            windows_needed: needed,
-            seq: Sequential::new(cfg.false_alarms_per_shard_hour, window_secs, k),
+            persistence,
+            z: CusumSettings {
+                threshold: cfg.cusum_threshold,
+                min_windows: 1,
+            },
+            rate: CusumSettings::new(cfg.false_alarms_per_shard_hour, window_secs, k),
         }
     }
 }
 
-/// Judges a shard with `count` requests against its baseline, updates its state (streak,
-/// CUSUMs, baselines unless frozen) and returns its figures when the alert condition holds.
-/// In a `quiet` window (too few requests per shard for one window's verdict) only the
-/// evidence across windows and an active alert's hysteresis can hold.
-fn judge(
-    cfg: &HotShardConfig,
-    time: &Timing,
-    st: &mut ShardState,
-    gw: &GroupWindow,
-    count: u64,
-    quiet: bool,
-    alerting: bool,
-) -> Option<Score> {
-    let (n, total, z_star) = (gw.n, gw.total, gw.z_star);
-    let c = count as f64;
-    let share = c / total;
-    let r = share * n;
-    let Some(b) = st.load.value(cfg.warmup_windows) else {
-        // Warm-up: learn, no verdict.
-        learn(st, (r, c), total, n, cfg, time.alpha);
-        return None;
-    };
-    let mut sc = score(st, b, gw, c);
-    let share_ok = share >= cfg.fair_share_multiple / n;
-    let practical = sc.ratio >= cfg.min_ratio && share_ok;
-    let over = !quiet && practical && sc.z >= z_star;
-    // The request count's evidence across windows, in every window the shard has requests:
-    // its count against the expected one, for a rate at the practical gates (`min_ratio`
-    // times the baseline and `fair_share_multiple` times the fair share), on the shard's
-    // dispersion. A shard too quiet for one window to tell proves itself in several. Its own
-    // dispersion estimate counts only where its windows are busy enough to make one
-    // (`min_mean_requests`): at a few requests a window one shard's estimate is mostly noise
-    // (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; below it the
-    // group's, pooled over its shards from every window expecting a request, is steady.
-    let g = if sc.expected >= cfg.min_mean_requests {
-        dispersion(st, gw)
-    } else {
-        gw.dispersion.max(gw.quiet_dispersion)
-    };
-    let accumulated = match Poisson::with_crossover(cfg.min_ratio.max(cfg.fair_share_multiple / b))
-    {
-        Some(test) => {
-            let llr = test.llr_overdispersed(count, sc.expected, g);
-            st.rate_evidence.push(llr, &time.seq);
-            sc.evidence = st.rate_evidence.value() / time.seq.threshold;
-            st.rate_evidence.holds(&time.seq)
+/// A firing path of `HotShard`: what proved a shard hot, as its `proven_by` annotation names
+/// it (docs/detectors.md, HotShard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Windows over threshold in a row, by their count or their shape.
+    Lasted(Lasted),
+    /// A streak of at least [`MIN_STREAK`] windows, longer than any tolerated burst can make.
+    LongStreak,
+    /// The CUSUM of capped z-scores.
+    ZCusum,
+    /// The request count's evidence across windows.
+    RateCusum,
+    /// An active alert whose shard is still clearly above its baseline.
+    Hysteresis,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Lasted(l) => l.name(),
+            Path::LongStreak => "long_streak",
+            Path::ZCusum => "z_cusum",
+            Path::RateCusum => "rate_cusum",
+            Path::Hysteresis => "hysteresis",
         }
-        None => false,
-    };
-    // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
-    let elevated = sc.z >= cfg.clear_z_fraction * z_star;
-    let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
-    let holds = if quiet {
-        sc.cusum = st.cusum;
-        accumulated || holds_on
-    } else {
+    }
+}
+
+impl HotShard {
+    /// Judges a shard with `count` requests against its baseline, updates its state (streak,
+    /// CUSUMs, baselines unless frozen) and returns its figures and the firing path when the
+    /// alert condition holds. In a `quiet` window (too few requests per shard for one window's
+    /// verdict) only the evidence across windows and an active alert's hysteresis can hold.
+    fn assess(
+        &self,
+        st: &mut ShardState,
+        gw: &GroupWindow,
+        count: u64,
+        (quiet, alerting): (bool, bool),
+    ) -> Option<(Score, Path)> {
+        let cfg = &self.cfg;
+        let c = count as f64;
+        let share = c / gw.total;
+        let Some(b) = st.load.value(cfg.warmup_windows) else {
+            // Warm-up: learn, no verdict.
+            learn(
+                st,
+                (share * gw.n, c),
+                (gw.total, gw.n),
+                cfg,
+                self.time.alpha,
+            );
+            return None;
+        };
+        let mut sc = score(st, b, gw, c);
+        let share_ok = share >= cfg.fair_share_multiple / gw.n;
+        let practical = sc.ratio >= cfg.min_ratio && share_ok;
+        let over = !quiet && practical && sc.z >= gw.z_star;
+        let accumulated = self.weigh_count(st, gw, (count, b), &mut sc);
+        // Hysteresis: an active alert holds while the shard is still clearly above its baseline.
+        let elevated = sc.z >= cfg.clear_z_fraction * gw.z_star;
+        let holds_on = alerting && share_ok && sc.ratio >= cfg.clear_ratio && elevated;
+        let ruled = if quiet {
+            sc.cusum = st.z_cusum.value();
+            None
+        } else {
+            self.window_rules(st, &mut sc, (over, practical), c)
+        };
+        let path = ruled
+            .or(accumulated.then_some(Path::RateCusum))
+            .or(holds_on.then_some(Path::Hysteresis));
+        let suspicious = sc.ratio >= cfg.min_ratio && elevated;
+        st.suspect = if suspicious && !alerting {
+            st.suspect + 1
+        } else {
+            0
+        };
+        let frozen = alerting
+            || path.is_some()
+            || over
+            || (suspicious && st.suspect <= cfg.max_suspect_windows);
+        if !frozen {
+            learn(
+                st,
+                (share * gw.n, c),
+                (gw.total, gw.n),
+                cfg,
+                self.time.alpha,
+            );
+        }
+        path.map(|p| (sc, p))
+    }
+
+    /// The request count's evidence across windows, in every window the shard has requests:
+    /// its count against the expected one, for a rate at the practical gates (`min_ratio`
+    /// times the baseline `b` and `fair_share_multiple` times the fair share), on the shard's
+    /// dispersion. A shard too quiet for one window to tell proves itself in several. Its own
+    /// dispersion estimate counts only where its windows are busy enough to make one
+    /// (`min_mean_requests`): at a few requests a window one shard's estimate is mostly noise
+    /// (about √(e + 2e²)/e² a window) and, read high, would hide a quiet hot shard; below it
+    /// the group's, pooled over its shards from every window expecting a request, is steady.
+    /// True when the evidence holds.
+    fn weigh_count(
+        &self,
+        st: &mut ShardState,
+        gw: &GroupWindow,
+        (count, b): (u64, f64),
+        sc: &mut Score,
+    ) -> bool {
+        let cfg = &self.cfg;
+        let g = if sc.expected >= cfg.min_mean_requests {
+            dispersion(st, gw)
+        } else {
+            gw.dispersion.max(gw.quiet_dispersion)
+        };
+        let gate = cfg.min_ratio.max(cfg.fair_share_multiple / b);
+        let Some(test) = Poisson::with_crossover(gate) else {
+            return false;
+        };
+        let llr = test.llr_overdispersed(count, sc.expected, g);
+        st.rate_cusum.push(llr, &self.time.rate);
+        sc.evidence = st.rate_cusum.value() / self.time.rate.threshold;
+        st.rate_cusum.holds(&self.time.rate)
+    }
+
+    /// The window rules, in a window busy enough to be judged alone: extends or ends the
+    /// streak of windows over threshold and its shape, and folds the window into the z-CUSUM.
+    /// The rule that holds, if one does: the streak's count or shape, a streak longer than
+    /// any tolerated burst can make, or the z-CUSUM (on a practically significant window).
+    fn window_rules(
+        &self,
+        st: &mut ShardState,
+        sc: &mut Score,
+        (over, practical): (bool, bool),
+        c: f64,
+    ) -> Option<Path> {
+        let p = &self.time.persistence;
         st.streak = if over { st.streak + 1 } else { 0 };
-        st.evidence.push(over, c - sc.expected);
-        let step = st
-            .evidence
-            .outlasts(cfg.tolerated_burst_secs, time.window_secs);
-        let k = time.windows_needed;
-        st.cusum = (st.cusum + cusum_step(cfg, k, &sc)).clamp(0.0, cfg.cusum_threshold);
-        sc.cusum = st.cusum;
-        let cusum_holds = practical && st.cusum >= cfg.cusum_threshold;
+        st.shape.push(over, c - sc.expected);
+        st.z_cusum
+            .push(cusum_step(&self.cfg, p.windows, sc), &self.time.z);
+        sc.cusum = st.z_cusum.value();
+        if let Some(lasted) = p.lasted(st.streak, &st.shape) {
+            return Some(Path::Lasted(lasted));
+        }
         // A streak longer than any tolerated burst can make is not one, whatever its shape:
         // at windows longer than half the burst that comes before k (three windows at 30 s
         // windows).
-        let outlasts_by_count = st.streak >= MIN_STREAK
-            && st.streak > longest_burst_streak(cfg.tolerated_burst_secs, time.window_secs);
-        st.streak >= k || step || outlasts_by_count || cusum_holds || accumulated || holds_on
-    };
-    let suspicious = sc.ratio >= cfg.min_ratio && elevated;
-    st.suspect = if suspicious && !alerting {
-        st.suspect + 1
-    } else {
-        0
-    };
-    let frozen = alerting || holds || over || (suspicious && st.suspect <= cfg.max_suspect_windows);
-    if !frozen {
-        learn(st, (r, c), total, n, cfg, time.alpha);
+        let longest_burst = longest_burst_streak(p.tolerated_burst_secs, p.window_secs);
+        if st.streak >= MIN_STREAK && st.streak > longest_burst {
+            return Some(Path::LongStreak);
+        }
+        // The threshold is reached exactly, as this rule always has (not within the rounding
+        // `Cusum::holds` allows): a step capped at h/k can sum to an ulp under h.
+        (practical && st.z_cusum.value() >= self.time.z.threshold).then_some(Path::ZCusum)
     }
-    holds.then_some(sc)
 }
 
 /// The fewest windows over threshold in a row that hold by count alone, however long the
 /// windows: one or two windows significant by chance are likelier than three.
 const MIN_STREAK: u32 = 3;
-
-/// Windows over threshold in a row that are always enough: `consecutive_windows`, but never
-/// fewer than one more than the longest streak a tolerated burst can make (⌈d/w⌉ + 1 windows),
-/// so that at short windows the count of windows does not undo the burst tolerance: at 5 s
-/// windows a 20 s burst can touch five.
-fn windows_needed(cfg: &HotShardConfig, window_secs: f64) -> u32 {
-    Persistence::new(
-        cfg.consecutive_windows,
-        cfg.tolerated_burst_secs,
-        window_secs,
-    )
-    .windows
-}
 
 /// The negative-binomial variance-stabilising transform: for counts of mean μ and variance
 /// μ + gμ², T(x) = 2·asinh(√(g·x))/√g has a variance of about 1 whatever μ; for g → 0 it is
@@ -591,7 +544,8 @@ fn dispersion(st: &ShardState, gw: &GroupWindow) -> f64 {
 
 /// This window's CUSUM increment. Only practically significant windows build the sum: a drift
 /// of a few percent at high volume (z > κ, ratio under `min_ratio`) must not charge it for a
-/// later burst. Each step is capped at h/k for the `k` of [`windows_needed`], so the CUSUM
+/// later burst. Each step is capped at h/k for the `k` windows in a row that are always
+/// enough ([`Timing::persistence`]), so the CUSUM
 /// never fires sooner than the threshold rule.
 fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
     if sc.ratio >= cfg.min_ratio {
@@ -610,8 +564,7 @@ fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
 fn learn(
     st: &mut ShardState,
     (r, c): (f64, f64),
-    total: f64,
-    n: f64,
+    (total, n): (f64, f64),
     cfg: &HotShardConfig,
     alpha: f64,
 ) {
@@ -653,10 +606,12 @@ struct Figures {
     top_key: Option<(String, f64)>,
     attribution: Attribution,
     requests_per_second: f64,
+    /// The firing path that proved the shard hot.
+    proven_by: &'static str,
 }
 
-/// The figures of hot shard `s`: its score, and its top key and attribution.
-fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
+/// The figures of hot shard `s`: its score, the firing path, and its top key and attribution.
+fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score, path: Path) -> Figures {
     let top = s.top_keys.first();
     // The summary over-counts by at most `error`: attribute on the lower bound.
     let top_lower_share = top.map_or(0.0, |k| {
@@ -675,6 +630,7 @@ fn figures(cfg: &HotShardConfig, s: &ShardSnapshot, sc: &Score) -> Figures {
             Attribution::HotRange
         },
         requests_per_second: s.traffic.requests_per_second,
+        proven_by: path.name(),
     }
 }
 
@@ -709,7 +665,8 @@ fn render(cfg: &HotShardConfig, group: &str, shard: &str, fig: &Figures) -> Find
         "requests_per_second",
         format!("{:.1}", fig.requests_per_second),
     )
-    .annotate("attribution", fig.attribution.as_str());
+    .annotate("attribution", fig.attribution.as_str())
+    .annotate("proven_by", fig.proven_by);
     if let Some((key, share)) = &fig.top_key {
         f = f
             .annotate("top_key", key_label(key))
@@ -844,10 +801,11 @@ mod tests {
         // No over-dispersion learned: Poisson's transform, 2(√c − √e).
         assert!((sc.z - 2.0 * (400f64.sqrt() - 212.5f64.sqrt())).abs() < 1e-12);
         // Far over z*: the step is capped at h/k.
-        let k = windows_needed(&cfg, 10.0);
+        let needed = |w: f64| Timing::new(&cfg, w).persistence.windows;
+        let k = needed(10.0);
         assert_eq!(k, 4);
-        assert_eq!(windows_needed(&cfg, 5.0), 6);
-        assert_eq!(windows_needed(&cfg, 30.0), 4);
+        assert_eq!(needed(5.0), 6);
+        assert_eq!(needed(30.0), 4);
         assert_eq!(cusum_step(&cfg, k, &sc), cfg.cusum_threshold / 4.0);
         // Under min_ratio the sum only drains.
         let calm = Score {
@@ -887,7 +845,7 @@ mod tests {
             o.count = 100 - hot;
             w.record(&o);
             let snap = w.close(10.0);
-            let fig = figures(&cfg, &snap.groups[0].shards[0], &sc);
+            let fig = figures(&cfg, &snap.groups[0].shards[0], &sc, Path::ZCusum);
             assert_eq!(fig.attribution, attribution);
             let (key, share) = fig.top_key.unwrap();
             assert_eq!((key.as_str(), share), ("k", hot as f64 / 100.0));
@@ -944,7 +902,7 @@ mod tests {
     /// share of 300) first holds, at windows of `window_secs`, after a warm-up at its fair share.
     fn first_hold(window_secs: f64, counts: &[f64]) -> Option<usize> {
         let cfg = HotShardConfig::default();
-        let time = Timing::new(&cfg, window_secs);
+        let d = HotShard::new(cfg.clone(), window_secs);
         let mut st = ShardState::default();
         let gw = |c: f64| GroupWindow {
             n: 16.0,
@@ -954,11 +912,12 @@ mod tests {
             quiet_dispersion: 0.0,
         };
         for _ in 0..40 {
-            judge(&cfg, &time, &mut st, &gw(300.0), 300, false, false);
+            d.assess(&mut st, &gw(300.0), 300, (false, false));
         }
         counts.iter().position(|&m| {
             let c = 300.0 * m;
-            judge(&cfg, &time, &mut st, &gw(c), c as u64, false, false).is_some()
+            d.assess(&mut st, &gw(c), c as u64, (false, false))
+                .is_some()
         })
     }
 
@@ -987,7 +946,7 @@ mod tests {
     #[test]
     fn a_shard_is_judged_on_its_groups_dispersion_when_its_own_is_lower() {
         let cfg = HotShardConfig::default();
-        let time = Timing::new(&cfg, 10.0);
+        let d = HotShard::new(cfg.clone(), 10.0);
         let mut st = ShardState::default();
         let gw = |c: f64, dispersion: f64| GroupWindow {
             n: 16.0,
@@ -997,7 +956,7 @@ mod tests {
             quiet_dispersion: 0.0,
         };
         for _ in 0..40 {
-            judge(&cfg, &time, &mut st, &gw(300.0, 0.0), 300, false, false);
+            d.assess(&mut st, &gw(300.0, 0.0), 300, (false, false));
         }
         // Its own counts were exact (g < 0): Poisson, a doubling is 10 sigma.
         let calm = score(&st, 1.0, &gw(600.0, 0.0), 600.0);

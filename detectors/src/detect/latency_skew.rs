@@ -1,61 +1,31 @@
-//! `LatencySkew` detector: one shard's p99 latency is far above its peers' and above its own
-//! usual p99 (labels `group`, `shard`).
+//! `LatencySkew`: one shard's p99 latency is far above its peers' and above its own usual p99
+//! (labels `group`, `shard`).
 //!
-//! # Signals
+//! Two paths. The window rule compares a shard's p99 (of its merged latency histograms) with its
+//! eligible peers' median and its own baseline in windows with `min_samples`; beside it, every
+//! shard with samples gathers evidence across windows that its requests are slower than its
+//! peers' p99 (a burst-proof, a quick and a severe test) and than their median (the bulk's
+//! test), two [`RatioEvidence`]s. Its firing paths, as the `proven_by` annotation names them:
+//! `consecutive_windows` and `step_shape` (the window rule's streak, by count or by the shape of
+//! its excess mean latency), `cusum`, `severe_cusum` and `quick_cusum` (the slow share's
+//! evidence) and `bulk_cusum` (the bulk's).
 //!
-//! Per shard and window, the p99 of all responses from the shard's merged HDR histograms
-//! ([`ShardSnapshot::latency`]; percentiles are never averaged: an average of per-shard p99s
-//! dilutes one slow shard among its healthy peers). A shard is
-//! *eligible* when it has at least `min_samples` latency samples in the window (50: below
-//! that the p99 is one or two requests). A group is judged only with at least `min_shards`
-//! eligible shards (3), so that "its peers" means at least two other shards.
-//!
-//! # Decision
-//!
-//! A window is *over* for a shard when
-//! 1. p99 ≥ `peer_ratio` × the median p99 of the *other* eligible shards (3×): slow against
-//!    its peers right now, which cancels load that slows every shard (a cold cache, a diurnal
-//!    peak, a slow dependency of the whole group);
-//! 2. p99 − peers' median ≥ `min_excess_ms` (50 ms): an absolute floor, because 3× of a 2 ms
-//!    cache-hit p99 is nobody's problem;
-//! 3. p99 ≥ `baseline_ratio` × the shard's own baseline p99 (2×, EWMA with time constant
-//!    `baseline_tau_secs`): slower than *it* usually is, so a shard that is always slower
-//!    (older hardware, a bigger tenant) is not an incident.
-//!
-//! The condition holds after `consecutive_windows` (4) such windows in a row: a latency spike
-//! of up to 20 s touches at most three windows. It holds sooner when the run's excess *mean*
-//! latency over the peers' holds more than `tolerated_burst_secs` (20 s) plus half a window at
-//! full strength ([`crate::evidence`]): the p99 reads the same for a spell covering a
-//! fifth of a window as for a whole one, the mean grows with the covered part. The baseline
-//! needs `warmup_windows` eligible windows (30, 5 minutes) before any verdict, and stops
-//! learning while the alert is active or the condition is building up.
-//!
-//! # Why it does not false-alarm
-//!
-//! - Group-wide slowdowns (cold cache after a deploy, a diurnal peak, a slow shared backend)
-//!   move the peers' median too: gate 1 compares against the same window.
-//! - A slow spell of up to 20 s (a GC pause, one slow batch) touches at most three windows;
-//!   four are needed.
-//! - Few samples: shards under `min_samples` are neither judged nor used as peers, so 256
-//!   shards at 2 req/s give no verdict instead of a noisy one.
-//! - Sampling noise of p99 at 50 samples is well under 3× for realistic (lognormal, σ ≤ 1)
-//!   latencies, and the 50 ms floor covers fast services whose p99 jumps by a few ms.
-//! - A permanently slow shard is its own baseline (gate 3).
+//! docs/detectors.md ("LatencySkew") gives the method, the defaults and why ordinary traffic
+//! does not fire it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, num, pct,
 };
-use crate::evidence::{Persistence, StepEvidence};
+use crate::evidence::baseline::{BOUND_Z, Ewma, Ratio, alpha_for};
+use crate::evidence::cusum::{Binomial, wilson_upper};
+use crate::evidence::ratio::{Hypotheses, Proof, RatioEvidence, RatioSettings, RatioTests};
+use crate::evidence::shape::{Persistence, StreakShape};
 use crate::observation::quote;
-use crate::sequential::{
-    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
-};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// The peers' quantile whose latency bucket marks a request as slow: their p99.
@@ -68,7 +38,7 @@ const SLOW_QUANTILE: f64 = 0.99;
 /// nearly all past their median.
 const BULK_QUANTILE: f64 = 0.5;
 
-/// Windows the slow-share evidence takes beyond [`burst_proof_windows`]: its reference, the
+/// Windows the slow-share evidence takes beyond [`crate::evidence::cusum::burst_proof_windows`]: its reference, the
 /// share of requests past the peers' p99 bucket, moves with that bucket every window, so the
 /// noise before and after a slow spell charges the evidence more than the bound allows for an
 /// exact reference. With five windows at 10 s a 15 s spell and a 2% blip two windows later
@@ -89,7 +59,7 @@ const SEVERE_CAP: f64 = 0.9;
 /// share's (its quick path is the same evidence, capped less), the severe slowdown's and the
 /// bulk's ([`BULK_QUANTILE`]). Each gets a third of the rate (a union bound; the threshold
 /// rises by ln 3).
-const TESTS: f64 = 3.0;
+const TESTS: u32 = 3;
 
 /// `detectors.latency_skew` settings. Defaults are those of `rules/skewwatch.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,12 +124,7 @@ impl DetectorSettings for LatencySkewConfig {
     /// Checks every field, reporting every problem with why.
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
         if self.min_samples < 10 {
             p.fail(
@@ -183,18 +148,11 @@ impl DetectorSettings for LatencySkewConfig {
         p.range("min_excess_ms", self.min_excess_ms, 0.0, 3_600_000.0);
         p.range("baseline_ratio", self.baseline_ratio, 1.0, 1000.0);
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
         p.range("slow_share_ratio", self.slow_share_ratio, 1.1, 50.0);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
     }
 }
@@ -206,38 +164,15 @@ pub struct ShardState {
     streak: u32,
     /// Excess mean latency over the peers' of the streak's windows.
     #[serde(default)]
-    evidence: StepEvidence,
-    /// Requests with a latency, and those slower than the peers' p99, per window: the
-    /// baseline of the evidence test, learned from every window with samples.
+    shape: StreakShape,
+    /// Requests slower than the peers' p99 among requests with a latency (the path without a
+    /// sample floor), tested burst-proof, quickly and for a severe slowdown
+    /// ([`SEVERE_POWER`]), on a baseline learned from every window with samples.
     #[serde(default)]
-    samples: Ewma,
+    slow: RatioEvidence,
+    /// Requests slower than the peers' median among them ([`BULK_QUANTILE`]), burst-proof.
     #[serde(default)]
-    slow: Ewma,
-    /// Evidence of slow requests among requests (the path without a sample floor).
-    #[serde(default)]
-    cusum: Cusum,
-    /// The same evidence on the quick path (`consecutive_windows`, once its shape has
-    /// outlasted a tolerated spell).
-    #[serde(default)]
-    quick: QuickEvidence,
-    /// Windows of an excursion of the evidence, held back from the baseline.
-    #[serde(default)]
-    pending: Pending,
-    /// Evidence of a severe slowdown ([`SEVERE_POWER`]), burst-proof like `cusum`.
-    #[serde(default)]
-    severe: Cusum,
-    /// Requests with a latency, and those slower than the peers' median, per window: the
-    /// baseline of the bulk's test ([`BULK_QUANTILE`]).
-    #[serde(default)]
-    bulk_samples: Ewma,
-    #[serde(default)]
-    bulk_slow: Ewma,
-    /// Evidence of requests slower than the peers' median, burst-proof like `cusum`.
-    #[serde(default)]
-    bulk: Cusum,
-    /// Windows of an excursion of the bulk's evidence, held back from its baseline.
-    #[serde(default)]
-    bulk_pending: Pending,
+    bulk: RatioEvidence,
 }
 
 /// A group's latency buckets in one window, pooled over its tracked shards, and the median
@@ -313,16 +248,28 @@ struct Split {
     slow: u64,
 }
 
+impl Split {
+    /// The shard's slow requests among its requests.
+    fn own(&self) -> Ratio<u64> {
+        Ratio::of(self.slow, self.samples)
+    }
+
+    /// The upper bound of the peers' share of slow requests.
+    fn peers_upper(&self) -> f64 {
+        wilson_upper(self.peers_slow as f64, self.peers as f64, BOUND_Z)
+    }
+}
+
 /// The `LatencySkew` detector. See the module docs.
 #[derive(Debug, Clone)]
 pub struct LatencySkew {
     cfg: LatencySkewConfig,
     alpha: f64,
     persistence: Persistence,
-    /// The evidence test of slow requests among requests.
-    test: Sequential,
-    /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: Sequential,
+    /// The tests of slow requests among requests: burst-proof, quick and severe.
+    tests: RatioTests,
+    /// The bulk's test: burst-proof, on the same part of the false-alarm rate.
+    bulk_tests: RatioTests,
     state: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
@@ -379,7 +326,7 @@ impl LatencySkew {
             // No verdict: every run of over windows ends.
             for st in states.values_mut() {
                 st.streak = 0;
-                st.evidence = StepEvidence::default();
+                st.shape = StreakShape::default();
             }
             return;
         }
@@ -387,7 +334,7 @@ impl LatencySkew {
         for (name, st) in states.iter_mut() {
             if !names.contains(name.as_str()) {
                 st.streak = 0;
-                st.evidence = StepEvidence::default();
+                st.shape = StreakShape::default();
             }
         }
         let mut sorted: Vec<f64> = eligible.iter().map(|(_, p)| *p).collect();
@@ -411,17 +358,13 @@ impl LatencySkew {
                 && p99 - peers >= cfg.min_excess_ms
                 && p99 >= cfg.baseline_ratio * base;
             st.streak = if over { st.streak + 1 } else { 0 };
-            st.evidence.push(over, excess);
+            st.shape.push(over, excess);
             if !(active || over) {
                 st.p99.update(p99, self.alpha);
             }
-            if self.persistence.holds(st.streak, &st.evidence) {
-                out.push(render(
-                    cfg,
-                    &g.group,
-                    &s.shard,
-                    &Figures::of(s, p99, peers, Some(base)),
-                ));
+            if let Some(lasted) = self.persistence.lasted(st.streak, &st.shape) {
+                let fig = Figures::of(s, (p99, peers, Some(base)), lasted.name());
+                out.push(render(cfg, &g.group, &s.shard, &fig));
             }
         }
     }
@@ -447,7 +390,6 @@ impl LatencySkew {
         if pool.p99s.len() < cfg.min_shards {
             return;
         }
-        let warm = cfg.warmup_windows;
         for s in g.tracked_shards() {
             let (Some(split), Some(latency)) = (pool.slow_counts(s), s.traffic.latency) else {
                 continue;
@@ -458,61 +400,40 @@ impl LatencySkew {
             let st = states.entry(s.shard.clone()).or_default();
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
-            let mut reference = None;
-            if let Some((x, n)) = ratio_seen(&st.samples, &st.slow, warm, self.alpha) {
-                let own = wilson_upper(x, n, BOUND_Z);
-                let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
-                let r = own.max(peers);
-                let q1 = cfg.slow_share_ratio * r;
-                let llr = Binomial::new(cfg.slow_share_ratio.sqrt() * r, q1)
-                    .map_or(0.0, |b| b.llr(split.samples, split.slow));
-                st.cusum.push(llr, &self.test);
-                let severe = Binomial::new(
-                    cfg.slow_share_ratio.sqrt() * r,
-                    (cfg.slow_share_ratio.powf(SEVERE_POWER) * r).min(SEVERE_CAP),
-                )
-                .map_or(0.0, |b| b.llr(split.samples, split.slow));
-                st.severe.push(severe, &self.test);
-                let excess = split.slow as f64 - split.samples as f64 * r;
-                st.quick.push(llr, excess, &self.quick);
-                reference = Some(r);
-            }
+            let ratio = cfg.slow_share_ratio;
+            let tested = st.slow.weigh(&self.tests, split.own(), |seen| {
+                let r = seen.upper().max(split.peers_upper());
+                let null = ratio.sqrt() * r;
+                Some(Hypotheses {
+                    reference: r,
+                    rise: Binomial::new(null, ratio * r),
+                    severe: Binomial::new(null, (ratio.powf(SEVERE_POWER) * r).min(SEVERE_CAP)),
+                })
+            });
             let bulk = pool.split_at(s, BULK_QUANTILE);
             let bulk_reference = bulk.and_then(|b| self.weigh_bulk(st, b));
-            let p = &self.persistence;
-            let proven = st.cusum.holds(&self.test)
-                || st.severe.holds(&self.test)
-                || st.bulk.holds(&self.test)
-                || st
-                    .quick
-                    .holds(&self.quick, p.tolerated_burst_secs, p.window_secs, true);
-            let frozen = active || proven;
-            let settled = st.cusum.value() == 0.0 && st.severe.value() == 0.0;
-            let share = RatioBaseline {
-                trials: &mut st.samples,
-                events: &mut st.slow,
-            };
-            self.learn(&mut st.pending, share, split, (frozen, settled));
+            let proof = self.proven(st);
+            let frozen = active || proof.is_some();
+            st.slow.learn(&self.tests, split.own(), frozen);
             if let Some(b) = bulk {
-                let settled = st.bulk.value() == 0.0;
-                let share = RatioBaseline {
-                    trials: &mut st.bulk_samples,
-                    events: &mut st.bulk_slow,
-                };
-                self.learn(&mut st.bulk_pending, share, b, (frozen, settled));
+                st.bulk.learn(&self.bulk_tests, b.own(), frozen);
             }
-            let Some(reference) = reference else {
+            let Some(reference) = tested.map(|h| h.reference) else {
                 continue;
             };
             let peers = median_without(&pool.p99s, latency.p99_ms);
-            if proven && latency.p99_ms - peers >= cfg.min_excess_ms && !named.contains(&s.shard) {
-                let mut fig = Figures::of(s, latency.p99_ms, peers, st.p99.raw());
+            let Some(proof) = proof else {
+                continue;
+            };
+            if latency.p99_ms - peers >= cfg.min_excess_ms && !named.contains(&s.shard) {
+                let mut fig = Figures::of(s, (latency.p99_ms, peers, st.p99.raw()), proof);
                 fig.slow = Some(SlowShare {
                     share: split.slow as f64 / split.samples as f64,
                     reference,
-                    evidence: (st.cusum.value().max(st.severe.value()).max(st.bulk.value())
-                        / self.test.threshold)
-                        .max(st.quick.value() / self.quick.threshold),
+                    evidence: st
+                        .slow
+                        .fraction(&self.tests)
+                        .max(st.bulk.fraction(&self.bulk_tests)),
                     bulk: bulk
                         .zip(bulk_reference)
                         .map(|(b, r)| (b.slow as f64 / b.samples.max(1) as f64, r)),
@@ -522,39 +443,30 @@ impl LatencySkew {
         }
     }
 
+    /// The firing path that has proven shard state `st` slow, if one has: the first of the
+    /// slow share's burst-proof and severe tests, the bulk's, and the slow share's quick path.
+    fn proven(&self, st: &ShardState) -> Option<&'static str> {
+        let bulk = st.bulk.proven(&self.bulk_tests, true).map(|_| "bulk_cusum");
+        match st.slow.proven(&self.tests, true) {
+            Some(Proof::Quick) => bulk.or(Some(Proof::Quick.name())),
+            slow => slow.map(Proof::name).or(bulk),
+        }
+    }
+
     /// Adds the window's requests past its peers' median ([`BULK_QUANTILE`]) to the bulk's
     /// evidence, once its baseline is warm: the test of the reference share (the higher of
     /// its own baseline share and its peers' share in the window, each at its upper bound)
     /// whose crossover is halfway from the reference to every request. Returns the reference.
     fn weigh_bulk(&self, st: &mut ShardState, split: Split) -> Option<f64> {
-        let warm = self.cfg.warmup_windows;
-        let (x, n) = ratio_seen(&st.bulk_samples, &st.bulk_slow, warm, self.alpha)?;
-        let own = wilson_upper(x, n, BOUND_Z);
-        let peers = wilson_upper(split.peers_slow as f64, split.peers as f64, BOUND_Z);
-        let r = own.max(peers);
-        let llr = Binomial::with_crossover(r, (1.0 + r) / 2.0)
-            .map_or(0.0, |t| t.llr(split.samples, split.slow));
-        st.bulk.push(llr, &self.test);
-        Some(r)
-    }
-
-    /// Teaches a share baseline (the slow share's or the bulk's) a window, holding back the
-    /// windows of an excursion of its evidence ([`Pending`]) until the evidence is `settled`;
-    /// nothing while the evidence holds or the alert is active (`frozen`).
-    fn learn(
-        &self,
-        pending: &mut Pending,
-        baseline: RatioBaseline<'_>,
-        split: Split,
-        (frozen, settled): (bool, bool),
-    ) {
-        pending.hold(
-            (split.samples, split.slow),
-            (frozen, settled),
-            self.cfg.warmup_windows,
-            baseline,
-            self.alpha,
-        );
+        let tested = st.bulk.weigh(&self.bulk_tests, split.own(), |seen| {
+            let r = seen.upper().max(split.peers_upper());
+            Some(Hypotheses {
+                reference: r,
+                rise: Binomial::with_crossover(r, (1.0 + r) / 2.0),
+                severe: None,
+            })
+        });
+        tested.map(|h| h.reference)
     }
 }
 
@@ -594,6 +506,8 @@ struct Figures {
     samples: u64,
     /// What the evidence path measured, when it reported.
     slow: Option<SlowShare>,
+    /// The firing path that proved the slowdown.
+    proven_by: &'static str,
 }
 
 /// The evidence path's figures: slow requests (over the peers' p99) among the shard's.
@@ -610,7 +524,11 @@ struct SlowShare {
 }
 
 impl Figures {
-    fn of(s: &ShardSnapshot, p99: f64, peers: f64, baseline: Option<f64>) -> Figures {
+    fn of(
+        s: &ShardSnapshot,
+        (p99, peers, baseline): (f64, f64, Option<f64>),
+        proven_by: &'static str,
+    ) -> Figures {
         Figures {
             p99,
             peers,
@@ -621,6 +539,7 @@ impl Figures {
             load_share: s.share,
             samples: s.latency_samples,
             slow: None,
+            proven_by,
         }
     }
 
@@ -683,7 +602,8 @@ fn render(cfg: &LatencySkewConfig, group: &str, shard: &str, fig: &Figures) -> F
         .annotate("p99_ms", format!("{:.1}", fig.p99))
         .annotate("peer_median_p99_ms", format!("{:.1}", fig.peers))
         .annotate("ratio", format!("{ratio:.2}"))
-        .annotate("samples", fig.samples.to_string());
+        .annotate("samples", fig.samples.to_string())
+        .annotate("proven_by", fig.proven_by);
     if let Some(b) = fig.baseline {
         f = f.annotate("baseline_p99_ms", format!("{b:.1}"));
     }
@@ -713,6 +633,16 @@ impl DetectorKind for LatencySkew {
     type Config = LatencySkewConfig;
 
     fn new(cfg: LatencySkewConfig, window_secs: f64) -> Self {
+        let settings = RatioSettings {
+            false_alarms_per_hour: cfg.false_alarms_per_shard_hour,
+            tests: TESTS,
+            window_secs,
+            consecutive_windows: cfg.consecutive_windows,
+            tolerated_burst_secs: cfg.tolerated_burst_secs,
+            margin_windows: SLOW_SHARE_MARGIN_WINDOWS,
+            warmup_windows: cfg.warmup_windows,
+            baseline_tau_secs: cfg.baseline_tau_secs,
+        };
         LatencySkew {
             alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
             persistence: Persistence::new(
@@ -720,19 +650,8 @@ impl DetectorKind for LatencySkew {
                 cfg.tolerated_burst_secs,
                 window_secs,
             ),
-            test: Sequential::new(
-                cfg.false_alarms_per_shard_hour / TESTS,
-                window_secs,
-                cfg.consecutive_windows.max(
-                    burst_proof_windows(cfg.tolerated_burst_secs, window_secs)
-                        + SLOW_SHARE_MARGIN_WINDOWS,
-                ),
-            ),
-            quick: Sequential::new(
-                cfg.false_alarms_per_shard_hour / TESTS,
-                window_secs,
-                cfg.consecutive_windows,
-            ),
+            tests: RatioTests::new(settings).with_quick(false).with_severe(),
+            bulk_tests: RatioTests::new(settings),
             cfg,
             state: BTreeMap::new(),
         }
@@ -889,6 +808,7 @@ mod tests {
                 // One request in sixteen past the peers' p99, all past their median.
                 assert_eq!(f.annotations["slow_share"], "6.2%");
                 assert_eq!(f.annotations["share_over_peer_median"], "100.0%");
+                assert_eq!(f.annotations["proven_by"], "bulk_cusum");
                 assert!(f.annotations["description"].contains("slower than their median"));
                 break;
             }
@@ -897,8 +817,12 @@ mod tests {
         // reference's noise).
         assert_eq!(first, Some(6));
         let st = &rig.det.state["db"]["s0"];
-        assert!(st.bulk.holds(&rig.det.test));
-        assert!(!st.cusum.holds(&rig.det.test) && !st.severe.holds(&rig.det.test));
+        assert!(st.bulk.proven(&rig.det.bulk_tests, true).is_some());
+        let slow = st.slow.proven(&rig.det.tests, true);
+        assert!(
+            !matches!(slow, Some(Proof::Cusum | Proof::Severe)),
+            "{slow:?}"
+        );
         // Back to normal, it drains at once.
         assert!(cached(&mut rig, 1.0).is_empty());
     }
@@ -988,7 +912,7 @@ mod tests {
         w.record(&peer);
         let snap = w.close(10.0);
         let a = snap.groups[0].shard("a").unwrap();
-        let fig = Figures::of(a, 400.0, 40.0, Some(100.0));
+        let fig = Figures::of(a, (400.0, 40.0, Some(100.0)), "step_shape");
         assert_eq!((fig.peer_ratio(), fig.baseline_ratio()), (10.0, Some(4.0)));
         assert_eq!((fig.error_ratio, fig.load_share), (0.1, 0.25));
         assert_eq!(fig.samples, 100);
@@ -999,7 +923,7 @@ mod tests {
         );
         // A zero median of peers gives an infinite ratio, never NaN.
         assert_eq!(
-            Figures::of(a, 400.0, 0.0, Some(100.0)).peer_ratio(),
+            Figures::of(a, (400.0, 0.0, Some(100.0)), "step_shape").peer_ratio(),
             f64::INFINITY
         );
     }

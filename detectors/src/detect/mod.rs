@@ -5,9 +5,10 @@
 //! The [`crate::alert::AlertBook`] turns findings into pending, firing and resolved alerts.
 //! Time is the window's end, passed in; nothing here reads a clock.
 //!
-//! Every detector documents its signals, its defaults and why it does not false-alarm on
-//! ordinary traffic; `docs/detectors.md` explains all of them and the machinery they share.
-//! The defaults are in `rules/skewwatch.yaml`.
+//! Every detector's module says what it detects and names its firing paths, the rules an
+//! alert's `proven_by` annotation names; `docs/detectors.md` is the one home of their methods,
+//! defaults and figures, why they do not false-alarm on ordinary traffic, and the machinery
+//! they share ([`crate::evidence`]). The defaults are in `rules/skewwatch.yaml`.
 //!
 //! A detector is a [`DetectorKind`]: it names itself and its YAML section and builds itself
 //! from its [`DetectorSettings`]. The `detectors!` list below names every kind once and
@@ -18,8 +19,6 @@
 //! [`Detector`] implementation they share visits the groups, forgets the groups and shards
 //! that left the snapshot, and saves and restores what they learned. A detector's file then
 //! holds only its judgement of one group.
-
-pub mod baseline;
 
 // One module per detector; each is also listed in `detectors!` below. The module lines stay
 // outside the macro because rustfmt only formats modules it sees declared outside macros.
@@ -295,6 +294,21 @@ impl<'a> Problems<'a> {
         if !(v.is_finite() && v >= lo && v <= hi) {
             self.fail(field, format!("{v} is out of range: use {lo}..={hi}"));
         }
+    }
+
+    /// Checks a baseline's time constant, seconds: a second to 30 days.
+    pub fn time_constant(&mut self, field: &str, v: f64) {
+        self.range(field, v, 1.0, 30.0 * 86_400.0);
+    }
+
+    /// Checks a burst to tolerate, seconds: none to a day.
+    pub fn burst(&mut self, field: &str, v: f64) {
+        self.range(field, v, 0.0, 86_400.0);
+    }
+
+    /// Checks a stated false-alarm rate per entity-hour: above 0 (10⁻¹²) and at most one.
+    pub fn false_alarm_rate(&mut self, field: &str, v: f64) {
+        self.range(field, v, 1e-12, 1.0);
     }
 
     /// Checks a count of windows: `1..=`[`MAX_WINDOWS`].

@@ -1,49 +1,29 @@
 //! `ShardFailing`: one shard's failure ratio rose well above its own baseline and its peers',
-//! at any ratio and any rate the evidence supports (see docs/detectors.md, ShardFailing).
+//! at any ratio and any rate the evidence supports (labels `group`, `shard`).
 //!
-//! One dead shard among 128 barely moves its group's error ratio (1/128 of the requests fail),
-//! so `ErrorSurge`, which judges the group, stays quiet, and `FastFailureSink` needs the shard to
-//! attract traffic. This detector judges each shard against the errors of its peers and its own
-//! history, and lets the evidence accumulate across windows (`sequential`,
-//! docs/adr/006-evidence-that-accumulates.md), so a quiet shard is judged later, never not at
-//! all, and a partly failing one as soon as its counts prove it.
+//! One dead shard among many barely moves its group's error ratio, so the group's detectors
+//! stay quiet. Each shard's failures among its requests are weighed across windows
+//! ([`RatioEvidence`]) against the higher of its baseline and its peers' ratio, by a test of a
+//! rise by `margin_points` and a severe test (`severe_ratio`). Its firing paths, as the
+//! `proven_by` annotation names them: `cusum` (burst-proof), `severe_cusum` and `quick_cusum`
+//! (once the streak's shape has outlasted a tolerated burst).
 //!
-//! **Test**, per shard and window: the reference ratio `p0` is the higher of the Wilson upper
-//! bounds ([`BOUND_Z`]) of the shard's baseline ratio (over the requests the baseline has
-//! seen) and of its peers' pooled ratio in the window. The window's failures among its requests
-//! add the binomial log-likelihood ratio of a rise by `margin_points` against a rise by half of
-//! it (`p0 + m` against `p0 + m/2`: a rise under about three quarters of the margin drains
-//! the evidence, one over it builds it up) to a CUSUM whose threshold gives half of
-//! `false_alarms_per_shard_hour`; a window adds at most 1/k of it, for k the larger of
-//! `consecutive_windows` and [`burst_proof_windows`] of `tolerated_burst_secs` (20 s: 5 windows
-//! at 10 s windows), so a failure of up to 20 s never fires on its own. A second, severe test
-//! ([`severe_ratio`]: halfway from `p0 + m` to every request failing) has the other half of the
-//! rate, so a quiet shard that fails most of its requests is proven sooner. The condition holds
-//! while either CUSUM is at its threshold. No verdict before the baseline has seen
-//! `warmup_windows` windows: a shard born failing learns that as its normal.
-//!
-//! A group-wide failure raises the peers' ratio with the shard's, so it is `ErrorSurge`'s. A
-//! shard that always fails a share has it as its baseline. Baselines learn the windows of an
-//! excursion of the evidence once it ends without proof ([`Pending`]), never while an alert is
-//! active.
-//!
-//! **Annotations**: the error ratio with its baseline, the peers' ratio and the reference, the
-//! evidence, the error classes, the shard's share of the group's load and its fair share, and
-//! the group's error ratio (to show how little the shard moves it).
+//! docs/detectors.md ("ShardFailing") gives the method, the defaults and the annotations.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::alert::{Finding, Severity};
-use crate::detect::baseline::{BOUND_Z, Ewma, Pending, RatioBaseline, alpha_for, ratio_seen};
 use crate::detect::{
     Context, DetectorKind, DetectorSettings, GroupDetector, Problems, RuleSettings, Visit, num, pct,
 };
+use crate::evidence::baseline::BOUND_Z;
+use crate::evidence::baseline::Ratio;
+use crate::evidence::cusum::Binomial;
+use crate::evidence::cusum::wilson_upper;
+use crate::evidence::ratio::{Hypotheses, Proof, RatioEvidence, RatioSettings, RatioTests};
 use crate::observation::{Outcome, quote};
-use crate::sequential::{
-    Binomial, Cusum, QuickEvidence, Sequential, burst_proof_windows, wilson_upper,
-};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// The raised ratio of the severe test: halfway from the margin's `reference + m` to every
@@ -59,7 +39,7 @@ fn severe_ratio(reference: f64, m: f64) -> f64 {
 /// (its quick path is the same evidence, capped less) and the severe failure's. Each gets
 /// half the rate, so the two together stay within it (a union bound; the threshold rises by
 /// ln 2, 0.7 on 15.1).
-const TESTS: f64 = 2.0;
+const TESTS: u32 = 2;
 
 /// `detectors.shard_failing` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,53 +89,28 @@ impl DetectorSettings for ShardFailingConfig {
     fn check(&self, p: &mut Problems<'_>) {
         self.rule.check(p);
         p.range("margin_points", self.margin_points, 0.01, 0.99);
-        p.range(
+        p.false_alarm_rate(
             "false_alarms_per_shard_hour",
             self.false_alarms_per_shard_hour,
-            1e-12,
-            1.0,
         );
         p.windows("consecutive_windows", self.consecutive_windows);
-        p.range(
-            "tolerated_burst_secs",
-            self.tolerated_burst_secs,
-            0.0,
-            86_400.0,
-        );
-        p.range(
-            "baseline_tau_secs",
-            self.baseline_tau_secs,
-            1.0,
-            30.0 * 86_400.0,
-        );
+        p.burst("tolerated_burst_secs", self.tolerated_burst_secs);
+        p.time_constant("baseline_tau_secs", self.baseline_tau_secs);
         p.windows("warmup_windows", self.warmup_windows);
     }
 }
 
-/// Baseline and evidence of one shard.
+/// Baseline and evidence of one shard: its failures among its requests, tested for a rise by
+/// the margin (burst-proof and quick) and for a severe failure (`severe_ratio`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ShardState {
-    /// Requests per window.
-    requests: Ewma,
-    /// Failures per window.
-    errors: Ewma,
-    evidence: Cusum,
-    /// The same evidence on the quick path (`consecutive_windows`, once its shape has
-    /// outlasted a tolerated burst).
     #[serde(default)]
-    quick: QuickEvidence,
-    /// The evidence of a severe failure ([`severe_ratio`]), burst-proof like `evidence`.
-    #[serde(default)]
-    severe: Cusum,
-    /// Windows in a row with evidence (the CUSUM above zero).
-    streak: u32,
-    /// Windows seen while evidence was building, not yet taught to the baseline.
-    pending: Pending,
+    errors: RatioEvidence,
 }
 
 /// What the detector measured about a shard in one window.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Verdict {
+struct Measured {
     error_ratio: f64,
     /// The peers' pooled error ratio in the window.
     peer_error_ratio: f64,
@@ -170,7 +125,7 @@ struct Verdict {
 /// Everything a `ShardFailing` finding reports, as numbers; [`render`] turns it into text.
 #[derive(Debug, Clone, PartialEq)]
 struct Figures {
-    verdict: Verdict,
+    measured: Measured,
     requests: u64,
     errors: u64,
     requests_per_second: f64,
@@ -183,77 +138,74 @@ struct Figures {
     classes: Vec<(Outcome, f64)>,
     /// Windows in a row with evidence.
     windows: u32,
+    /// The firing path that proved the failure.
+    proven_by: &'static str,
 }
 
 /// The `ShardFailing` detector.
 #[derive(Debug, Clone)]
 pub struct ShardFailing {
     cfg: ShardFailingConfig,
-    alpha: f64,
-    test: Sequential,
-    /// The quick path's test: `consecutive_windows` windows at the fewest.
-    quick: Sequential,
-    window_secs: f64,
+    tests: RatioTests,
     /// Group -> shard -> state.
     groups: BTreeMap<String, BTreeMap<String, ShardState>>,
 }
 
 impl ShardFailing {
     /// Adds shard `s`'s window to its evidence, given the errors and requests of the whole
-    /// group's tracked shards; `None` while its baseline is cold.
-    fn weigh(&self, s: &ShardSnapshot, st: &mut ShardState, group: (u64, u64)) -> Option<Verdict> {
-        let (errors, seen) = ratio_seen(
-            &st.requests,
-            &st.errors,
-            self.cfg.warmup_windows,
-            self.alpha,
-        )?;
-        let baseline = errors / seen;
-        let (n, x) = (s.requests, s.traffic.errors.min(s.requests));
-        let (peer_n, peer_x) = (group.0 - n, group.1 - x);
-        let own = wilson_upper(errors, seen, BOUND_Z);
-        let peers = wilson_upper(peer_x as f64, peer_n as f64, BOUND_Z);
-        let reference = own.max(peers);
+    /// group's tracked shards: the reference `p0` is the higher of the upper bounds of its
+    /// baseline and its peers' ratio. `None` while its baseline is cold.
+    fn weigh(&self, s: &ShardSnapshot, st: &mut ShardState, group: Ratio<u64>) -> Option<Measured> {
+        let window = Ratio::of(s.traffic.errors, s.requests);
+        let peers = Ratio {
+            events: group.events - window.events,
+            trials: group.trials - window.trials,
+        };
         let m = self.cfg.margin_points;
-        let llr = Binomial::new(reference + m / 2.0, reference + m).map_or(0.0, |b| b.llr(n, x));
-        st.evidence.push(llr, &self.test);
-        let severe = Binomial::new(reference + m / 2.0, severe_ratio(reference, m))
-            .map_or(0.0, |b| b.llr(n, x));
-        st.severe.push(severe, &self.test);
-        st.quick
-            .push(llr, x as f64 - n as f64 * reference, &self.quick);
-        Some(Verdict {
-            error_ratio: if n > 0 { x as f64 / n as f64 } else { 0.0 },
-            peer_error_ratio: if peer_n > 0 {
-                peer_x as f64 / peer_n as f64
+        let h = st.errors.weigh(&self.tests, window, |seen| {
+            let reference = seen.upper().max(peers_upper(peers));
+            Some(Hypotheses {
+                reference,
+                rise: Binomial::new(reference + m / 2.0, reference + m),
+                severe: Binomial::new(reference + m / 2.0, severe_ratio(reference, m)),
+            })
+        })?;
+        let baseline = st.errors.seen(&self.tests)?.share();
+        Some(Measured {
+            error_ratio: if window.trials > 0 {
+                window.share()
             } else {
                 0.0
             },
+            peer_error_ratio: if peers.trials > 0 { peers.share() } else { 0.0 },
             baseline,
-            reference,
-            evidence: (st.evidence.value().max(st.severe.value()) / self.test.threshold)
-                .max(st.quick.value() / self.quick.threshold),
+            reference: h.reference,
+            evidence: st.errors.fraction(&self.tests),
         })
     }
 
-    /// True when shard state `st` has proven a failure: by the burst-proof evidence, or
-    /// quickly by a streak whose shape has outlasted a tolerated burst. Failures that are
-    /// mostly timeouts in `s`'s window are a pile-up's, which drain after the spell that
-    /// caused them ([`crate::evidence::DRAIN_WINDOWS`]).
-    fn proven(&self, st: &ShardState, s: &ShardSnapshot) -> bool {
+    /// The firing path that has proven a failure of shard state `st`, if one has: the
+    /// burst-proof evidence, the severe one, or quickly a streak whose shape has outlasted a
+    /// tolerated burst. Failures that are mostly timeouts in `s`'s window are a pile-up's,
+    /// which drain after the spell that caused them
+    /// ([`crate::evidence::shape::DRAIN_WINDOWS`]).
+    fn proven(&self, st: &ShardState, s: &ShardSnapshot) -> Option<Proof> {
         let drains = 2 * s.traffic.outcome(Outcome::Timeout) >= s.traffic.errors.max(1);
-        st.evidence.holds(&self.test)
-            || st.severe.holds(&self.test)
-            || st.quick.holds(
-                &self.quick,
-                self.cfg.tolerated_burst_secs,
-                self.window_secs,
-                drains,
-            )
+        st.errors.proven(&self.tests, drains)
     }
 }
 
-fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: Verdict, windows: u32) -> Figures {
+/// The upper bound of the peers' ratio in the window.
+fn peers_upper(peers: Ratio<u64>) -> f64 {
+    wilson_upper(peers.events as f64, peers.trials as f64, BOUND_Z)
+}
+
+fn figures(
+    g: &GroupSnapshot,
+    s: &ShardSnapshot,
+    v: Measured,
+    (proof, windows): (Proof, u32),
+) -> Figures {
     let requests = s.requests as f64;
     let mut classes: Vec<(Outcome, f64)> = Outcome::ERRORS
         .iter()
@@ -263,7 +215,7 @@ fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: Verdict, windows: u32) -> Fi
     // Most frequent first; the sort is stable, so ties keep the order of `Outcome::ERRORS`.
     classes.sort_by(|a, b| b.1.total_cmp(&a.1));
     Figures {
-        verdict: v,
+        measured: v,
         requests: s.requests,
         errors: s.traffic.errors,
         requests_per_second: s.traffic.requests_per_second,
@@ -272,12 +224,13 @@ fn figures(g: &GroupSnapshot, s: &ShardSnapshot, v: Verdict, windows: u32) -> Fi
         group_error_ratio: g.traffic.error_ratio.unwrap_or(0.0),
         classes,
         windows,
+        proven_by: proof.name(),
     }
 }
 
 /// The finding for `shard` of `group`: the figures as annotations, summary and description.
 fn render(cfg: &ShardFailingConfig, group: &str, shard: &str, fig: &Figures) -> Finding {
-    let v = &fig.verdict;
+    let v = &fig.measured;
     let dominant = fig.classes.first().map_or(Outcome::Error, |c| c.0);
     let mut f = Finding::new(
         ShardFailing::ALERTNAME,
@@ -289,6 +242,7 @@ fn render(cfg: &ShardFailingConfig, group: &str, shard: &str, fig: &Figures) -> 
     .annotate("peer_error_ratio", pct(v.peer_error_ratio))
     .annotate("reference_error_ratio", pct(v.reference))
     .annotate("evidence", format!("{:.2}", v.evidence))
+    .annotate("proven_by", fig.proven_by)
     .annotate("requests", fig.requests.to_string())
     .annotate("errors", fig.errors.to_string())
     .annotate("requests_per_second", num(fig.requests_per_second))
@@ -312,7 +266,7 @@ fn render(cfg: &ShardFailingConfig, group: &str, shard: &str, fig: &Figures) -> 
 }
 
 fn description(group: &str, shard: &str, fig: &Figures) -> String {
-    let v = &fig.verdict;
+    let v = &fig.measured;
     let classes: Vec<String> = fig
         .classes
         .iter()
@@ -347,20 +301,18 @@ impl DetectorKind for ShardFailing {
     type Config = ShardFailingConfig;
 
     fn new(cfg: ShardFailingConfig, window_secs: f64) -> Self {
-        ShardFailing {
-            alpha: alpha_for(window_secs, cfg.baseline_tau_secs),
-            test: Sequential::new(
-                cfg.false_alarms_per_shard_hour / TESTS,
-                window_secs,
-                cfg.consecutive_windows
-                    .max(burst_proof_windows(cfg.tolerated_burst_secs, window_secs)),
-            ),
-            quick: Sequential::new(
-                cfg.false_alarms_per_shard_hour / TESTS,
-                window_secs,
-                cfg.consecutive_windows,
-            ),
+        let settings = RatioSettings {
+            false_alarms_per_hour: cfg.false_alarms_per_shard_hour,
+            tests: TESTS,
             window_secs,
+            consecutive_windows: cfg.consecutive_windows,
+            tolerated_burst_secs: cfg.tolerated_burst_secs,
+            margin_windows: 0,
+            warmup_windows: cfg.warmup_windows,
+            baseline_tau_secs: cfg.baseline_tau_secs,
+        };
+        ShardFailing {
+            tests: RatioTests::new(settings).with_quick(false).with_severe(),
             cfg,
             groups: BTreeMap::new(),
         }
@@ -389,42 +341,29 @@ impl GroupDetector for ShardFailing {
         states: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        let group = g.tracked_shards().fold((0, 0), |(n, x), s| {
-            (n + s.requests, x + s.traffic.errors.min(s.requests))
+        let group = g.tracked_shards().fold(Ratio::of(0, 0), |sum, s| {
+            let w = Ratio::of(s.traffic.errors, s.requests);
+            Ratio {
+                events: sum.events + w.events,
+                trials: sum.trials + w.trials,
+            }
         });
         for s in g.tracked_shards() {
             let st = states.entry(s.shard.clone()).or_default();
-            let verdict = self.weigh(s, st, group);
-            st.streak = if st.evidence.value() > 0.0 {
-                st.streak + 1
-            } else {
-                0
-            };
+            let measured = self.weigh(s, st, group);
             let active = ctx.alerts.is_active(
                 ShardFailing::ALERTNAME,
                 &[("group", &g.group), ("shard", &s.shard)],
             );
-            let proven = self.proven(st, s);
-            if let Some(v) = verdict
-                && proven
-            {
-                let fig = figures(g, s, v, st.streak);
+            let proof = self.proven(st, s);
+            if let (Some(v), Some(proof)) = (measured, proof) {
+                let fig = figures(g, s, v, (proof, st.errors.excursion().windows));
                 out.push(render(&self.cfg, &g.group, &s.shard, &fig));
             }
             // A failure, proven or being reported, does not become the normal.
-            let frozen = active || proven;
-            let settled = st.evidence.value() == 0.0 && st.severe.value() == 0.0;
-            let baseline = RatioBaseline {
-                trials: &mut st.requests,
-                events: &mut st.errors,
-            };
-            st.pending.hold(
-                (s.requests, s.traffic.errors),
-                (frozen, settled),
-                self.cfg.warmup_windows,
-                baseline,
-                self.alpha,
-            );
+            let frozen = active || proof.is_some();
+            let window = Ratio::of(s.traffic.errors, s.requests);
+            st.errors.learn(&self.tests, window, frozen);
         }
     }
 }

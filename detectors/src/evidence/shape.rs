@@ -36,25 +36,25 @@ pub const DRAIN_WINDOWS: f64 = 0.5;
 
 /// The excesses of a streak of windows over threshold, summed, and their maximum.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct StepEvidence {
+pub struct StreakShape {
     sum: f64,
     peak: f64,
 }
 
-impl StepEvidence {
+impl StreakShape {
     /// Folds in one window: its excess when it is over threshold; a window that is not ends
     /// the streak and forgets it. Negative or non-finite excesses count as none.
     pub fn push(&mut self, over: bool, excess: f64) {
         self.push_bounded(over, excess, excess);
     }
 
-    /// [`StepEvidence::push`] for an excess known only within noise bounds: the sum takes the
+    /// [`StreakShape::push`] for an excess known only within noise bounds: the sum takes the
     /// `low` bound and the peak the `high` one, so noise can make a streak look shorter than
     /// it is, never longer (a burst read high in its partial windows and low in its full one
     /// would look like more windows' worth than it holds).
     pub fn push_bounded(&mut self, over: bool, low: f64, high: f64) {
         if !over {
-            *self = StepEvidence::default();
+            *self = StreakShape::default();
             return;
         }
         let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
@@ -91,7 +91,7 @@ pub fn longest_burst_streak(tolerated_secs: f64, window_secs: f64) -> u32 {
 }
 
 /// The most windows' worth of change a burst of `tolerated_secs` can show at windows of
-/// `window_secs`, as [`StepEvidence::covered_windows`] estimates it: d/w, but never less than 2
+/// `window_secs`, as [`StreakShape::covered_windows`] estimates it: d/w, but never less than 2
 /// for a burst at all.
 ///
 /// The estimate takes the fullest window of a streak as one window fully covered. A burst of
@@ -133,9 +133,35 @@ impl Persistence {
         }
     }
 
-    /// True when a streak of `streak` windows with evidence `ev` is long enough.
-    pub fn holds(&self, streak: u32, ev: &StepEvidence) -> bool {
-        streak >= self.windows || ev.outlasts(self.tolerated_burst_secs, self.window_secs)
+    /// Why a streak of `streak` windows with shape `shape` is long enough, if it is: its count
+    /// of windows, or else its shape.
+    pub fn lasted(&self, streak: u32, shape: &StreakShape) -> Option<Lasted> {
+        if streak >= self.windows {
+            Some(Lasted::Windows)
+        } else if shape.outlasts(self.tolerated_burst_secs, self.window_secs) {
+            Some(Lasted::Shape)
+        } else {
+            None
+        }
+    }
+}
+
+/// What proved a streak long enough ([`Persistence::lasted`]): the firing path an alert names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lasted {
+    /// The windows in a row that are always enough.
+    Windows,
+    /// The shape of the streak, which outlasted a tolerated burst.
+    Shape,
+}
+
+impl Lasted {
+    /// The firing path's name, as the `proven_by` annotation carries it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lasted::Windows => "consecutive_windows",
+            Lasted::Shape => "step_shape",
+        }
     }
 }
 
@@ -143,8 +169,8 @@ impl Persistence {
 mod tests {
     use super::*;
 
-    fn streak(xs: &[f64]) -> StepEvidence {
-        let mut e = StepEvidence::default();
+    fn streak(xs: &[f64]) -> StreakShape {
+        let mut e = StreakShape::default();
         for &x in xs {
             e.push(true, x);
         }
@@ -158,6 +184,17 @@ mod tests {
             assert_eq!(Persistence::new(4, 20.0, w).windows, needed, "{w}");
         }
         assert_eq!(Persistence::new(8, 20.0, 5.0).windows, 8);
+    }
+
+    #[test]
+    fn a_streak_lasted_by_its_count_before_its_shape() {
+        let p = Persistence::new(4, 20.0, 10.0);
+        let step = streak(&[400.0, 400.0, 400.0]);
+        assert_eq!(p.lasted(2, &step), Some(Lasted::Shape));
+        assert_eq!(p.lasted(4, &step), Some(Lasted::Windows));
+        let burst = streak(&[200.0, 400.0, 200.0]);
+        assert_eq!(p.lasted(3, &burst), None);
+        assert_eq!(Lasted::Shape.name(), "step_shape");
     }
 
     #[test]
@@ -207,7 +244,7 @@ mod tests {
     fn a_window_under_threshold_ends_the_streak() {
         let mut e = streak(&[400.0, 400.0]);
         e.push(false, 400.0);
-        assert_eq!(e, StepEvidence::default());
+        assert_eq!(e, StreakShape::default());
         e.push(true, f64::NAN);
         e.push(true, -5.0);
         assert_eq!(e.covered_windows(), 0.0);

@@ -1,4 +1,4 @@
-//! Sequential evidence across windows: a CUSUM of log-likelihood ratios for count-based
+//! Evidence that accumulates across windows: a CUSUM of log-likelihood ratios for count-based
 //! judgements, so a quiet entity is judged later instead of never
 //! (docs/adr/006-evidence-that-accumulates.md).
 //!
@@ -33,7 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::{DRAIN_WINDOWS, StepEvidence, longest_burst_streak};
+use crate::evidence::shape::{DRAIN_WINDOWS, StreakShape, longest_burst_streak};
 
 /// Smallest threshold [`threshold_for`] returns: below it a single window could hold as much
 /// evidence as the bound allows noise to give.
@@ -214,18 +214,18 @@ pub struct Cusum {
 
 /// The settings of a [`Cusum`]: its threshold and the fewest windows that can reach it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sequential {
+pub struct CusumSettings {
     /// The threshold h.
     pub threshold: f64,
     /// The fewest windows that reach it (k): a window adds at most h/k.
     pub min_windows: u32,
 }
 
-impl Sequential {
+impl CusumSettings {
     /// The settings for a stated rate of false alarms per entity-hour at windows of
     /// `window_secs`, reaching the threshold in no fewer than `min_windows` windows.
-    pub fn new(false_alarms_per_hour: f64, window_secs: f64, min_windows: u32) -> Sequential {
-        Sequential {
+    pub fn new(false_alarms_per_hour: f64, window_secs: f64, min_windows: u32) -> CusumSettings {
+        CusumSettings {
             threshold: threshold_for(false_alarms_per_hour, window_secs),
             min_windows: min_windows.max(1),
         }
@@ -239,7 +239,7 @@ impl Sequential {
 
 impl Cusum {
     /// Folds in one window's LLR (a non-finite one counts as none) and returns the sum.
-    pub fn push(&mut self, llr: f64, s: &Sequential) -> f64 {
+    pub fn push(&mut self, llr: f64, s: &CusumSettings) -> f64 {
         let step = if llr.is_finite() {
             llr.min(s.max_step())
         } else {
@@ -255,7 +255,7 @@ impl Cusum {
     }
 
     /// True once the evidence has reached the threshold.
-    pub fn holds(&self, s: &Sequential) -> bool {
+    pub fn holds(&self, s: &CusumSettings) -> bool {
         // k steps of h/k sum to h only up to rounding: 5 × (h/5) can fall an ulp short, which
         // would make a k-window test take k + 1.
         self.sum >= s.threshold * (1.0 - 1e-9)
@@ -286,7 +286,7 @@ pub fn burst_proof_windows(tolerated_secs: f64, window_secs: f64) -> u32 {
 /// The quick way to a verdict, beside a burst-proof [`Cusum`]: the same LLRs in a CUSUM that
 /// may reach its threshold in fewer windows (`consecutive_windows`), which counts only once
 /// the *shape* of the streak of windows with positive LLR shows the change has outlasted a
-/// tolerated burst ([`StepEvidence`]: the excess counts hold more than d/w + ½ windows at
+/// tolerated burst ([`StreakShape`]: the excess counts hold more than d/w + ½ windows at
 /// full strength, plus [`DRAIN_WINDOWS`] for evidence that drains).
 ///
 /// A strong step is then proven in ⌈d/w⌉ + 1 windows when it starts on a window boundary
@@ -294,15 +294,15 @@ pub fn burst_proof_windows(tolerated_secs: f64, window_secs: f64) -> u32 {
 /// d seconds, whatever evidence came before it, never covers enough windows. Plain data: part
 /// of a detector's saved state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct QuickEvidence {
+pub struct QuickCusum {
     cusum: Cusum,
-    shape: StepEvidence,
+    shape: StreakShape,
 }
 
-impl QuickEvidence {
+impl QuickCusum {
     /// Folds in one window: its LLR under test `s` (the quick test) and its excess count over
     /// the reference. A window with an LLR of zero or less ends the streak.
-    pub fn push(&mut self, llr: f64, excess: f64, s: &Sequential) {
+    pub fn push(&mut self, llr: f64, excess: f64, s: &CusumSettings) {
         self.cusum.push(llr, s);
         self.shape.push(llr > 0.0, excess);
     }
@@ -313,7 +313,7 @@ impl QuickEvidence {
     /// spell that causes them; fast failures do not).
     pub fn holds(
         &self,
-        s: &Sequential,
+        s: &CusumSettings,
         tolerated_secs: f64,
         window_secs: f64,
         drains: bool,
@@ -332,7 +332,7 @@ impl QuickEvidence {
 
     /// Forgets the evidence.
     pub fn reset(&mut self) {
-        *self = QuickEvidence::default();
+        *self = QuickCusum::default();
     }
 }
 
@@ -340,7 +340,7 @@ impl QuickEvidence {
 /// expected LLR per second after the change is `drift_per_sec`: `h / drift`, but no sooner
 /// than `k` windows, and infinite when the drift is not positive. The alignment of the onset
 /// within a window adds up to one window more.
-pub fn expected_delay_secs(s: &Sequential, window_secs: f64, drift_per_sec: f64) -> f64 {
+pub fn expected_delay_secs(s: &CusumSettings, window_secs: f64, drift_per_sec: f64) -> f64 {
     if drift_per_sec.is_nan() || drift_per_sec <= 0.0 {
         return f64::INFINITY;
     }
@@ -504,7 +504,7 @@ mod tests {
         // than 2h/k of earlier evidence, stays under h.
         for w in [1.0, 5.0, 10.0, 30.0] {
             let k = burst_proof_windows(20.0, w);
-            let s = Sequential::new(1e-4, w, k);
+            let s = CusumSettings::new(1e-4, w, k);
             let touched = (20.0_f64 / w).ceil() as u32 + 1;
             let mut c = Cusum::default();
             c.push(s.max_step() * 0.99, &s);
@@ -521,9 +521,9 @@ mod tests {
 
     #[test]
     fn the_quick_path_proves_a_step_in_three_windows_and_never_a_20_s_burst() {
-        let quick = Sequential::new(1e-4, 10.0, 3);
+        let quick = CusumSettings::new(1e-4, 10.0, 3);
         // A step on a window boundary: the third window.
-        let mut q = QuickEvidence::default();
+        let mut q = QuickCusum::default();
         for (i, holds) in [(1, false), (2, false), (3, true)] {
             q.push(1e9, 80.0, &quick);
             assert_eq!(q.holds(&quick, 20.0, 10.0, true), holds, "window {i}");
@@ -531,7 +531,7 @@ mod tests {
         // A 20 s burst at every alignment, even on top of a full quick CUSUM: never.
         for tenth in 0..=10 {
             let a = f64::from(tenth) / 10.0;
-            let mut q = QuickEvidence::default();
+            let mut q = QuickCusum::default();
             for _ in 0..3 {
                 q.push(1e9, 0.0, &quick);
             }
@@ -542,7 +542,7 @@ mod tests {
             }
         }
         // A window without evidence ends the streak.
-        let mut q = QuickEvidence::default();
+        let mut q = QuickCusum::default();
         q.push(1e9, 80.0, &quick);
         q.push(1e9, 80.0, &quick);
         q.push(-0.1, 80.0, &quick);
@@ -552,7 +552,7 @@ mod tests {
 
     #[test]
     fn a_step_adds_at_most_h_over_k_and_the_sum_is_capped_at_h() {
-        let s = Sequential::new(1e-4, 10.0, 3);
+        let s = CusumSettings::new(1e-4, 10.0, 3);
         let mut c = Cusum::default();
         c.push(1e9, &s);
         assert!(!c.holds(&s));
@@ -571,7 +571,7 @@ mod tests {
     /// Counts threshold crossings of a CUSUM over `windows` windows of `n` Bernoulli(`p`)
     /// trials, testing `p0` against `p1`.
     fn crossings(p: f64, p0: f64, p1: f64, n: u64, windows: u32, seed: u64) -> u32 {
-        let s = Sequential::new(1.0, 10.0, 1); // h = ln 360 = 5.9: crossings to count
+        let s = CusumSettings::new(1.0, 10.0, 1); // h = ln 360 = 5.9: crossings to count
         let b = Binomial::new(p0, p1).unwrap();
         let mut rng = SplitMix64::new(seed);
         let mut c = Cusum::default();
@@ -604,7 +604,7 @@ mod tests {
     #[test]
     fn the_expected_delay_matches_a_simulation() {
         // 30% failing at 5 req/s against 1% -> 21%, 10 s windows, h for 1e-4 per hour.
-        let s = Sequential::new(1e-4, 10.0, 3);
+        let s = CusumSettings::new(1e-4, 10.0, 3);
         let b = Binomial::new(0.01, 0.21).unwrap();
         let d = expected_delay_secs(&s, 10.0, 5.0 * b.drift_per_trial(0.3));
         assert_eq!(d, 30.0, "the cap binds: three windows");
