@@ -10,7 +10,7 @@
 //! The demo runs on a compressed clock: its windows are 1 s instead of the default 10 s
 //! (`--window-secs`), so the whole story (warm-up, incident, recovery) takes about two and a
 //! half minutes. The detectors' burst tolerances, which are in seconds, are compressed with it
-//! ([`compress_time`]); every other setting is the default.
+//! (`compress_time`); every other setting is the default.
 
 #![expect(
     clippy::disallowed_types,

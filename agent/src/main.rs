@@ -46,9 +46,9 @@ enum Command {
         /// HTTP listener address, overriding the configuration (e.g. 0.0.0.0:9477).
         #[arg(long)]
         http_listen: Option<std::net::SocketAddr>,
-        /// StatsD UDP listener address, overriding the configuration.
-        #[arg(long)]
-        statsd_listen: Option<std::net::SocketAddr>,
+        /// StatsD UDP listener address, or `disabled`, overriding the configuration.
+        #[arg(long, value_name = "ADDR|disabled")]
+        statsd_listen: Option<skewwatch::app::config::StatsdListen>,
         /// Once every listener is bound, write their addresses to this file as JSON
         /// (`{"http": "127.0.0.1:9477", "statsd": "127.0.0.1:8125"}`): how a supervisor or a
         /// test that asked for port 0 learns the ports.

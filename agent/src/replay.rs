@@ -4,9 +4,9 @@
 //! Output is one JSON line per alert transition on stdout, and a one-line summary on stderr.
 //! Deterministic: the same trace and configuration give byte-identical output.
 //!
-//! Two threads: a reader thread reads the trace in blocks of [`READ_BYTES`], parses each
+//! Two threads: a reader thread reads the trace in blocks of `READ_BYTES`, parses each
 //! block's whole lines where they lie ([`ndjson::for_each_line`]) into [`Batch`]es of
-//! [`BATCH_RECORDS`] records and hands them over a channel of [`QUEUE_BATCHES`]; the calling
+//! `BATCH_RECORDS` records and hands them over a channel of `QUEUE_BATCHES`; the calling
 //! thread owns the engine and takes the records in trace order, one by one, exactly as if it
 //! had parsed them itself. Parsing was most of replay's work, so this uses the second core
 //! without touching the engine's order of events. Memory is bounded by the queue (about
@@ -169,7 +169,7 @@ fn replay(
     })
 }
 
-/// [`replay`] on the calling thread alone: the reader thread's code hands each batch straight
+/// `replay` on the calling thread alone: the reader thread's code hands each batch straight
 /// to the engine's. Same output; what the benchmarks (`agent/benches`) measure, so that they
 /// run the code `skewwatch replay` runs.
 pub fn replay_on_this_thread(

@@ -25,6 +25,24 @@ use crate::ingest::scrape::{self, ScrapeJob};
 use crate::ingest::statsd::{self, StatsdMapping};
 use crate::outputs::config::{ExpositionConfig, UiConfig};
 
+/// Where StatsD listens, as `--statsd-listen` says it: an address, or `disabled` (`None`), as
+/// `listen.statsd` in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsdListen(pub Option<SocketAddr>);
+
+impl std::str::FromStr for StatsdListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disabled" | "" => Ok(StatsdListen(None)),
+            _ => s.parse().map(|a| StatsdListen(Some(a))).map_err(|_| {
+                format!("`{s}` is not an IP:port address or `disabled` (write e.g. 127.0.0.1:8125)")
+            }),
+        }
+    }
+}
+
 /// The validated configuration: what is fixed at start-up and what a reload puts in force.
 ///
 /// The split is the reload's contract. Everything in [`Startup`] sizes or binds something when
@@ -234,17 +252,18 @@ impl Config {
     }
 
     /// The configuration with the listeners moved (the command line's `--http-listen` and
-    /// `--statsd-listen`), checked again for listeners exposed without a token.
+    /// `--statsd-listen`, which may turn StatsD off), checked again for listeners exposed
+    /// without a token.
     pub fn with_listeners(
         mut self,
         http: Option<SocketAddr>,
-        statsd: Option<SocketAddr>,
+        statsd: Option<StatsdListen>,
     ) -> Result<Config, ConfigError> {
         if let Some(a) = http {
             self.startup.http_listen = a;
         }
-        if let Some(a) = statsd {
-            self.startup.statsd_listen = Some(a);
+        if let Some(StatsdListen(a)) = statsd {
+            self.startup.statsd_listen = a;
         }
         let problems = exposure_problems(
             self.startup.http_listen,
@@ -472,6 +491,25 @@ mod tests {
             );
         }
         assert_eq!(rows, file_field_paths(DEFAULT_CONFIG_YAML).len());
+    }
+
+    #[test]
+    fn the_command_line_turns_statsd_off_as_the_file_does() {
+        let off: StatsdListen = "disabled".parse().unwrap();
+        let c = Config::embedded().with_listeners(None, Some(off)).unwrap();
+        assert_eq!(c.startup.statsd_listen, None);
+        let at: StatsdListen = "127.0.0.1:9125".parse().unwrap();
+        let c = Config::embedded().with_listeners(None, Some(at)).unwrap();
+        assert_eq!(
+            c.startup.statsd_listen,
+            Some("127.0.0.1:9125".parse().unwrap())
+        );
+        assert!(
+            "nowhere"
+                .parse::<StatsdListen>()
+                .unwrap_err()
+                .contains("disabled")
+        );
     }
 
     #[test]

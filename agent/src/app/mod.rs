@@ -672,8 +672,8 @@ pub struct ConfigSource {
     pub path: Option<PathBuf>,
     /// `--http-listen`.
     pub http_listen: Option<SocketAddr>,
-    /// `--statsd-listen`.
-    pub statsd_listen: Option<SocketAddr>,
+    /// `--statsd-listen` (an address or `disabled`).
+    pub statsd_listen: Option<config::StatsdListen>,
 }
 
 impl ConfigSource {

@@ -5,11 +5,11 @@
 //! turns 0, and the previous configuration keeps running. A good one is compared with the one
 //! in force part by part ([`crate::app::Config`]):
 //!
-//! - what changed in [`Live`](crate::config::Live) is applied everywhere it acts: the bearer
+//! - what changed in [`Live`](crate::app::Live) is applied everywhere it acts: the bearer
 //!   token at once; detector thresholds and alert timing in the pipeline, which keeps its open
 //!   window, baselines and alert state (see [`crate::pipeline`]); alert delivery, whose
 //!   receivers are rebuilt while the old ones finish what they owe;
-//! - what changed in [`Startup`](crate::config::Startup) is reported as needing a restart and
+//! - what changed in [`Startup`](crate::app::Startup) is reported as needing a restart and
 //!   not applied at all: the running value is kept, so the next reload reports it again until
 //!   the agent restarts.
 //!

@@ -1,4 +1,4 @@
-//! Configuration: YAML parsed into [`RawConfig`] ([`raw`]), then validated into [`Config`]
+//! Configuration: YAML parsed into [`RawConfig`] ([`raw`]), then validated into [`Config`](crate::app::Config)
 //! ([`validate`]), with secrets read through [`secret`].
 //!
 //! Validation reports every problem at once, each with the field and why, and runs before any

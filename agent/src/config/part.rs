@@ -3,7 +3,7 @@
 //! A reload must say which settings it put in force and which wait for a restart. Kept as a
 //! hand-written list of names, that answer drifts from the code (a new field is forgotten, or
 //! applied halfway). Here each field of a part is declared with the documented path it comes
-//! from (`limits.max_groups`), in the struct itself, through [`config_part!`]:
+//! from (`limits.max_groups`), in the struct itself, through [`config_part!`](crate::config_part):
 //! [`Part::changed`] compares two values field by field and names the paths that differ, and
 //! [`Part::paths`] lists every path the part holds, so a test can check that every field of
 //! the configuration file belongs to exactly one part.

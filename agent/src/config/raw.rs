@@ -1,6 +1,6 @@
 //! The configuration as written: serde structs that mirror the YAML, every field optional and
 //! unknown fields refused. [`super::validate`] turns a [`RawConfig`] into a validated
-//! [`super::Config`].
+//! [`crate::app::Config`].
 
 use std::path::PathBuf;
 

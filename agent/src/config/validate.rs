@@ -1,4 +1,4 @@
-//! Validation: [`RawConfig`] into [`Config`], one function per section, every problem
+//! Validation: [`RawConfig`](super::RawConfig) into [`Config`](crate::app::Config), one function per section, every problem
 //! collected with its field so a user fixes them all in one pass.
 //!
 //! Secrets are read here too (through the [`EnvLookup`] passed in), so `check-config` refuses

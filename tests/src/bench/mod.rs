@@ -53,7 +53,7 @@ pub const HORIZONS_SECS: [f64; 3] = [60.0, 120.0, 300.0];
 /// The last horizon: how long after its onset a trial runs.
 const LAST_HORIZON_SECS: f64 = HORIZONS_SECS[HORIZONS_SECS.len() - 1];
 /// Each shard's configured capacity is this multiple of the busiest shard's normal rate (at
-/// least; see [`engine_config`]).
+/// least; see `engine_config`).
 pub const CAPACITY_FACTOR: f64 = 2.0;
 
 /// One point of the sweep.

@@ -127,8 +127,9 @@ pub fn growth_expr(family: Family, selector: &str, lookback: Duration, offset: D
 /// `part="prev"` sum at each time (none: zero), never below zero; the `part` label is dropped.
 /// Series without a `part` label are taken as growth already.
 pub fn net(answer: Vec<Series>) -> Vec<Series> {
-    let mut by_labels: HashMap<Vec<(String, String)>, (Vec<(f64, f64)>, Vec<(f64, f64)>)> =
-        HashMap::new();
+    /// A label set's `cur` and `prev` points.
+    type Parts = (Vec<(f64, f64)>, Vec<(f64, f64)>);
+    let mut by_labels: HashMap<Vec<(String, String)>, Parts> = HashMap::new();
     for mut s in answer {
         let part = s.labels.remove("part");
         let mut key: Vec<(String, String)> = s.labels.into_iter().collect();

@@ -1,4 +1,4 @@
-//! `ExportTraceServiceRequest` bodies into observations: protobuf through the [`wire`] walker,
+//! `ExportTraceServiceRequest` bodies into observations: protobuf through the [`wire`](super::wire) walker,
 //! JSON through `opentelemetry-proto`'s serde types. Both feed the same [`emit`], so a span
 //! maps the same whichever encoding carried it (the tests check it).
 

@@ -2,10 +2,10 @@
 //! ([`super::parse`]) and the mappings ([`super::mapping`]), so both read a value, a count and
 //! a sample rate the same way.
 //!
-//! - Byte search within a line, eight bytes at a time ([`find`]), and the word loads it and
-//!   the tag matcher use ([`word_at`]).
-//! - Numbers: decimals with a fast path that rounds as `str::parse` does ([`parse_f64`]),
-//!   counts ([`parse_u64`]) and the sample rate's scaling ([`scale_by_rate`]).
+//! - Byte search within a line, eight bytes at a time (`find`), and the word loads it and
+//!   the tag matcher use (`word_at`).
+//! - Numbers: decimals with a fast path that rounds as `str::parse` does (`parse_f64`),
+//!   counts (`parse_u64`) and the sample rate's scaling (`scale_by_rate`).
 //!
 //! Everything here is on the hot path and allocates nothing.
 
