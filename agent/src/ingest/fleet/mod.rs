@@ -50,6 +50,10 @@ pub const FAILING_WINDOWS: u32 = 3;
 /// Most points one backfill answer may hold per series: Prometheus refuses more than 11,000.
 const MAX_BACKFILL_WINDOWS: f64 = 10_000.0;
 
+/// Time one backfill query may take (the six run at once): an hour of history is a heavier
+/// query than one window's, and the start waits for it at most this long.
+const BACKFILL_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Which windows the fleet input has fed completely: shared with the pipeline, which judges a
 /// window only when its end is here.
 #[derive(Debug, Clone, Default)]
@@ -155,7 +159,7 @@ impl Counters {
         let failures = IntCounterVec::new(
             Opts::new(
                 "skewwatch_fleet_query_failures_total",
-                "Failed fleet queries, by reason (connect, timeout, status, refused, too_large, \
+                "Failed fleet queries, by reason (connect, timeout, late, status, refused, too_large, \
                  too_many_series, malformed, partial); a window without every answer is not \
                  judged.",
             ),
@@ -248,18 +252,30 @@ pub async fn backfill(
     let first_end = last_end - (windows - 1.0) * window_secs;
     let started = tokio::time::Instant::now();
     let read = async {
-        let api = Api::new(config).map_err(QueryError::Connect)?;
-        let mut by_time: BTreeMap<u64, Growth> = BTreeMap::new();
+        let timeout = BACKFILL_TIMEOUT.max(config.timeout);
+        let api = Api::with_timeout(config, timeout).map_err(QueryError::Connect)?;
         let window = Duration::from_secs_f64(window_secs);
-        for family in Family::ALL {
+        let ask = |family| {
             let expr = growth_expr(family, &config.selector, config.lookback, window);
-            let (series, _) = timed(
-                counters,
-                family,
-                api.range(&expr, first_end - lead, last_end - lead, window_secs),
-            )
-            .await?;
-            for s in &query::net(series) {
+            let api = &api;
+            async move {
+                let range = api.range(&expr, first_end - lead, last_end - lead, window_secs);
+                let (series, _) = timed(counters, family, range).await?;
+                Ok::<_, QueryError>((family, query::net(series)))
+            }
+        };
+        let answers = tokio::try_join!(
+            ask(Family::Requests),
+            ask(Family::Cache),
+            ask(Family::Buckets),
+            ask(Family::Keys),
+            ask(Family::KeysUnlisted),
+            ask(Family::KeysOvercount),
+        )?;
+        let (a, b, c, d, e, f) = answers;
+        let mut by_time: BTreeMap<u64, Growth> = BTreeMap::new();
+        for (family, series) in [a, b, c, d, e, f] {
+            for s in &series {
                 for &(t, v) in &s.points {
                     by_time.entry(ms(t)).or_default().add_one(
                         family,
@@ -379,7 +395,7 @@ async fn run<C: Clock>(config: FleetConfig, cx: Context<C>, cancel: Cancellation
         };
         let result = answer.and_then(|growth| {
             if cx.clock.now() >= end {
-                Err(QueryError::Timeout)
+                Err(QueryError::Late)
             } else {
                 Ok(growth)
             }

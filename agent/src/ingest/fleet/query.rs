@@ -203,6 +203,12 @@ pub enum QueryError {
     /// The API says the answer may be missing data (warnings, as a partial response has).
     #[error("the answer may be partial: {0}")]
     Partial(String),
+    /// Every answer came, but after the window closed.
+    #[error(
+        "the answers came after the window closed; raise fleet.query_lead_secs (the time the \
+         queries have before the window closes) or give the TSDB more room"
+    )]
+    Late,
 }
 
 impl QueryError {
@@ -217,6 +223,7 @@ impl QueryError {
             QueryError::TooManySeries(_) => "too_many_series",
             QueryError::Malformed(_) => "malformed",
             QueryError::Partial(_) => "partial",
+            QueryError::Late => "late",
         }
     }
 }
@@ -357,12 +364,17 @@ impl Api {
     /// redirect (it would carry the credentials wherever it points) and takes no proxy from
     /// the environment.
     pub fn new(config: &FleetConfig) -> reqwest::Result<Api> {
+        Api::with_timeout(config, config.timeout)
+    }
+
+    /// Like [`Api::new`], each query bounded by `timeout` instead of `fleet.timeout_secs`.
+    pub fn with_timeout(config: &FleetConfig, timeout: Duration) -> reqwest::Result<Api> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("skewwatch/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.timeout)
-            .timeout(config.timeout)
+            .timeout(timeout)
             .build()?;
         Ok(Api {
             client,
