@@ -23,7 +23,7 @@ import argparse
 import json
 import os
 import shutil
-import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, HERE)
 import labkit  # noqa: E402
-from labkit import Lab, free_port, get_json, http, wait_http, wait_until  # noqa: E402
+from labkit import Lab, free_port, get_json, http, wait_http  # noqa: E402
 import driver as drv  # noqa: E402
 
 JOB = "skewwatch-sidecars"  # contains "skewwatch": the shipped SkewwatchTargetDown applies
@@ -130,16 +130,37 @@ def scrape_cfg(targets, p, rules=None):
 # Components
 
 
-class Skewwatch:
-    """One skewwatch process on a fixed port (so that a restart comes back on the same one)."""
+def free_ports(k):
+    """k distinct free loopback ports (held together while taken, so none repeats)."""
+    socks = []
+    try:
+        for _ in range(k):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
-    def __init__(self, lab, binary, name, cfg_text, port):
-        self.lab, self.binary, self.name, self.port = lab, binary, name, port
-        self.url = f"http://127.0.0.1:{port}"
+
+class Skewwatch:
+    """One skewwatch process on a fixed port (so that a restart comes back on the same one).
+    `cfg` makes its configuration for a port; the first start moves to another port if its
+    port was taken meanwhile."""
+
+    def __init__(self, lab, binary, name, cfg, port):
+        self.lab, self.binary, self.name, self.cfg_for = lab, binary, name, cfg
         self.cfg = os.path.join(lab.tmp, f"{name}.yaml")
-        with open(self.cfg, "w") as f:
-            f.write(cfg_text)
         self.proc = None
+        self.started = False
+        self.set_port(port)
+
+    def set_port(self, port):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        with open(self.cfg, "w") as f:
+            f.write(self.cfg_for(port))
 
     def check(self):
         r = subprocess.run([self.binary, "check-config", self.cfg], capture_output=True, text=True)
@@ -152,7 +173,24 @@ class Skewwatch:
         return self
 
     def wait(self):
-        wait_http(self.url + "/readyz", timeout=60)
+        for attempt in range(3):
+            deadline = time.monotonic() + 60
+            while self.proc.poll() is None:
+                try:
+                    if http(self.url + "/readyz", timeout=5)[0] == 200:
+                        self.started = True
+                        return
+                except OSError:  # not listening yet
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} not ready within 60 s")
+                time.sleep(0.2)
+            if self.started or attempt == 2:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} ({self.name}.log)")
+            # Its port was taken between our probe and its bind: another port.
+            self.lab.procs.stop(self.proc)
+            self.set_port(free_port())
+            self.proc = self.lab.start(self.name, [self.binary, "run", "--config", self.cfg])
 
     def stop(self):
         if self.proc is not None:
@@ -345,8 +383,8 @@ def run(lab, p, n, tsdbs, args):
               f"{p['rate']:.0f} requests/s per group over {drv.SHARDS} shards, 4 groups")
 
     # The fleet instances first as a probe: does this binary take a `fleet:` section?
-    fleets = {t: Skewwatch(lab, binary, f"fleet-{t}", fleet_cfg(free_port(), "http://127.0.0.1:9", p), 0)
-              for t in tsdbs}
+    fleets = {t: Skewwatch(lab, binary, f"fleet-{t}", lambda x: fleet_cfg(x, "http://127.0.0.1:9", p),
+                           free_port()) for t in tsdbs}
     fleet_ok, why = next(iter(fleets.values())).check()
     if not fleet_ok:
         reason = next((x.strip() for x in why.splitlines() if "error" in x), why[:200])
@@ -354,21 +392,19 @@ def run(lab, p, n, tsdbs, args):
                   f"(check-config: {reason}); everything else runs, the fleet verdicts are "
                   "reported as missing and the lab fails")
 
-    ports = [free_port() for _ in range(n)]
     sidecars = []
-    for i, port in enumerate(ports):
+    for i, port in enumerate(free_ports(n)):
         sidecars.append(Skewwatch(lab, binary, f"sidecar-{i:02d}",
-                                  agent_cfg(port, p["sidecar_window"], p["warmup_sidecar"], p), port)
+                                  lambda x: agent_cfg(x, p["sidecar_window"], p["warmup_sidecar"], p), port)
                         .start(wait=False))
     for s in sidecars:
         s.wait()
-    whole_port = free_port()
-    whole = Skewwatch(lab, binary, "whole", agent_cfg(whole_port, p["fleet_window"], p["warmup_fleet"], p),
-                      whole_port).start()
-    lab.event("setup", f"{n} sidecars on ports {ports[0]}..{ports[-1]} (window {p['sidecar_window']} s); "
-              f"whole-traffic skewwatch {whole.url} (window {p['fleet_window']} s)")
+    whole = Skewwatch(lab, binary, "whole", lambda x: agent_cfg(x, p["fleet_window"], p["warmup_fleet"], p),
+                      free_port()).start()
+    lab.event("setup", f"{n} sidecars on ports {sidecars[0].port}..{sidecars[-1].port} (window "
+              f"{p['sidecar_window']} s); whole-traffic skewwatch {whole.url} (window {p['fleet_window']} s)")
 
-    targets = [f"127.0.0.1:{x}" for x in ports]
+    targets = [f"127.0.0.1:{s.port}" for s in sidecars]
     tsdb_url = {}
     if "prometheus" in tsdbs:
         tsdb_url["prometheus"] = start_prometheus(lab, targets, p)
@@ -382,8 +418,8 @@ def run(lab, p, n, tsdbs, args):
     fleet_url = {}
     if fleet_ok:
         for t in tsdbs:
-            port = free_port()
-            fleets[t] = Skewwatch(lab, binary, f"fleet-{t}", fleet_cfg(port, tsdb_url[t], p), port).start()
+            fleets[t] = Skewwatch(lab, binary, f"fleet-{t}", lambda x, u=tsdb_url[t]: fleet_cfg(x, u, p),
+                                  free_port()).start()
             fleet_url[t] = fleets[t].url
             lab.event("setup", f"fleet instance on {t}: {fleet_url[t]} (window {p['fleet_window']} s, "
                       f"lead {p['query_lead']} s, backfill {p['backfill']} s)")
