@@ -82,7 +82,8 @@ class Driver(threading.Thread):
         self.move, self.benign = benign_weights(self.n)
         self.lock = threading.Lock()
         # Per second sent: (unix time of the send, {group: requests accepted by sidecars},
-        # {group: requests refused (sidecar down)}, {group: requests to the whole-traffic agent}).
+        # {group: requests refused (sidecar down)}, {group: requests to the whole-traffic agent},
+        # {client: {group: requests its sidecar accepted}}).
         self.ticks = []
         self.late = 0.0  # worst lateness of a tick against its schedule, seconds
 
@@ -156,14 +157,17 @@ class Driver(threading.Thread):
                 recs, counts, whole_recs = self.tick()
                 urls = list(self.urls)
             sent, refused = {g: 0 for g in GROUPS}, {g: 0 for g in GROUPS}
+            per_client = {}
             t = time.time()
             for c, rs in recs.items():
                 ok = self.post(urls[c], rs) == len(rs)
                 for g, n in counts[c].items():
                     (sent if ok else refused)[g] += n
+                if ok:
+                    per_client[c] = counts[c]
             self.post(self.whole_url, whole_recs)
             whole = {g: sum(r["count"] for r in whole_recs if r["group"] == g) for g in GROUPS}
-            self.ticks.append((t, sent, refused, whole))
+            self.ticks.append((t, sent, refused, whole, per_client))
             k += 1
 
     def set_onset(self):
@@ -176,11 +180,20 @@ class Driver(threading.Thread):
 
     def sent_between(self, a, b, group):
         """Requests of `group` accepted by the sidecars in sends with a < t <= b (unix)."""
-        return sum(s[group] for t, s, _, _ in self.ticks if a < t <= b)
+        return sum(s[group] for t, s, *_ in self.ticks if a < t <= b)
 
     def whole_between(self, a, b, group):
         """Requests of `group` sent to the whole-traffic agent with a < t <= b (unix)."""
-        return sum(w[group] for t, _, _, w in self.ticks if a < t <= b)
+        return sum(w[group] for t, _, _, w, _ in self.ticks if a < t <= b)
+
+    def accepted_by(self, client, a, b):
+        """{group: requests} the sidecar of `client` accepted in sends with a < t <= b."""
+        out = {g: 0 for g in GROUPS}
+        for t, _, _, _, pc in self.ticks:
+            if a < t <= b and client in pc:
+                for g, n in pc[client].items():
+                    out[g] += n
+        return out
 
     def refused_total(self):
-        return {g: sum(r[g] for _, _, r, _ in self.ticks) for g in GROUPS}
+        return {g: sum(r[g] for _, _, r, _, _ in self.ticks) for g in GROUPS}

@@ -62,10 +62,10 @@ def params(short):
         # 5 s sidecar windows (warm in 8, 40 s), 10 s fleet windows (warm in 5, 50 s), 5 s
         # scrapes (the fleet window is two): both TSDBs, four scenarios, in about four minutes.
         return dict(common, sidecar_window=5, scrape=5, evaluation=15, warmup_sidecar=8,
-                    warmup_fleet=5, pre_onset=80, observe=130, restart_at=20, remove_at=50)
+                    warmup_fleet=5, pre_onset=80, observe=130, restart_at=20, remove_at=50, late=20)
     # skewwatch's defaults (10 s windows, 30 warm-up windows) and a 5 s scrape.
     return dict(common, sidecar_window=10, scrape=5, evaluation=15, warmup_sidecar=None,
-                warmup_fleet=None, pre_onset=360, observe=180, restart_at=40, remove_at=100)
+                warmup_fleet=None, pre_onset=360, observe=180, restart_at=40, remove_at=100, late=60)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,9 +353,12 @@ def main():
     ap.add_argument("--rate", type=float, default=None, help="requests/s per group, whole fleet")
     ap.add_argument("--lookback", type=int, default=None, help="fleet.lookback_secs")
     ap.add_argument("--lead", type=float, default=None, help="fleet.query_lead_secs")
+    ap.add_argument("--late", type=float, default=None,
+                    help="start one more fleet instance this many seconds before the onset (0: none)")
     args = ap.parse_args()
     p = params(args.short)
-    for k, v in (("rate", args.rate), ("lookback", args.lookback), ("query_lead", args.lead)):
+    for k, v in (("rate", args.rate), ("lookback", args.lookback), ("query_lead", args.lead),
+                 ("late", args.late)):
         if v is not None:
             p[k] = v
     n = args.sidecars
@@ -424,6 +427,17 @@ def run(lab, p, n, tsdbs, args):
             lab.event("setup", f"fleet instance on {t}: {fleet_url[t]} (window {p['fleet_window']} s, "
                       f"lead {p['query_lead']} s, backfill {p['backfill']} s)")
 
+    # One more fleet instance, on the first TSDB, started shortly before the onset with fewer
+    # live windows than its warm-up needs: it must learn its baselines from the TSDB's history
+    # (fleet.backfill_secs) and judge the scenarios like the others.
+    late = None
+    instances = list(tsdbs)
+    if fleet_ok and p["late"]:
+        key = f"{tsdbs[0]}-late"
+        late = Skewwatch(lab, binary, f"fleet-{key}", lambda x, u=tsdb_url[tsdbs[0]]: fleet_cfg(x, u, p),
+                         free_port())
+        fleet_url[key] = late.url
+        instances.append(key)
     sources = {f"fleet@{t}": u + "/api/v1/alerts" for t, u in fleet_url.items()}
     sources["whole"] = whole.url + "/api/v1/alerts"
     if "prometheus" in tsdb_url:
@@ -436,13 +450,14 @@ def run(lab, p, n, tsdbs, args):
     cpu0 = {"driver (lab)": cpu_seconds(os.getpid())}
     d.start()
     driver_start = time.time()
+    driver_mono = time.monotonic()
     lab.event("load", f"driver: every second, each of {n} clients' slice to its sidecar "
               f"({p['rate'] / n / drv.SHARDS:.2f} requests/s per shard per sidecar); benign move "
               f"{d.move:.0%} of each client's traffic")
 
     restart_i = n // 3 if n >= 2 else None
     remove_i = (2 * n) // 3 if n >= 3 else None
-    gone = set()
+    kills = []  # (client, port, unix time stopped): their last unscraped counts are lost
 
     def sleep_checking(secs):
         end = time.monotonic() + secs
@@ -452,7 +467,15 @@ def run(lab, p, n, tsdbs, args):
                 raise RuntimeError(f"component died: {dead}")
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
 
-    sleep_checking(p["pre_onset"])
+    late_start = None
+    if late is not None:
+        sleep_checking(p["pre_onset"] - p["late"])
+        late.start()
+        late_start = time.time()
+        _, body = http(late.url + "/readyz")
+        lab.event("setup", f"fleet instance {late.name} started {p['late']:.0f} s before the onset: "
+                  + body.decode(errors="replace").strip().replace("\n", " | "))
+    sleep_checking(max(0.0, driver_mono + p["pre_onset"] - time.monotonic()))
     d.set_onset()
     lab.mark_onset(f"hot: {HOT} at 2x; failing: {FAIL} fails {drv.FAIL_RATIO:.0%}; benign: clients move "
                    f"{d.move:.0%} to shards of their own")
@@ -467,6 +490,7 @@ def run(lab, p, n, tsdbs, args):
         sleep_checking(max(0.0, lab.onset + at - lab.now()))
         s = sidecars[i]
         if what == "restart":
+            kills.append((i, s.port, time.time()))
             s.stop()
             lab.event("fault", f"{s.name} stopped (SIGTERM); its client keeps sending (refused)")
             time.sleep(p["restart_down"])
@@ -474,8 +498,8 @@ def run(lab, p, n, tsdbs, args):
             lab.event("fault", f"{s.name} started again on port {s.port}: its counters start from 0")
         else:
             d.remove(i)
+            kills.append((i, s.port, time.time()))
             s.stop()
-            gone.add(s.name)
             lab.event("fault", f"{s.name} and its client removed (the TSDBs keep the target: up=0)")
     sleep_checking(max(0.0, lab.onset + p["observe"] - lab.now()))
     end_unix = time.time()
@@ -502,8 +526,31 @@ def run(lab, p, n, tsdbs, args):
     t_from = driver_start + 2 * p["fleet_window"]
     agreement = {}
     for t, u in fleet_url.items():
-        agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, t_from, end_unix)
+        start = t_from if t in tsdbs else max(t_from, late_start + p["fleet_window"])
+        agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, start, end_unix)
                         for g in drv.GROUPS}
+    # What no one could count: a stopped sidecar's requests after the TSDB's last scrape of it
+    # (its open window, and counts not yet scraped). Per TSDB (they scrape at their own
+    # phases): what its sidecar accepted before it stopped, less its counters' last value.
+    for t in tsdbs:
+        lost = {g: 0 for g in drv.GROUPS}
+        for client, port, stopped in kills:
+            got = d.accepted_by(client, 0, stopped)
+            expr = (f'sum by (group) (last_over_time(skewwatch_shard_requests_total{{job="{JOB}",'
+                    f'instance="127.0.0.1:{port}"}}[{p["lookback"]}s]))')
+            q = urllib.parse.urlencode({"query": expr, "time": f"{stopped + 2:.3f}"})
+            try:
+                last = {r["metric"]["group"]: float(r["value"][1]) for r in
+                        get_json(f"{tsdb_url[t]}/api/v1/query?{q}", timeout=30)["data"]["result"]}
+            except Exception:
+                last = None
+            for g in drv.GROUPS:
+                lost[g] += got[g] - (last or {}).get(g, 0) if last is not None else 0
+        for key in [k for k in agreement if k == t or k.startswith(t + "-")]:
+            for g, a in agreement[key].items():
+                reached = a["sent_requests"] - lost[g]
+                a["lost_on_stop"] = round(lost[g])
+                a["reached_tsdb_error"] = round((a["fleet_requests"] - reached) / reached, 5) if reached else None
     # The same bookkeeping on the whole-traffic agent (fed directly: no lag, nothing lost): a
     # check of the lab's own truth and of skewwatch's window counts.
     reference = {g: count_agreement(whole.url, d.whole_between, g, 0.0, t_from, end_unix)
@@ -562,7 +609,7 @@ def run(lab, p, n, tsdbs, args):
                 promql_values[label] = f"error: {e}"
 
     # ---- judge
-    rows, checks = judge(lab, watcher, tsdbs, fleet_url, agreement, n, p)
+    rows, checks = judge(lab, watcher, instances, fleet_url, agreement, n, p)
     header = ["scenario", "TSDB", "expected (fleet)", "fleet", "whole traffic", "first sidecar",
               "sidecars fired", "PromQL rule", "count agreement", "verdict"]
     labkit.print_table("Scenarios (seconds after the onset; the run watched "
@@ -576,7 +623,9 @@ def run(lab, p, n, tsdbs, args):
             print(f"  {g:<8} {a['windows']}/{a['windows_in_span']} windows judged: fleet {a['fleet_requests']} vs sent "
                   f"{a['sent_requests']} -> {fmt_pct(a['span_error'])} over the span; per window "
                   f"median {fmt_pct(a['window_error_median'])}, max {fmt_pct(a['window_error_max'])}; "
-                  f"best-fitting lag {a['lag_fitted_s']} s")
+                  f"best-fitting lag {a['lag_fitted_s']} s; lost when sidecars stopped (never in the "
+                  f"TSDB) {a.get('lost_on_stop')}, against what reached the TSDB "
+                  f"{fmt_pct(a.get('reached_tsdb_error'))}")
     print("\nCount agreement, whole-traffic agent (the reference, no lag):")
     for g, a in reference.items():
         print(f"  {g:<8} {a['windows']} windows: {a['fleet_requests']} vs sent {a['sent_requests']} -> "
@@ -616,7 +665,8 @@ def run(lab, p, n, tsdbs, args):
         "removed": sidecars[remove_i].name if remove_i is not None else None,
         "scenarios": rows, "checks": [{"check": c, "holds": g} for c, g in checks],
         "sidecar_alerts": sidecar_alerts,
-        "fleet_alerts": {t: alerts_of(watcher, lab, f"fleet@{t}") for t in tsdbs},
+        "fleet_alerts": {t: alerts_of(watcher, lab, f"fleet@{t}") for t in instances},
+        "late_fleet_instance": None if late is None else {"name": late.name, "started_before_onset_s": p["late"]},
         "whole_alerts": alerts_of(watcher, lab, "whole"),
         "promql_alerts": alerts_of(watcher, lab, "promql"), "promql_values": promql_values,
         "count_agreement": agreement, "count_agreement_whole": reference,
@@ -697,7 +747,8 @@ def judge(lab, watcher, tsdbs, fleet_url, agreement, n, p):
                 "whole traffic": at(w_first) if w_first else ("never" if names else "silent"),
                 "first sidecar": at(s_first, True) if s_first else ("never" if names else "silent"),
                 "sidecars fired": f"{len(fired)}/{n}",
-                "PromQL rule": ("n/a (no rule engine)" if t != "prometheus" else
+                "PromQL rule": (("as above" if t.startswith("prometheus") else "n/a (no rule engine)")
+                                if t != "prometheus" else
                                 at(promql[0]) if promql else "never" if rules else "silent"),
                 "count agreement": "n/a" if not a else
                 f"{fmt_pct(a['span_error'])} (window max {fmt_pct(a['window_error_max'])}; "
