@@ -2,14 +2,14 @@
 client's slice of the traffic as aggregated NDJSON records (`count`), and the whole traffic to
 one more skewwatch (the bound: one agent that sees everything).
 
-Four groups of 32 shards run side by side, one per scenario, each at `rate` requests a second
-over the whole fleet:
+Three groups of 32 shards run side by side, each at `rate` requests a second over the whole
+fleet:
 
-- `hot`:     from the onset shard s07 takes twice its load (share 2/33), in every client alike;
-- `failing`: from the onset shard s19 fails 30% of its requests (outcome `error`), alike;
-- `benign`:  from the onset each client moves half its traffic to a shard of its own and
-             away from the other clients' shards, so that the sum over clients stays uniform;
-- `steady`:  nothing changes (the restart and the removal are what happens to it).
+- `incident`: from the onset shard s07 takes twice its load (share 2/33), and shard s19 fails
+              30% of its requests (outcome `error`), in every client alike;
+- `benign`:   from the onset each client moves half its traffic to a shard of its own and
+              away from the other clients' shards, so that the sum over clients stays uniform;
+- `steady`:   nothing changes (the restart and the removal are what happens to it).
 
 Counts are Poisson per client, shard and second from a seeded generator: the truth is what was
 generated and accepted (HTTP 200, `accepted` records), kept per second and group.
@@ -26,7 +26,7 @@ SHARDS = 32
 HOT_SHARD = 7
 FAILING_SHARD = 19
 FAIL_RATIO = 0.30
-GROUPS = ("hot", "failing", "benign", "steady")
+GROUPS = ("incident", "benign", "steady")
 
 
 def shard(i):
@@ -91,7 +91,7 @@ class Driver(threading.Thread):
         if group == "benign" and self.onset:
             return self.benign[client]
         w = [1.0 / SHARDS] * SHARDS
-        if group == "hot" and self.onset:
+        if group == "incident" and self.onset:
             w[HOT_SHARD] *= 2  # its load doubles; the others keep theirs
         return w
 
@@ -112,7 +112,7 @@ class Driver(threading.Thread):
                     if k == 0:
                         continue
                     errs = 0
-                    if g == "failing" and s == FAILING_SHARD and self.onset:
+                    if g == "incident" and s == FAILING_SHARD and self.onset:
                         errs = sum(1 for _ in range(k) if self.rng.random() < FAIL_RATIO)
                     lat = round(4 + 2 * self.rng.random(), 2)
                     for outcome, n in (("ok", k - errs), ("error", errs)):
