@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -358,10 +359,12 @@ def main():
     ap.add_argument("--lead", type=float, default=None, help="fleet.query_lead_secs")
     ap.add_argument("--late", type=float, default=None,
                     help="start one more fleet instance this many seconds before the onset (0: none)")
+    ap.add_argument("--pre-onset", type=float, default=None, help="seconds of load before the onset")
+    ap.add_argument("--observe", type=float, default=None, help="seconds watched after the onset")
     args = ap.parse_args()
     p = params(args.short)
     for k, v in (("rate", args.rate), ("lookback", args.lookback), ("query_lead", args.lead),
-                 ("late", args.late)):
+                 ("late", args.late), ("pre_onset", args.pre_onset), ("observe", args.observe)):
         if v is not None:
             p[k] = v
     n = args.sidecars
@@ -450,7 +453,7 @@ def run(lab, p, n, tsdbs, args):
     watcher.start()
 
     d = drv.Driver(lab, [s.url for s in sidecars], whole.url, p["rate"])
-    cpu0 = {"driver (lab)": cpu_seconds(os.getpid())}
+    cpu0 = cpu_seconds(os.getpid())
     d.start()
     driver_start = time.time()
     driver_mono = time.monotonic()
@@ -510,45 +513,49 @@ def run(lab, p, n, tsdbs, args):
     d.stop.set()
     d.join(timeout=5)
 
-    # ---- collect
-    cpu = {"driver (lab)": round(cpu_seconds(os.getpid()) - cpu0["driver (lab)"], 1)}
-    for name, proc in list(lab.procs.procs):
-        c = cpu_seconds(proc.pid)
-        if c is not None:
-            key = "sidecars" if name.startswith("sidecar-") else name
-            cpu[key] = round(cpu.get(key, 0) + c, 1)
-    load = os.getloadavg()
-    series_per_sidecar = None
-    try:
-        _, body = http(sidecars[0].url + "/metrics")
-        series_per_sidecar = len(labkit.parse_prom(body.decode()))
-    except Exception:
-        pass
+    r = types.SimpleNamespace(
+        args=args, n=n, tsdbs=tsdbs, instances=instances, sidecars=sidecars, whole=whole,
+        tsdb_url=tsdb_url, fleet_url=fleet_url, fleet_ok=fleet_ok, fleet_check=why, late=late,
+        late_start=late_start, d=d, kills=kills, driver_start=driver_start, end_unix=end_unix,
+        onset_unix=onset_unix, watcher=watcher, sw_version=sw_version, cpu0=cpu0,
+        restarted=sidecars[restart_i].name if restart_i is not None else None,
+        removed=sidecars[remove_i].name if remove_i is not None else None)
+    counts = measure_counts(r, p)
+    costs = measure_costs(lab, r, p)
+    rows, checks = judge(lab, watcher, instances, fleet_url, counts["fleet"], n, p)
+    failed = report(lab, r, p, rows, checks, counts, costs)
+    write_timeline(lab, r, p, rows, checks, counts, costs, passed=not failed)
+    return not failed
 
+
+def measure_counts(r, p):
+    """Count agreement of every fleet instance (and, as the reference, of the whole-traffic
+    agent) over the span from 2 fleet windows after the load started to the end."""
+    d = r.d
     lag = p["query_lead"] + (p["sidecar_window"] + p["scrape"]) / 2
-    t_from = driver_start + 2 * p["fleet_window"]
+    t_from = r.driver_start + 2 * p["fleet_window"]
     agreement = {}
-    for t, u in fleet_url.items():
-        start = t_from if t in tsdbs else max(t_from, late_start + p["fleet_window"])
-        agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, start, end_unix)
+    for t, u in r.fleet_url.items():
+        start = t_from if t in r.tsdbs else max(t_from, r.late_start + p["fleet_window"])
+        agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, start, r.end_unix)
                         for g in drv.GROUPS}
     # What no one could count: a stopped sidecar's requests after the TSDB's last scrape of it
     # (its open window, and counts not yet scraped). Per TSDB (they scrape at their own
     # phases): what its sidecar accepted before it stopped, less its counters' last value.
-    for t in tsdbs:
+    for t in r.tsdbs:
         lost = {g: 0 for g in drv.GROUPS}
-        for client, port, stopped in kills:
+        for client, port, stopped in r.kills:
             got = d.accepted_by(client, 0, stopped)
             expr = (f'sum by (group) (last_over_time(skewwatch_shard_requests_total{{job="{JOB}",'
                     f'instance="127.0.0.1:{port}"}}[{p["lookback"]}s]))')
             q = urllib.parse.urlencode({"query": expr, "time": f"{stopped + 2:.3f}"})
             try:
-                last = {r["metric"]["group"]: float(r["value"][1]) for r in
-                        get_json(f"{tsdb_url[t]}/api/v1/query?{q}", timeout=30)["data"]["result"]}
+                last = {x["metric"]["group"]: float(x["value"][1]) for x in
+                        get_json(f"{r.tsdb_url[t]}/api/v1/query?{q}", timeout=30)["data"]["result"]}
             except Exception:
                 last = None
             for g in drv.GROUPS:
-                lost[g] += got[g] - (last or {}).get(g, 0) if last is not None else 0
+                lost[g] += got[g] - last.get(g, 0) if last is not None else 0
         for key in [k for k in agreement if k == t or k.startswith(t + "-")]:
             for g, a in agreement[key].items():
                 reached = a["sent_requests"] - lost[g]
@@ -557,47 +564,55 @@ def run(lab, p, n, tsdbs, args):
                                            if a["windows"] == a["windows_in_span"] and reached else None)
     # The same bookkeeping on the whole-traffic agent (fed directly: no lag, nothing lost): a
     # check of the lab's own truth and of skewwatch's window counts.
-    reference = {g: count_agreement(whole.url, d.whole_between, g, 0.0, t_from, end_unix)
+    reference = {g: count_agreement(r.whole.url, d.whole_between, g, 0.0, t_from, r.end_unix)
                  for g in drv.GROUPS}
-    fleet_self = {}
-    for t, u in fleet_url.items():
+    return {"lag": lag, "fleet": agreement, "whole": reference, "refused": d.refused_total()}
+
+
+def measure_costs(lab, r, p):
+    """What the run cost and what the fleet instances and the shipped rules say at its end."""
+    out = {"cpu": {"driver (lab)": round(cpu_seconds(os.getpid()) - r.cpu0, 1)}}
+    for name, proc in list(lab.procs.procs):
+        c = cpu_seconds(proc.pid)
+        if c is not None:
+            key = "sidecars" if name.startswith("sidecar-") else name
+            out["cpu"][key] = round(out["cpu"].get(key, 0) + c, 1)
+    out["load"] = os.getloadavg()
+    try:
+        out["series_per_sidecar"] = len(labkit.parse_prom(http(r.sidecars[0].url + "/metrics")[1].decode()))
+    except Exception:
+        out["series_per_sidecar"] = None
+    out["fleet_self"], out["readyz"] = {}, {}
+    for t, u in r.fleet_url.items():
+        m = {}
         try:
-            _, body = http(u + "/metrics")
-            m = {}
-            for name, labels, v in labkit.parse_prom(body.decode()):
+            for name, labels, v in labkit.parse_prom(http(u + "/metrics")[1].decode()):
                 if name.startswith("skewwatch_fleet_") and not name.endswith("_bucket"):
-                    key = name[len("skewwatch_fleet_"):] + "".join(f"{{{k}={labels[k]}}}" for k in sorted(labels))
-                    m[key] = v
+                    m[name[len("skewwatch_fleet_"):] + "".join(f"{{{k}={labels[k]}}}" for k in sorted(labels))] = v
             c = m.get("query_duration_seconds_count") or 0
             m["query_seconds_mean"] = round(m.get("query_duration_seconds_sum", 0) / c, 3) if c else None
-            fleet_self[t] = m
         except Exception as e:
-            fleet_self[t] = {"error": str(e)}
-    readyz = {}
-    for t, u in fleet_url.items():
+            m["error"] = str(e)
+        out["fleet_self"][t] = m
         code, body = http(u + "/readyz")
-        readyz[t] = f"{code} " + body.decode(errors="replace").strip().replace("\n", " | ")
-
-    # What one fleet query costs each TSDB at the end of the run, at the lab's lookback and at
-    # others: last_over_time reads every sample of the lookback of every series.
-    query_cost = {}
-    for t, u in tsdb_url.items():
-        for lb in sorted({p["lookback"]} if args.short else {p["lookback"], 60}):
-            query_cost[f"{t} lookback {lb}s"] = query_seconds(
+        out["readyz"][t] = f"{code} " + body.decode(errors="replace").strip().replace("\n", " | ")
+    # What one fleet query costs each TSDB at the end of the run (last_over_time reads every
+    # sample of the lookback of every series; the binary operators match every series).
+    out["query_seconds"] = {}
+    for t, u in r.tsdb_url.items():
+        for lb in sorted({p["lookback"]} if r.args.short else {p["lookback"], 60}):
+            out["query_seconds"][f"{t} lookback {lb}s"] = query_seconds(
                 u, growth_expr("skewwatch_shard_requests_total", "outcome", lb, p["fleet_window"]),
-                repeat=1 if args.short else 3)
-
-    tsdb_series = {}
-    for t, u in tsdb_url.items():
+                repeat=1 if r.args.short else 3)
+    out["tsdb_series"] = {}
+    for t, u in r.tsdb_url.items():
         try:
-            r = prom_query(u, f'count({{job="{JOB}"}})')
-            tsdb_series[t] = int(r[0][1]) if r else None
+            x = prom_query(u, f'count({{job="{JOB}"}})')
+            out["tsdb_series"][t] = int(x[0][1]) if x else None
         except Exception as e:
-            tsdb_series[t] = f"error: {e}"
-
-    promql_values = {}
-    if "prometheus" in tsdb_url:
-        pu = tsdb_url["prometheus"]
+            out["tsdb_series"][t] = f"error: {e}"
+    out["promql_values"] = {}
+    if "prometheus" in r.tsdb_url:
         for label, expr in (
                 ("hot share (SkewwatchFleetHotShard needs >= 2/shards)",
                  f'group_shard:skewwatch_shard_share:ratio5m{{group="incident",shard="{HOT}"}}'),
@@ -607,78 +622,82 @@ def run(lab, p, n, tsdbs, args):
                 ("the group's error ratio (SkewwatchFleetErrorRatio needs >= 0.05)",
                  'group:skewwatch_errors:ratio5m{group="incident"}')):
             try:
-                r = prom_query(pu, expr)
-                promql_values[label] = round(r[0][1], 4) if r else None
+                x = prom_query(r.tsdb_url["prometheus"], expr)
+                out["promql_values"][label] = round(x[0][1], 4) if x else None
             except Exception as e:
-                promql_values[label] = f"error: {e}"
+                out["promql_values"][label] = f"error: {e}"
+    return out
 
-    # ---- judge
-    rows, checks = judge(lab, watcher, instances, fleet_url, agreement, n, p)
+
+def report(lab, r, p, rows, checks, counts, costs):
+    """Prints the table and the figures; returns the checks that failed."""
     header = ["scenario", "TSDB", "expected (fleet)", "fleet", "whole traffic", "first sidecar",
               "sidecars fired", "PromQL rule", "count agreement", "verdict"]
     labkit.print_table("Scenarios (seconds after the onset; the run watched "
-                       f"{p['observe']} s after it)", header, [[r[h] for h in header] for r in rows])
+                       f"{p['observe']} s after it)", header, [[x[h] for h in header] for x in rows])
     print("\nShipped PromQL rules' expressions at the end (Prometheus):")
-    for k, v in promql_values.items():
+    for k, v in costs["promql_values"].items():
         print(f"  {k}: {v}")
-    for t, per in agreement.items():
-        print(f"\nCount agreement, fleet instance on {t} (nominal lag {lag:.1f} s):")
+    for t, per in counts["fleet"].items():
+        print(f"\nCount agreement, fleet instance on {t} (nominal lag {counts['lag']:.1f} s):")
         for g, a in per.items():
-            print(f"  {g:<8} {a['windows']}/{a['windows_in_span']} windows judged: fleet {a['fleet_requests']} vs sent "
-                  f"{a['sent_requests']} -> {fmt_pct(a['span_error'])} over the span; per window "
+            print(f"  {g:<8} {a['windows']}/{a['windows_in_span']} windows judged: fleet {a['fleet_requests']} "
+                  f"vs sent {a['sent_requests']} -> {fmt_pct(a['span_error'])} over the span; per window "
                   f"median {fmt_pct(a['window_error_median'])}, max {fmt_pct(a['window_error_max'])}; "
                   f"best-fitting lag {a['lag_fitted_s']} s; lost when sidecars stopped (never in the "
                   f"TSDB) {a.get('lost_on_stop')}, against what reached the TSDB "
                   f"{fmt_pct(a.get('reached_tsdb_error'))}")
     print("\nCount agreement, whole-traffic agent (the reference, no lag):")
-    for g, a in reference.items():
+    for g, a in counts["whole"].items():
         print(f"  {g:<8} {a['windows']} windows: {a['fleet_requests']} vs sent {a['sent_requests']} -> "
               f"{fmt_pct(a['span_error'])}; per window max {fmt_pct(a['window_error_max'])}")
-    refused = d.refused_total()
-    print(f"\nRequests refused while a sidecar was down (no one can count them): {refused}")
-    print(f"Series per sidecar (one scrape of sidecar-00): {series_per_sidecar}; kept by each TSDB "
-          f"(the cumulative series and self-metrics, every sidecar): {tsdb_series}")
-    print(f"CPU seconds over the run: {cpu}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
-          f"on {os.cpu_count()} cores; driver's worst tick lateness {d.late:.2f} s")
+    load = costs["load"]
+    print(f"\nRequests refused while a sidecar was down (no one can count them): {counts['refused']}")
+    print(f"Series per sidecar (one scrape of sidecar-00): {costs['series_per_sidecar']}; kept by each "
+          f"TSDB (the cumulative series and self-metrics, every sidecar): {costs['tsdb_series']}")
+    print(f"CPU seconds over the run: {costs['cpu']}; load average {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f} on {os.cpu_count()} cores; driver's worst tick lateness {r.d.late:.2f} s")
     print("One fleet query (requests family) at the end, wall seconds: "
-          + "; ".join(f"{k} {v}" for k, v in query_cost.items()))
-    for t, r in readyz.items():
-        m = fleet_self.get(t, {})
+          + "; ".join(f"{k} {v}" for k, v in costs["query_seconds"].items()))
+    for t, ready in costs["readyz"].items():
+        m = costs["fleet_self"].get(t, {})
         fails = {k: v for k, v in m.items() if k.startswith("query_failures_total") and v}
         print(f"fleet instance on {t}: windows fed {m.get('windows_total{result=fed}')}, skipped "
               f"{m.get('windows_total{result=skipped}')}; query failures {fails or 'none'}; mean query "
-              f"{m.get('query_seconds_mean')} s; /readyz {r}")
+              f"{m.get('query_seconds_mean')} s; /readyz {ready}")
     failed = [c for c, good in checks if not good]
-    if not fleet_ok:
+    if not r.fleet_ok:
         failed.insert(0, "the fleet instance could not run (this skewwatch has no `fleet:` input)")
     for c in failed:
         print(f"  FAILED: {c}")
+    return failed
 
+
+def write_timeline(lab, r, p, rows, checks, counts, costs, passed):
     sidecar_alerts = {}
     for g in drv.GROUPS:
         per = {}
-        for src, name, labels, t in alerts_of(watcher, lab, "sidecar-", g):
+        for src, name, labels, t in alerts_of(r.watcher, lab, "sidecar-", g):
             per.setdefault(src, []).append({"alert": name, "labels": labels, "at": t})
         sidecar_alerts[g] = per
-    passed = not failed
     lab.write_json("timeline.json", {
-        "lab": "fleet", "short": args.short, "sidecars": n, "tsdbs": list(tsdbs), "params": p,
-        "skewwatch": sw_version, "fleet_instance": fleet_ok, "fleet_check_config": why,
-        "onset_t": round(lab.onset, 2), "onset_unix": onset_unix, "driver_start_unix": driver_start,
-        "benign_move": d.move, "restarted": sidecars[restart_i].name if restart_i is not None else None,
-        "removed": sidecars[remove_i].name if remove_i is not None else None,
+        "lab": "fleet", "short": r.args.short, "sidecars": r.n, "tsdbs": list(r.tsdbs), "params": p,
+        "skewwatch": r.sw_version, "fleet_instance": r.fleet_ok, "fleet_check_config": r.fleet_check,
+        "onset_t": round(lab.onset, 2), "onset_unix": r.onset_unix, "driver_start_unix": r.driver_start,
+        "benign_move": r.d.move, "restarted": r.restarted, "removed": r.removed,
         "scenarios": rows, "checks": [{"check": c, "holds": g} for c, g in checks],
         "sidecar_alerts": sidecar_alerts,
-        "fleet_alerts": {t: alerts_of(watcher, lab, f"fleet@{t}") for t in instances},
-        "late_fleet_instance": None if late is None else {"name": late.name, "started_before_onset_s": p["late"]},
-        "whole_alerts": alerts_of(watcher, lab, "whole"),
-        "promql_alerts": alerts_of(watcher, lab, "promql"), "promql_values": promql_values,
-        "count_agreement": agreement, "count_agreement_whole": reference,
-        "refused_while_down": refused, "readyz": readyz,
-        "query_seconds": query_cost, "fleet_self_metrics": fleet_self,
-        "series_per_sidecar": series_per_sidecar, "tsdb_series": tsdb_series, "cpu_seconds": cpu, "loadavg": load,
-        "driver_worst_lateness_s": round(d.late, 2), "events": lab.events, "passed": passed})
-    return passed
+        "fleet_alerts": {t: alerts_of(r.watcher, lab, f"fleet@{t}") for t in r.instances},
+        "late_fleet_instance": None if r.late is None else {"name": r.late.name,
+                                                            "started_before_onset_s": p["late"]},
+        "whole_alerts": alerts_of(r.watcher, lab, "whole"),
+        "promql_alerts": alerts_of(r.watcher, lab, "promql"), "promql_values": costs["promql_values"],
+        "count_agreement": counts["fleet"], "count_agreement_whole": counts["whole"],
+        "refused_while_down": counts["refused"], "readyz": costs["readyz"],
+        "query_seconds": costs["query_seconds"], "fleet_self_metrics": costs["fleet_self"],
+        "series_per_sidecar": costs["series_per_sidecar"], "tsdb_series": costs["tsdb_series"],
+        "cpu_seconds": costs["cpu"], "loadavg": costs["load"],
+        "driver_worst_lateness_s": round(r.d.late, 2), "events": lab.events, "passed": passed})
 
 
 def fmt_pct(v):
