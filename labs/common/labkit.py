@@ -102,6 +102,8 @@ class Procs:
         so that check_alive does not report it (a lab that restarts or removes a component)."""
         with self.lock:
             self.procs = [(n, p) for n, p in self.procs if p is not proc]
+        if proc.poll() is not None:
+            return  # exited and reaped: its group id may belong to another process by now
         try:
             os.killpg(proc.pid, sig)
             proc.wait(timeout=timeout)
