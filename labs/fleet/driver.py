@@ -83,7 +83,8 @@ class Driver(threading.Thread):
         self.lock = threading.Lock()
         # Per second sent: (unix time of the send, {group: requests accepted by sidecars},
         # {group: requests refused (sidecar down)}, {group: requests to the whole-traffic agent},
-        # {client: {group: requests its sidecar accepted}}).
+        # {client: {group: requests its sidecar accepted}}, unix time of the whole-traffic send:
+        # after the sidecars', and it may fall in the next window of that agent).
         self.ticks = []
         self.late = 0.0  # worst lateness of a tick against its schedule, seconds
 
@@ -165,9 +166,10 @@ class Driver(threading.Thread):
                     (sent if ok else refused)[g] += n
                 if ok:
                     per_client[c] = counts[c]
+            t_whole = time.time()
             self.post(self.whole_url, whole_recs)
             whole = {g: sum(r["count"] for r in whole_recs if r["group"] == g) for g in GROUPS}
-            self.ticks.append((t, sent, refused, whole, per_client))
+            self.ticks.append((t, sent, refused, whole, per_client, t_whole))
             k += 1
 
     def set_onset(self):
@@ -184,16 +186,16 @@ class Driver(threading.Thread):
 
     def whole_between(self, a, b, group):
         """Requests of `group` sent to the whole-traffic agent with a < t <= b (unix)."""
-        return sum(w[group] for t, _, _, w, _ in self.ticks if a < t <= b)
+        return sum(w[group] for _, _, _, w, _, t in self.ticks if a < t <= b)
 
     def accepted_by(self, client, a, b):
         """{group: requests} the sidecar of `client` accepted in sends with a < t <= b."""
         out = {g: 0 for g in GROUPS}
-        for t, _, _, _, pc in self.ticks:
+        for t, _, _, _, pc, _ in self.ticks:
             if a < t <= b and client in pc:
                 for g, n in pc[client].items():
                     out[g] += n
         return out
 
     def refused_total(self):
-        return {g: sum(r[g] for _, _, r, _, _ in self.ticks) for g in GROUPS}
+        return {g: sum(r[g] for _, _, r, *_ in self.ticks) for g in GROUPS}
