@@ -97,6 +97,22 @@ class Procs:
         with self.lock:
             return [n for n, p in self.procs if p.poll() is not None]
 
+    def stop(self, proc, sig=signal.SIGTERM, timeout=5):
+        """Stops one process (its group: `sig`, then SIGKILL after `timeout` s) and forgets it,
+        so that check_alive does not report it (a lab that restarts or removes a component)."""
+        with self.lock:
+            self.procs = [(n, p) for n, p in self.procs if p is not proc]
+        if proc.poll() is not None:
+            return  # exited and reaped: its group id may belong to another process by now
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=timeout)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
 
 def http(url, method="GET", body=None, headers=None, timeout=5):
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
