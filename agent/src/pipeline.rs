@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use skewwatch_detectors::alert::Alert;
-use skewwatch_detectors::engine::{Engine, EngineConfig, Evaluation};
+use skewwatch_detectors::detect::DetectorsConfig;
+use skewwatch_detectors::engine::{Engine, Evaluation};
 use skewwatch_detectors::observation::Batch;
 use skewwatch_detectors::snapshot::WindowSnapshot;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -62,13 +63,6 @@ impl Heartbeat {
         self.inner.last_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// The window length changed (a reload).
-    pub fn set_window(&self, window: Duration) {
-        self.inner
-            .window_ms
-            .store(window.as_millis() as u64, Ordering::Relaxed);
-    }
-
     /// How long since the last beat, when that is longer than [`Heartbeat::STALE_WINDOWS`]
     /// windows.
     pub fn stale(&self) -> Option<Duration> {
@@ -99,8 +93,8 @@ pub type EvaluationHook = Box<dyn FnMut(&Evaluation) + Send>;
 
 /// Changes to the pipeline while it runs (a configuration reload).
 pub enum Control {
-    /// New window and detector settings; the reply is sent once they are in force.
-    Reconfigure(Box<EngineConfig>, oneshot::Sender<()>),
+    /// New detector settings; the reply is sent once they are in force.
+    Reconfigure(Box<DetectorsConfig>, oneshot::Sender<()>),
     /// A new evaluation hook (alert delivery rebuilt); the old one is dropped.
     Hook(Option<EvaluationHook>),
 }
@@ -299,9 +293,7 @@ impl<C: Clock> Pipeline<C> {
     fn apply(&mut self, control: Control) {
         match control {
             Control::Reconfigure(cfg, reply) => {
-                self.heartbeat
-                    .set_window(Duration::from_secs_f64(cfg.window.window_secs));
-                for (detector, why) in self.engine.reconfigure(*cfg) {
+                for (detector, why) in self.engine.set_detectors(*cfg) {
                     tracing::warn!(
                         detector,
                         why,

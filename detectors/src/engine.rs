@@ -81,8 +81,6 @@ pub struct Restored {
 pub struct Engine {
     windows: Recording,
     window_secs: f64,
-    /// A new window length from a reload, in force from the next window.
-    next_window_secs: Option<f64>,
     detectors: Vec<Box<dyn Detector>>,
     alerts: AlertBook,
     /// End of the last evaluated window.
@@ -99,7 +97,6 @@ impl Engine {
             alerts: AlertBook::new(cfg.detectors.rules()),
             windows: Recording::new(cfg.window, start),
             window_secs,
-            next_window_secs: None,
             last_end: None,
         }
     }
@@ -169,9 +166,6 @@ impl Engine {
     pub fn close_window(&mut self) -> Evaluation {
         let end = self.window_end();
         let snap = Arc::new(self.windows.close(end));
-        if let Some(secs) = self.next_window_secs.take() {
-            self.window_secs = secs;
-        }
         self.evaluate(snap)
     }
 
@@ -192,23 +186,19 @@ impl Engine {
         }
     }
 
-    /// Puts new settings in force (a reload) without losing the open window, what the
-    /// detectors learned or the alerts: detectors are rebuilt from the new settings and given
-    /// back their state; alerts keep their state under the new timing rules. A new window
-    /// length applies from the next window. Returns the detectors whose state could not be
-    /// carried over (they start afresh), and why.
-    pub fn reconfigure(&mut self, cfg: EngineConfig) -> Vec<(&'static str, String)> {
-        let secs = cfg.window.window_secs;
-        if secs != self.window_secs {
-            self.next_window_secs = Some(secs);
-        }
-        self.windows.set_config(cfg.window);
+    /// Puts new detector settings in force (a reload) without losing the open window, what
+    /// the detectors learned or the alerts: detectors are rebuilt from the new settings and
+    /// given back their state; alerts keep their state under the new timing rules. The window
+    /// settings are not a reload's to change (they size the windows). Returns the detectors
+    /// whose state could not be carried over (they start afresh), and why.
+    pub fn set_detectors(&mut self, cfg: DetectorsConfig) -> Vec<(&'static str, String)> {
+        let secs = self.window_secs;
         let mut old: BTreeMap<&'static str, Box<dyn Detector>> =
             std::mem::take(&mut self.detectors)
                 .into_iter()
                 .map(|d| (d.alertname(), d))
                 .collect();
-        self.detectors = cfg.detectors.build(secs);
+        self.detectors = cfg.build(secs);
         let mut failed = Vec::new();
         // One detector at a time, the old one dropped as soon as its state is taken: the
         // state's JSON is the largest thing a reload makes, and the allocator keeps the peak.
@@ -222,7 +212,7 @@ impl Engine {
                 failed.push((d.alertname(), why));
             }
         }
-        self.alerts.set_rules(cfg.detectors.rules());
+        self.alerts.set_rules(cfg.rules());
         failed
     }
 
@@ -407,12 +397,11 @@ mod tests {
         }
         window(&mut e, 50);
         e.record(&ObservationRef::new("db", "s"));
-        let mut cfg = EngineConfig::default();
-        cfg.detectors.error_surge.warmup_windows = 2;
-        cfg.detectors.error_surge.consecutive_windows = 1;
-        cfg.detectors.error_surge.min_requests = 10;
-        cfg.window.window_secs = 20.0;
-        assert!(e.reconfigure(cfg).is_empty());
+        let mut cfg = DetectorsConfig::default();
+        cfg.error_surge.warmup_windows = 2;
+        cfg.error_surge.consecutive_windows = 1;
+        cfg.error_surge.min_requests = 10;
+        assert!(e.set_detectors(cfg).is_empty());
         assert_eq!(e.alerts().firing().count(), 1);
         let ev = window(&mut e, 50);
         assert_eq!(
@@ -420,10 +409,5 @@ mod tests {
             "the open window was kept"
         );
         assert!(ev.transitions.is_empty());
-        // The new length applies from the next window: windows end on multiples of 20 s, so
-        // the first one may be shorter, and the ones after are whole.
-        assert_eq!(e.window_end() % 20.0, 0.0);
-        window(&mut e, 0);
-        assert_eq!(e.window_end() - e.window_start(), 20.0);
     }
 }

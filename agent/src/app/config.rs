@@ -115,47 +115,17 @@ crate::config_part! {
     }
 }
 
-/// The window settings belong to start-up. Every field of [`WindowConfig`] is named here (the
-/// pattern has no `..`), so a field added to it does not compile until it has a path.
+/// The window settings belong to start-up. Every field of [`WindowConfig`] is named in
+/// [`window_fields`] (its pattern has no `..`) beside the path it is read from and its
+/// comparison, so a field added to it does not compile until it has a row there.
 impl part::Part for WindowConfig {
     fn paths(out: &mut Vec<&'static str>) {
-        out.extend(WINDOW_PATHS.iter().filter_map(|p| *p));
+        let d = WindowConfig::default();
+        out.extend(window_fields(&d, &d).into_iter().filter_map(|(p, _)| p));
     }
 
     fn changed(&self, other: &Self, out: &mut Vec<&'static str>) {
-        let WindowConfig {
-            window_secs,
-            shard_idle_windows,
-            max_groups,
-            max_shards_per_group,
-            max_shards_total,
-            pinned_groups,
-            group_key_slots,
-            shard_key_slots,
-            top_keys,
-            shard_top_keys,
-            latency_sigfig,
-            dispersion_alpha,
-            latency_buckets_secs,
-            record_threads,
-        } = self;
-        let differs = [
-            *window_secs != other.window_secs,
-            *shard_idle_windows != other.shard_idle_windows,
-            *max_groups != other.max_groups,
-            *max_shards_per_group != other.max_shards_per_group,
-            *max_shards_total != other.max_shards_total,
-            *pinned_groups != other.pinned_groups,
-            *group_key_slots != other.group_key_slots,
-            *shard_key_slots != other.shard_key_slots,
-            *top_keys != other.top_keys,
-            *shard_top_keys != other.shard_top_keys,
-            *latency_sigfig != other.latency_sigfig,
-            *dispersion_alpha != other.dispersion_alpha,
-            *latency_buckets_secs != other.latency_buckets_secs,
-            *record_threads != other.record_threads,
-        ];
-        for (path, differs) in WINDOW_PATHS.iter().zip(differs) {
+        for (path, differs) in window_fields(self, other) {
             if differs && let Some(path) = path {
                 out.push(path);
             }
@@ -163,24 +133,74 @@ impl part::Part for WindowConfig {
     }
 }
 
-/// The path of each [`WindowConfig`] field, in the order of its declaration; `None` for the
-/// fields the file does not set (`shard_top_keys`, `dispersion_alpha` keep their defaults).
-const WINDOW_PATHS: [Option<&str>; 14] = [
-    Some("window.window_secs"),
-    Some("window.shard_idle_windows"),
-    Some("limits.max_groups"),
-    Some("limits.max_shards_per_group"),
-    Some("limits.max_shards_total"),
-    Some("limits.pinned_groups"),
-    Some("limits.group_key_slots"),
-    Some("limits.shard_key_slots"),
-    Some("limits.exported_keys_per_group"),
-    None,
-    Some("limits.latency_sigfig"),
-    None,
-    Some("exposition.latency_buckets_secs"),
-    Some("window.record_threads"),
-];
+/// Each field of [`WindowConfig`]: the path it is read from (`None` for the fields the file does
+/// not set: `shard_top_keys`, `dispersion_alpha` keep their defaults) and whether `a` and `b`
+/// differ in it. One row per field, path and comparison together, so neither can drift from the
+/// other.
+fn window_fields(a: &WindowConfig, b: &WindowConfig) -> [(Option<&'static str>, bool); 14] {
+    let WindowConfig {
+        window_secs,
+        shard_idle_windows,
+        max_groups,
+        max_shards_per_group,
+        max_shards_total,
+        pinned_groups,
+        group_key_slots,
+        shard_key_slots,
+        top_keys,
+        shard_top_keys,
+        latency_sigfig,
+        dispersion_alpha,
+        latency_buckets_secs,
+        record_threads,
+    } = a;
+    [
+        (Some("window.window_secs"), *window_secs != b.window_secs),
+        (
+            Some("window.shard_idle_windows"),
+            *shard_idle_windows != b.shard_idle_windows,
+        ),
+        (Some("limits.max_groups"), *max_groups != b.max_groups),
+        (
+            Some("limits.max_shards_per_group"),
+            *max_shards_per_group != b.max_shards_per_group,
+        ),
+        (
+            Some("limits.max_shards_total"),
+            *max_shards_total != b.max_shards_total,
+        ),
+        (
+            Some("limits.pinned_groups"),
+            *pinned_groups != b.pinned_groups,
+        ),
+        (
+            Some("limits.group_key_slots"),
+            *group_key_slots != b.group_key_slots,
+        ),
+        (
+            Some("limits.shard_key_slots"),
+            *shard_key_slots != b.shard_key_slots,
+        ),
+        (
+            Some("limits.exported_keys_per_group"),
+            *top_keys != b.top_keys,
+        ),
+        (None, *shard_top_keys != b.shard_top_keys),
+        (
+            Some("limits.latency_sigfig"),
+            *latency_sigfig != b.latency_sigfig,
+        ),
+        (None, *dispersion_alpha != b.dispersion_alpha),
+        (
+            Some("exposition.latency_buckets_secs"),
+            *latency_buckets_secs != b.latency_buckets_secs,
+        ),
+        (
+            Some("window.record_threads"),
+            *record_threads != b.record_threads,
+        ),
+    ]
+}
 
 /// Whether a reload applies a setting or it waits for a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -491,6 +511,50 @@ mod tests {
             );
         }
         assert_eq!(rows, file_field_paths(DEFAULT_CONFIG_YAML).len());
+    }
+
+    #[test]
+    fn a_change_to_a_window_field_is_reported_by_its_path() {
+        use crate::config::part::Part;
+        let a = WindowConfig::default();
+        let cases = [
+            (
+                WindowConfig {
+                    window_secs: 30.0,
+                    ..a.clone()
+                },
+                Some("window.window_secs"),
+            ),
+            (
+                WindowConfig {
+                    max_groups: 3,
+                    ..a.clone()
+                },
+                Some("limits.max_groups"),
+            ),
+            (
+                WindowConfig {
+                    record_threads: 2,
+                    ..a.clone()
+                },
+                Some("window.record_threads"),
+            ),
+            (
+                WindowConfig {
+                    dispersion_alpha: 0.5,
+                    ..a.clone()
+                },
+                None,
+            ),
+        ];
+        for (b, want) in cases {
+            let mut out = Vec::new();
+            a.changed(&b, &mut out);
+            assert_eq!(out, want.into_iter().collect::<Vec<_>>());
+        }
+        let mut all = Vec::new();
+        WindowConfig::paths(&mut all);
+        assert_eq!(all.len(), 12, "{all:?}");
     }
 
     #[test]

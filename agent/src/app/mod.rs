@@ -579,9 +579,9 @@ impl Running {
             .find_map(Stage::failed)
     }
 
-    /// Puts new window and detector settings in force in the pipeline, which keeps its open
-    /// window, baselines and alert state.
-    async fn reconfigure_engine(&mut self, cfg: skewwatch_detectors::engine::EngineConfig) {
+    /// Puts new detector settings in force in the pipeline, which keeps its open window,
+    /// baselines and alert state.
+    async fn reconfigure_engine(&mut self, cfg: skewwatch_detectors::detect::DetectorsConfig) {
         let (tx, rx) = oneshot::channel();
         if self
             .control

@@ -63,9 +63,7 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         running.control.token.send_replace(live.token.clone());
     }
     if live.detectors != old.detectors {
-        running
-            .reconfigure_engine(running.control.config.engine())
-            .await;
+        running.reconfigure_engine(live.detectors.clone()).await;
     }
     if live.alerting != old.alerting {
         running.replace_delivery(&live.alerting).await;
