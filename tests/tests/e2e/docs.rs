@@ -464,6 +464,8 @@ fn layer_breaches(src: &str, rules: &BTreeMap<String, Option<BTreeSet<String>>>)
         .map(|r| r.trim_end_matches(".rs"))
         .collect();
     let mut breaches = Vec::new();
+    // What each room imports of the other rooms, to find allowances no import uses.
+    let mut used: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (f, text) in &code {
         let rel = &f[src.len() + 1..];
         if rel == "lib.rs" || test_paths.iter().any(|t| f.starts_with(t.as_str())) {
@@ -486,6 +488,11 @@ fn layer_breaches(src: &str, rules: &BTreeMap<String, Option<BTreeSet<String>>>)
         };
         let Some(allowed) = allowed else { continue };
         for import in imports(text, &module) {
+            if &import.room != room && rooms.contains(import.room.as_str()) {
+                used.entry(room.clone())
+                    .or_default()
+                    .insert(import.room.clone());
+            }
             if &import.room != room
                 && rooms.contains(import.room.as_str())
                 && !allowed.contains(&import.room)
@@ -497,6 +504,34 @@ fn layer_breaches(src: &str, rules: &BTreeMap<String, Option<BTreeSet<String>>>)
                     import.room,
                     import.path,
                     may.join(", ")
+                ));
+            }
+        }
+    }
+    // An allowance is used when a room of its row (rooms with the same allowances share a
+    // row's promise) imports it; one no import uses is a promise the code no longer keeps.
+    let mut by_allowance: BTreeMap<&BTreeSet<String>, BTreeSet<&str>> = BTreeMap::new();
+    for (room, allowed) in rules {
+        if let Some(allowed) = allowed
+            && rooms.contains(room.as_str())
+        {
+            by_allowance
+                .entry(allowed)
+                .or_default()
+                .insert(room.as_str());
+        }
+    }
+    for (allowed, holders) in by_allowance {
+        for a in allowed {
+            let imported = holders
+                .iter()
+                .any(|r| used.get(*r).is_some_and(|u| u.contains(a)));
+            if !imported && rooms.contains(a.as_str()) {
+                let holders: Vec<&str> = holders.iter().copied().collect();
+                breaches.push(format!(
+                    "{src}: [{}] may import `{a}`, but no import of theirs uses it: drop the \
+                     allowance from the layer table",
+                    holders.join(", ")
                 ));
             }
         }
