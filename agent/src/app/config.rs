@@ -116,7 +116,7 @@ crate::config_part! {
 }
 
 /// The window settings belong to start-up. Every field of [`WindowConfig`] is named in
-/// [`window_fields`] (its pattern has no `..`) beside the path it is read from and its
+/// `window_fields` (its pattern has no `..`) beside the path it is read from and its
 /// comparison, so a field added to it does not compile until it has a row there.
 impl part::Part for WindowConfig {
     fn paths(out: &mut Vec<&'static str>) {
