@@ -14,10 +14,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use skewwatch_detectors::observation::{
     Batch, CacheResult, EMPTY_KEY_LABEL, KeyCountRef, LITERAL_ESCAPE, MAX_COUNT, MAX_KEY_BYTES,
-    MAX_LATENCY_MS, MAX_NAME_BYTES, OTHER_LABEL, ObservationRef, Outcome,
+    MAX_NAME_BYTES, OTHER_LABEL, ObservationRef, Outcome,
 };
 
 use super::query::{Family, Series};
+use crate::ingest::scrape::representative_ms;
 
 /// Why a series of an answer was not used: the `reason` label of
 /// `skewwatch_ingest_skipped_total{source="fleet"}`.
@@ -461,19 +462,6 @@ pub fn split(total: u64, weights: &[u64]) -> Vec<u64> {
         out[i] += 1;
     }
     out
-}
-
-/// The latency, in ms, that stands for the requests of bucket (`lower`, `upper`] seconds: its
-/// middle, or its lower bound for the `+Inf` bucket (none when there is no finite bound).
-fn representative_ms(lower: f64, upper: f64) -> Option<f64> {
-    let secs = if upper.is_finite() {
-        (lower + upper) / 2.0
-    } else if lower > 0.0 {
-        lower
-    } else {
-        return None;
-    };
-    Some((secs.max(0.0) * 1000.0).min(MAX_LATENCY_MS))
 }
 
 #[cfg(test)]

@@ -369,7 +369,7 @@ fn whole(d: f64) -> Option<u64> {
 
 /// The latency, in ms, that stands for the requests of bucket (`lower`, `upper`] seconds: its
 /// middle, or its lower bound for the `+Inf` bucket (none when there is no finite bound).
-fn representative_ms(lower: f64, upper: f64) -> Option<f64> {
+pub(crate) fn representative_ms(lower: f64, upper: f64) -> Option<f64> {
     let secs = if upper.is_finite() {
         (lower + upper) / 2.0
     } else if lower > 0.0 {
