@@ -4,6 +4,7 @@ Prometheus and a real VictoriaMetrics scraping them, and a skewwatch *fleet inst
 each TSDB's sums (issue 38, item 3).
 
     labs/run fleet [--short] [--tsdb prometheus|victoriametrics|both] [--sidecars N]
+    labs/run fleet --sweep    # the closing figures: the short run at 1, 5, 20 and 50 sidecars
 
 Real parts: N skewwatch sidecars (`skewwatch run`, StatsD off, fed NDJSON over HTTP by one
 in-process load driver, labs/fleet/driver.py); one more skewwatch fed the whole traffic (the
@@ -76,9 +77,10 @@ def params(short):
     if short:
         # 5 s sidecar windows (warm in 8, 40 s), 10 s fleet windows (warm in 5, 50 s), 5 s
         # scrapes (the fleet window is two): both TSDBs, four scenarios, in about 3.5 minutes.
-        # Seven clean fleet windows before the onset: replayed 300 times at this rate, a 2x
-        # step was named every time, at most 60 s after it (a fleet window's lag aside); 100 s
-        # watched. No late fleet instance (CI's budget of CPU); the full run has one.
+        # Seven whole fleet windows before the onset: replayed 1,000 times at this rate
+        # (`skewwatch replay`), a 2x step was named every time, at most 70 s after it and 40 s
+        # in the median (a fleet window's lag aside); 100 s watched. No late fleet instance
+        # (CI's budget of CPU); the full run has one.
         return dict(common, sidecar_window=5, scrape=5, evaluation=15, warmup_sidecar=8,
                     warmup_fleet=5, pre_onset=80, observe=100, restart_at=20, remove_at=50, late=0)
     # skewwatch's defaults (10 s windows, 30 warm-up windows) and a 5 s scrape.
@@ -376,7 +378,12 @@ def main():
                     help="start one more fleet instance this many seconds before the onset (0: none)")
     ap.add_argument("--pre-onset", type=float, default=None, help="seconds of load before the onset")
     ap.add_argument("--observe", type=float, default=None, help="seconds watched after the onset")
+    ap.add_argument("--sweep", action="store_true",
+                    help="the closing figures: the short run on Prometheus at 1, 5, 20 and 50 sidecars")
+    ap.add_argument("--name", default="fleet", help=argparse.SUPPRESS)  # artifacts' folder (--sweep)
     args = ap.parse_args()
+    if args.sweep:
+        return sweep(args)
     p = params(args.short)
     for k, v in (("rate", args.rate), ("lookback", args.lookback), ("query_lead", args.lead),
                  ("late", args.late), ("pre_onset", args.pre_onset), ("observe", args.observe)):
@@ -386,7 +393,7 @@ def main():
     tsdbs = TSDBS if args.tsdb == "both" else (args.tsdb,)
     if "victoriametrics" in tsdbs:
         victoria_metrics_binary()
-    lab = Lab("fleet", args.short)
+    lab = Lab(args.name, args.short)
     ok = False
     try:
         ok = run(lab, p, n, tsdbs, args)
@@ -822,6 +829,102 @@ def judge(lab, watcher, tsdbs, fleet_url, agreement, n, p):
                 f"{a['windows']}/{a['windows_in_span']} judged)",
                 "verdict": "ok" if all(mine) else "FAILED"})
     return rows, checks
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep: the closing figures
+
+
+SWEEP_SIDECARS = (1, 5, 20, 50)
+# The issue's horizon for the fleet verdict: the sweep watches all of it, so that the thicker
+# slices' sidecars have the time to name the shard (the short run watches less).
+SWEEP_OBSERVE = 180
+
+
+def sweep(args):
+    """The short run on Prometheus (it alone runs the shipped rules) at each of SWEEP_SIDECARS
+    sidecars, one after the other at the same total rate, then one table: the delay of the fleet
+    verdict beside the whole traffic's agent, the first sidecar and SkewwatchFleetHotShard; the
+    false alarms of the benign and steady groups; the count agreement per window."""
+    out = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(labkit.REPO, "target")),
+                       "labs", "fleet-sweep")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    rows = []
+    for n in SWEEP_SIDECARS:
+        name = f"fleet-sweep-{n}"
+        cmd = [sys.executable, "-u", os.path.abspath(__file__), "--short", "--tsdb", "prometheus",
+               "--sidecars", str(n), "--name", name,
+               "--observe", str(args.observe or SWEEP_OBSERVE)]
+        if args.rate:
+            cmd += ["--rate", str(args.rate)]
+        started = time.monotonic()
+        with open(os.path.join(out, f"{n}.log"), "w") as log:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        path = os.path.join(os.path.dirname(out), name, "timeline.json")
+        try:
+            with open(path) as f:
+                row = sweep_row(json.load(f))
+        except (OSError, ValueError, KeyError) as e:
+            row = {"sidecars": n, "error": f"{type(e).__name__}: {e}"}
+        row["lab exit"] = code
+        row["minutes"] = round((time.monotonic() - started) / 60, 1)
+        rows.append(row)
+        print(f"fleet sweep: {n} sidecars done in {row['minutes']} min (exit {code}; {out}/{n}.log)",
+              flush=True)
+    with open(os.path.join(out, "sweep.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    header = ["sidecars", "per shard per sidecar", "fleet HotShard", "whole traffic", "first sidecar",
+              "sidecars fired", "SkewwatchFleetHotShard", "fleet ShardFailing", "benign: fleet",
+              "benign: sidecars fired", "steady: fleet", "count agreement"]
+    labkit.print_table(f"Fleet sweep (seconds after the onset, {args.observe or SWEEP_OBSERVE} s watched; "
+                       "a 2x step at 400 requests/s per group over 32 shards)", header,
+                       [[r.get(h, r.get("error", "")) for h in header] for r in rows])
+    print(f"\nfleet sweep: artifacts in {out} and {os.path.dirname(out)}/fleet-sweep-N")
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def sweep_row(t):
+    """One row of the sweep's table from a run's timeline.json."""
+    n = t["sidecars"]
+
+    def first(alerts, name, group, shard=None):
+        hits = [a[3] for a in alerts if a[1] == name and a[2].get("group") == group
+                and (shard is None or a[2].get("shard") == shard)]
+        return min(hits) if hits else None
+
+    def cell(v):
+        return "never" if v is None else f"{v:+.0f} s"
+
+    fleet = t["fleet_alerts"].get("prometheus", [])
+    side = t["sidecar_alerts"]
+    side_hot = [min(a["at"] for a in al if a["alert"] == "HotShard" and a["labels"].get("shard") == HOT)
+                for al in side.get("incident", {}).values()
+                if any(a["alert"] == "HotShard" and a["labels"].get("shard") == HOT for a in al)]
+    rule = first(t["promql_alerts"], "SkewwatchFleetHotShard", "incident")
+    hot_share = next((v for k, v in t["promql_values"].items() if k.startswith("hot share")), None)
+    agree = t["count_agreement"].get("prometheus", {})
+    spans = [a["span_error"] for a in agree.values() if a.get("span_error") is not None]
+    medians = [a["window_error_median"] for a in agree.values() if a.get("window_error_median") is not None]
+    maxes = [a["window_error_max"] for a in agree.values() if a.get("window_error_max") is not None]
+    false_benign = [a for a in fleet if a[2].get("group") == "benign"]
+    false_steady = [a for a in fleet if a[2].get("group") == "steady"]
+    return {
+        "sidecars": n,
+        "per shard per sidecar": f"{t['params']['rate'] / n / drv.SHARDS:.2f}/s",
+        "fleet HotShard": cell(first(fleet, "HotShard", "incident", HOT)),
+        "whole traffic": cell(first(t["whole_alerts"], "HotShard", "incident", HOT)),
+        "first sidecar": cell(min(side_hot) if side_hot else None),
+        "sidecars fired": f"{len(side_hot)}/{n}",
+        "SkewwatchFleetHotShard": cell(rule) if rule is not None else
+        f"never (share {hot_share} < 2/32)" if hot_share is not None else "never",
+        "fleet ShardFailing": cell(first(fleet, "ShardFailing", "incident", FAIL)),
+        "benign: fleet": "silent" if not false_benign else f"{len(false_benign)} alerts",
+        "benign: sidecars fired": f"{len(side.get('benign', {}))}/{n}",
+        "steady: fleet": "silent" if not false_steady else f"{len(false_steady)} alerts",
+        "count agreement": (f"span {min(spans):+.2%}..{max(spans):+.2%}; per window median "
+                            f"{max(medians):.1%}, max {max(maxes):.1%}") if spans and medians else "n/a",
+    }
 
 
 if __name__ == "__main__":
