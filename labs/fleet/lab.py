@@ -23,6 +23,7 @@ from the TSDB's history (the full run's default). Exit 0 only when every expecta
 (see `judge`).
 """
 import argparse
+import bisect
 import json
 import math
 import os
@@ -45,6 +46,7 @@ JOB = "skewwatch-sidecars"  # contains "skewwatch": the shipped SkewwatchTargetD
 RULES = os.path.join(labkit.REPO, "rules", "prometheus", "skewwatch.rules.yml")
 HOT, FAIL = drv.shard(drv.HOT_SHARD), drv.shard(drv.FAILING_SHARD)
 TSDBS = ("prometheus", "victoriametrics")
+VM_LATENCY_OFFSET = 1.0  # seconds: VictoriaMetrics' -search.latencyOffset (start_victoria_metrics)
 # Requests per second per shard per sidecar at or under which no sidecar may name the 2x shard
 # (issue 38: "no single sidecar does"). Replayed through `skewwatch replay` (5 s windows, 8
 # warm-up windows, 80 s before the step), a sidecar at 0.39 (32 sidecars at 400/s) named it
@@ -115,10 +117,13 @@ def agent_cfg(port, window, warmup, p, extra=""):
     return (f"listen:\n  http: \"127.0.0.1:{port}\"\n  statsd: disabled\n"
             f"window:\n  window_secs: {window}\n"
             f"ui:\n  history_windows: 400\n"
-            # No bounds (only _sum and _count): the lab's latencies are all 4-6 ms and no
-            # scenario is about latency, and every bound is one more series per shard for two
-            # TSDBs on a 2-core machine.
-            f"exposition:\n  latency_buckets_secs: []\n"
+            # The fleet profile (docs/fleet.md): what a fleet instance sums, an outcome counter
+            # only once a shard had that outcome. With every outcome class from a shard's first
+            # window the TSDBs held five times the request series, and on a machine at load
+            # average 15 their fleet queries outlasted the 4 s lead for a few windows a run. No
+            # bounds (only +Inf): the lab's latencies are all 4-6 ms and no scenario is about
+            # latency, and every bound is one more series per shard for two TSDBs.
+            f"exposition:\n  profile: fleet\n  latency_buckets_secs: []\n"
             + extra + detectors(warmup, p["fair_share_multiple"]))
 
 
@@ -257,7 +262,7 @@ def start_victoria_metrics(lab, targets, p):
     # input sees what Prometheus would. No -dedup.minScrapeInterval: every sample counts.
     lab.start("victoriametrics", [binary, f"-storageDataPath={lab.tmp}/vm-data",
                                   f"-httpListenAddr=127.0.0.1:{port}", f"-promscrape.config={cfg}",
-                                  "-search.latencyOffset=1s", "-retentionPeriod=1d",
+                                  f"-search.latencyOffset={VM_LATENCY_OFFSET:g}s", "-retentionPeriod=1d",
                                   "-loggerLevel=WARN"])
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health")
@@ -330,10 +335,12 @@ def first_of(alerts, names, shard=None):
     return hits[0] if hits else None
 
 
-def count_agreement(fleet_url, between, group, lag, t_from, t_to):
+def count_agreement(fleet_url, between, group, lag, t_from, t_to, exact=None):
     """The fleet instance's per-window request counts of `group` (GET /api/v1/history) against
     what the sidecars accepted over the same windows shifted by `lag` seconds (the sidecar
-    window, the scrape interval and the query lead: a request reaches the TSDB that late)."""
+    window, the scrape interval and the query lead: a request reaches the TSDB that late), and,
+    with `exact` (a window's end and the group -> what the sidecars counted in the sidecar
+    windows that fleet window read, [`exact_truth`]), per window against that."""
     hist = get_json(f"{fleet_url}/api/v1/history?group={group}&windows=1440&shards=1")
     wins = [(labkit.parse_ts(w["start"]), labkit.parse_ts(w["end"]), w["requests"])
             for w in hist.get("windows", [])]
@@ -352,6 +359,16 @@ def count_agreement(fleet_url, between, group, lag, t_from, t_to):
     first_start = -((t_from + lag) // -w) * w  # ceil
     expected = max(0, round((t_to // w * w - first_start) / w))
     errs = sorted(abs(n - s) / s for _, _, n, s in rows if s)
+    out_exact = {}
+    if exact is not None:
+        pairs = [(b, n, exact(b, group)) for _, b, n in wins]
+        off = sorted(((abs(n - x) / x, b) for b, n, x in pairs if x), reverse=True)
+        out_exact = {
+            "exact_window_error_median": round(sorted(e for e, _ in off)[len(off) // 2], 4) if off else None,
+            "exact_window_error_max": round(off[0][0], 4) if off else None,
+            "exact_windows_over_2pct": [round(b) for e, b in off if e > 0.02],
+            "exact_per_window": [{"end": b, "fleet": n, "counted": x} for b, n, x in pairs],
+        }
     return {
         "group": group, "windows": len(rows), "windows_in_span": expected, "lag_nominal_s": lag, "lag_fitted_s": best,
         "fleet_requests": fleet, "sent_requests": truth,
@@ -359,7 +376,57 @@ def count_agreement(fleet_url, between, group, lag, t_from, t_to):
         "window_error_median": round(errs[len(errs) // 2], 4) if errs else None,
         "window_error_max": round(errs[-1], 4) if errs else None,
         "per_window": [{"start": a, "end": b, "fleet": n, "sent": s} for a, b, n, s in rows],
+        **out_exact,
     }
+
+
+# A sidecar's window closes at its end and its counters reach /metrics a moment later: a scrape
+# this soon after a window's end is not taken to hold that window.
+PUBLISH_SECS = 0.05
+
+
+def scrape_times(tsdb_url, since, until):
+    """{instance: sorted times of its successful scrapes} over [since, until]: `up` is 1 for a
+    scrape that read the page (a failed one has `up` 0 and no counter samples)."""
+    expr = f'up{{job="{JOB}"}}[{int(until - since) + 1}s]'
+    q = urllib.parse.urlencode({"query": expr, "time": f"{until:.3f}"})
+    got = get_json(f"{tsdb_url}/api/v1/query?{q}", timeout=30)["data"]["result"]
+    return {x["metric"]["instance"]: sorted(float(t) for t, v in x["values"] if float(v) == 1)
+            for x in got}
+
+
+def exact_truth(d, scrapes, ports, kills, p, offset):
+    """(end, group) -> what the sidecars counted in the sidecar windows that the fleet window
+    ending at `end` read: per sidecar, the windows that closed between its last scrape before
+    the previous query and its last scrape before this one (the query's evaluation time is the
+    window's end less the lead, and on VictoriaMetrics less its -search.latencyOffset too:
+    `offset`). A request counts where its sidecar's window exported it: one the sidecar held
+    in its open window when it stopped never reached /metrics. The driver sends 0.25 s into
+    each second, so every request's sidecar window is plain."""
+    sw, w = p["sidecar_window"], p["fleet_window"]
+    lost = {}  # client -> [(open window's start, stop time)]
+    for client, _, stopped in kills:
+        lost.setdefault(client, []).append((math.floor(stopped / sw) * sw, stopped))
+
+    def closed(ts, at):  # the end of the last sidecar window the last scrape at or before `at` held
+        i = bisect.bisect_right(ts, at)
+        return None if i == 0 else math.floor((ts[i - 1] - PUBLISH_SECS) / sw) * sw
+
+    def truth(end, group):
+        a = end - p["query_lead"] - offset
+        total = 0
+        for client, port in enumerate(ports):
+            ts = scrapes.get(f"127.0.0.1:{port}", [])
+            hi = closed(ts, a)
+            if hi is None:
+                continue
+            lo = closed(ts, a - w)
+            lo = -math.inf if lo is None else lo
+            for t, _, _, _, pc, _ in d.ticks:
+                if lo <= t < hi and client in pc and not any(s <= t < k for s, k in lost.get(client, [])):
+                    total += pc[client][group]
+        return total
+    return truth
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,9 +642,20 @@ def measure_counts(r, p):
     lag = p["query_lead"] + (p["sidecar_window"] + p["scrape"]) / 2
     t_from = r.driver_start + 2 * p["fleet_window"]
     agreement = {}
+    ports = [s.port for s in r.sidecars]
+    exact = {}
+    for t in r.tsdbs:
+        try:
+            scrapes = scrape_times(r.tsdb_url[t], r.driver_start - 10, r.end_unix + 5)
+            # VictoriaMetrics evaluates a query for "now" at now less -search.latencyOffset.
+            offset = VM_LATENCY_OFFSET if t == "victoriametrics" else 0.0
+            exact[t] = exact_truth(d, scrapes, ports, r.kills, p, offset)
+        except Exception as e:  # the figure is missing, not the run
+            print(f"labs: no scrape times from {t} ({e}); per-window agreement by lag only")
     for t, u in r.fleet_url.items():
         start = t_from if t in r.tsdbs else max(t_from, r.late_start + p["fleet_window"])
-        agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, start, r.end_unix)
+        tsdb = next(x for x in r.tsdbs if t == x or t.startswith(x + "-"))
+        agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, start, r.end_unix, exact.get(tsdb))
                         for g in drv.GROUPS}
     # What no one could count: a stopped sidecar's requests after the TSDB's last scrape of it
     # (its open window, and counts not yet scraped). Per TSDB (they scrape at their own
@@ -694,6 +772,11 @@ def report(lab, r, p, rows, checks, counts, costs):
                   f"best-fitting lag {a['lag_fitted_s']} s; lost when sidecars stopped (never in the "
                   f"TSDB) {a.get('lost_on_stop')}, against what reached the TSDB "
                   f"{fmt_pct(a.get('reached_tsdb_error'))}")
+            if a.get("exact_window_error_max") is not None:
+                print(f"           per window against the sidecar windows each one read (exact): median "
+                      f"{a['exact_window_error_median']:.2%}, max {a['exact_window_error_max']:.2%}; "
+                      f"windows over 2% ending at {[round(b - r.onset_unix) for b in a['exact_windows_over_2pct']]} "
+                      f"s after the onset")
     print("\nCount agreement, whole-traffic agent (the reference, no lag):")
     for g, a in counts["whole"].items():
         print(f"  {g:<8} {a['windows']} windows: {a['fleet_requests']} vs sent {a['sent_requests']} -> "
@@ -905,8 +988,10 @@ def sweep_row(t):
     hot_share = next((v for k, v in t["promql_values"].items() if k.startswith("hot share")), None)
     agree = t["count_agreement"].get("prometheus", {})
     spans = [a["span_error"] for a in agree.values() if a.get("span_error") is not None]
-    medians = [a["window_error_median"] for a in agree.values() if a.get("window_error_median") is not None]
-    maxes = [a["window_error_max"] for a in agree.values() if a.get("window_error_max") is not None]
+    medians = [a.get("exact_window_error_median", a["window_error_median"]) for a in agree.values()
+               if a.get("exact_window_error_median", a["window_error_median"]) is not None]
+    maxes = [a.get("exact_window_error_max", a["window_error_max"]) for a in agree.values()
+             if a.get("exact_window_error_max", a["window_error_max"]) is not None]
     false_benign = [a for a in fleet if a[2].get("group") == "benign"]
     false_steady = [a for a in fleet if a[2].get("group") == "steady"]
     return {
