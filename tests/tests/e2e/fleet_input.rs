@@ -147,6 +147,49 @@ fn sidecar_with(port: u16, config: &str) -> Agent {
     )
 }
 
+/// A real Prometheus scraping the sidecars every second, and the driver feeding them from a
+/// thread of its own.
+struct Fed {
+    prom: Prometheus,
+    driver: Arc<Driver>,
+    feeding: std::thread::JoinHandle<()>,
+}
+
+impl Fed {
+    /// Starts both for the sidecars on `ports`; `None` when Prometheus is not installed.
+    fn start(ports: &[u16]) -> Option<Fed> {
+        let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+             scrape_configs:\n  - job_name: sidecars\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
+        );
+        let prom = Prometheus::start(&config, &[])?;
+        let driver = Arc::new(Driver {
+            targets: Mutex::new(
+                ports
+                    .iter()
+                    .map(|p| Some(format!("127.0.0.1:{p}").parse().unwrap()))
+                    .collect(),
+            ),
+            hot: AtomicU64::new(1),
+            timeouts: AtomicU64::new(0),
+            timeouts_sent: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let feeding = std::thread::spawn({
+            let d = driver.clone();
+            move || d.run()
+        });
+        Some(Fed {
+            prom,
+            driver,
+            feeding,
+        })
+    }
+}
+
 /// The fleet instance's windows of group `db`: (end, requests).
 fn fleet_windows(fleet: &Agent) -> Vec<(f64, u64)> {
     let (status, body) = fleet.request("GET", "/api/v1/history?group=db", &[], b"");
@@ -174,32 +217,14 @@ fn alerts(agent: &Agent) -> Vec<Value> {
 fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut sidecars: Vec<Option<Agent>> = ports.iter().map(|&p| Some(sidecar(p))).collect();
-    let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-         scrape_configs:\n  - job_name: sidecars\n    static_configs:\n      - targets: [{}]\n",
-        targets.join(", ")
-    );
-    let Some(prom) = Prometheus::start(&config, &[]) else {
+    let Some(Fed {
+        prom,
+        driver,
+        feeding,
+    }) = Fed::start(&ports)
+    else {
         return;
     };
-    let driver = Arc::new(Driver {
-        targets: Mutex::new(
-            ports
-                .iter()
-                .map(|p| Some(format!("127.0.0.1:{p}").parse().unwrap()))
-                .collect(),
-        ),
-        hot: AtomicU64::new(1),
-        timeouts: AtomicU64::new(0),
-        timeouts_sent: AtomicU64::new(0),
-        sent: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
-    });
-    let feeding = std::thread::spawn({
-        let d = driver.clone();
-        move || d.run()
-    });
     // History for the backfill: 40 s, ten fleet windows.
     std::thread::sleep(Duration::from_secs(40));
     let fleet_config = format!(
@@ -348,32 +373,14 @@ fn a_class_that_first_appears_on_fleet_profile_sidecars_is_counted_whole() {
         .iter()
         .map(|&p| sidecar_with(p, FLEET_PROFILE))
         .collect();
-    let targets: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-         scrape_configs:\n  - job_name: sidecars\n    static_configs:\n      - targets: [{}]\n",
-        targets.join(", ")
-    );
-    let Some(prom) = Prometheus::start(&config, &[]) else {
+    let Some(Fed {
+        prom,
+        driver,
+        feeding,
+    }) = Fed::start(&ports)
+    else {
         return;
     };
-    let driver = Arc::new(Driver {
-        targets: Mutex::new(
-            ports
-                .iter()
-                .map(|p| Some(format!("127.0.0.1:{p}").parse().unwrap()))
-                .collect(),
-        ),
-        hot: AtomicU64::new(1),
-        timeouts: AtomicU64::new(0),
-        timeouts_sent: AtomicU64::new(0),
-        sent: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
-    });
-    let feeding = std::thread::spawn({
-        let d = driver.clone();
-        move || d.run()
-    });
     std::thread::sleep(Duration::from_secs(6));
     let fleet = Agent::start(&format!(
         "window:\n  window_secs: {FLEET_WINDOW}\n\
