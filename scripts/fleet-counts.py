@@ -38,7 +38,9 @@ def q(expr,t):
     r=json.load(urllib.request.urlopen("http://127.0.0.1:9790/api/v1/query",data=d))
     return sum(float(x["value"][1]) for x in r["data"]["result"])
 sel='skewwatch_shard_requests_total'
-exact=lambda w:f"sum(({{c}} - {{p}}) >= 0 or {{c}} < {{p}} or {{c}} unless {{p}})".replace("{c}",f"last_over_time({sel}[600s])").replace("{p}",f"last_over_time({sel}[600s] offset {int(w*1000)}ms)")
+# cur - prev where it counted on, cur where it went down or is new, and, where it went down, what it
+# counted before the restart since the previous query (its highest sample since, less prev).
+exact=lambda w:f"sum(({{c}} - {{p}}) >= 0 or {{c}} < {{p}} or {{c}} unless {{p}}) + (sum(clamp_min(max_over_time({sel}[{int(w*1000)}ms]) - ({{p}} > {{c}}), 0)) or vector(0))".replace("{c}",f"last_over_time({sel}[600s])").replace("{p}",f"last_over_time({sel}[600s] offset {int(w*1000)}ms)")
 inc=lambda w:f"sum(increase({sel}[{int(w*1000)}ms]))"
 sw=float(SIDE); t0=time.time(); results=[]; restarted=False
 nextq=(int(time.time()/W)+2)*W-1.0

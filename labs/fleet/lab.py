@@ -280,9 +280,12 @@ def growth_expr(metric, label, lookback, offset):
     series = f'{metric}{{job="{JOB}"}}'
     cur = f"last_over_time({series}[{lookback}s])"
     prev = f"last_over_time({series}[{lookback}s] offset {offset}s)"
+    since = f"max_over_time({series}[{offset}s])"
     by = f"group, shard, {label}"
     return (f'label_replace(sum by ({by}) ({cur}), "part", "cur", "", "") or '
-            f'label_replace(sum by ({by}) ({prev} <= {cur}), "part", "prev", "", "")')
+            f'label_replace(sum by ({by}) ({prev} <= {cur}), "part", "prev", "", "") or '
+            f'label_replace(sum by ({by}) (clamp_min({since} - ({prev} > {cur}), 0)), '
+            f'"part", "lost", "", "")')
 
 
 def query_seconds(url, expr, repeat=3):

@@ -692,3 +692,62 @@ fn the_shipped_alertmanager_configuration_mutes_what_the_fleet_verdict_explains(
         ]
     );
 }
+
+/// The growth expression on Prometheus' own evaluator (promtool's unit tests), on series with a
+/// known history: one sidecar counts on, one restarts after a scrape that saw growth since the
+/// previous query, one joins. Each part of the answer is what the module docs say, and
+/// `cur - prev + lost` is every count the TSDB saw grow.
+#[test]
+fn the_growth_expression_counts_a_restart_and_a_join_exactly_in_prometheus() {
+    use skewwatch::ingest::fleet::query::{Family, growth_expr};
+    let Some(promtool) = skewwatch_e2e::tools::require("promtool", &[]) else {
+        return;
+    };
+    // Scrapes every 5 s; the query at 30 s, the previous one at 15 s (offset 15 s).
+    //   a: counts on, 30 -> 60: grew 30.
+    //   b: restarts after its 20 s scrape (40): 10 before the restart, 8 after: grew 18.
+    //   c: joins at 25 s: grew 4.
+    let expr = growth_expr(
+        Family::Requests,
+        r#"job="sw""#,
+        Duration::from_secs(600),
+        Duration::from_secs(15),
+    );
+    let series = |instance: &str, values: &str| {
+        format!(
+            "      - series: 'skewwatch_shard_requests_total{{job=\"sw\",instance=\"{instance}\",group=\"g\",shard=\"s1\",outcome=\"ok\"}}'\n        values: '{values}'\n"
+        )
+    };
+    let sample = |part: &str, value: u32| {
+        format!(
+            "          - labels: '{{group=\"g\",shard=\"s1\",outcome=\"ok\",part=\"{part}\"}}'\n            value: {value}\n"
+        )
+    };
+    let test = format!(
+        // Without an evaluation_interval of the series' own step, promtool reads every series
+        // as its first value.
+        "rule_files: []\nevaluation_interval: 5s\ntests:\n  - interval: 5s\n    input_series:\n{}{}{}    promql_expr_test:\n      - expr: '{}'\n        eval_time: 30s\n        exp_samples:\n{}{}{}",
+        series("a", "0 10 20 30 40 50 60"),
+        series("b", "0 10 20 30 40 5 8"),
+        series("c", "_ _ _ _ _ 1 4"),
+        expr.replace('\'', "''"),
+        // cur: 60 + 8 + 4; prev, of what counted on: a's 30; lost: b's 40 less its 30.
+        sample("cur", 72),
+        sample("prev", 30),
+        sample("lost", 10),
+    );
+    let dir = TempDir::new("fleet-growth-promtool");
+    let file = dir.0.join("growth.test.yml");
+    std::fs::write(&file, &test).unwrap();
+    let out = std::process::Command::new(promtool)
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool did not evaluate the growth expression as documented:\n{test}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

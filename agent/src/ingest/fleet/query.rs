@@ -7,18 +7,21 @@
 //! ```text
 //! cur  = last_over_time(metric{selector}[lookback])
 //! prev = last_over_time(metric{selector}[lookback] offset d)     d = now - previous query
-//! sum by (labels) (cur)             every series' value now              (part="cur")
-//! sum by (labels) (prev <= cur)     then, of the series that counted on (part="prev")
+//! sum by (labels) (cur)                                   every series' value now   (part="cur")
+//! sum by (labels) (prev <= cur)                           of those that counted on  (part="prev")
+//! sum by (labels) (max_over_time(metric[d]) - (prev > cur))  of those that restarted  (part="lost")
 //! ```
 //!
-//! The growth of a label set is `cur - prev` ([`net`]): a series that went on counting adds its
-//! growth, one that restarted (its value went down) its value since, one that is new its value
-//! from zero, and one that left nothing. `last_over_time` reads the last sample at or before
-//! each time, so a missed scrape or windows that do not line up with scrapes shift growth from
-//! one window to the next but never lose or double it; it skips staleness markers, so a sidecar
-//! whose scrape failed for less than `lookback` continues where it left off. The TSDB matches
-//! the series once (`<=`) and sums twice; the answers are small: two series per label set
-//! summed over every sidecar.
+//! The growth of a label set is `cur - prev + lost` ([`net`]): a series that went on counting
+//! adds its growth; one that restarted (its value went down) its value since the restart, plus
+//! what it had counted before the restart since the previous query (its highest sample in `d`
+//! less `prev`, never below zero); one that is new its value from zero, and one that left
+//! nothing. What a restarted sidecar counted after its last scrape never reached the TSDB and is
+//! lost to every reader of it. `last_over_time` reads the last sample at or before each time, so
+//! a missed scrape or windows that do not line up with scrapes shift growth from one window to
+//! the next but never lose or double it; it skips staleness markers, so a sidecar whose scrape
+//! failed for less than `lookback` continues where it left off. The answers are small: at most
+//! three series per label set summed over every sidecar.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -111,24 +114,25 @@ impl Family {
 pub fn growth_expr(family: Family, selector: &str, lookback: Duration, offset: Duration) -> String {
     let series = format!("{}{{{selector}}}", family.metric());
     let range = format!("[{}s]", lookback.as_secs().max(1));
+    let offset_ms = offset.as_millis().max(1);
     let cur = format!("last_over_time({series}{range})");
-    let prev = format!(
-        "last_over_time({series}{range} offset {}ms)",
-        offset.as_millis().max(1)
-    );
+    let prev = format!("last_over_time({series}{range} offset {offset_ms}ms)");
+    let since = format!("max_over_time({series}[{offset_ms}ms])");
     let by = family.by();
     format!(
         "label_replace(sum by ({by}) ({cur}), \"part\", \"cur\", \"\", \"\") or \
-         label_replace(sum by ({by}) ({prev} <= {cur}), \"part\", \"prev\", \"\", \"\")"
+         label_replace(sum by ({by}) ({prev} <= {cur}), \"part\", \"prev\", \"\", \"\") or \
+         label_replace(sum by ({by}) (clamp_min({since} - ({prev} > {cur}), 0)), \"part\", \"lost\", \"\", \"\")"
     )
 }
 
 /// The growth of each label set in an answer to [`growth_expr`]: its `part="cur"` sum less its
-/// `part="prev"` sum at each time (none: zero), never below zero; the `part` label is dropped.
+/// `part="prev"` sum plus its `part="lost"` sum at each time (a missing part: zero), never below
+/// zero; the `part` label is dropped.
 /// Series without a `part` label are taken as growth already.
 pub fn net(answer: Vec<Series>) -> Vec<Series> {
-    /// A label set's `cur` and `prev` points.
-    type Parts = (Vec<(f64, f64)>, Vec<(f64, f64)>);
+    /// A label set's `cur`, `prev` and `lost` points.
+    type Parts = (Vec<(f64, f64)>, Vec<(f64, f64)>, Vec<(f64, f64)>);
     let mut by_labels: HashMap<Vec<(String, String)>, Parts> = HashMap::new();
     for mut s in answer {
         let part = s.labels.remove("part");
@@ -137,22 +141,22 @@ pub fn net(answer: Vec<Series>) -> Vec<Series> {
         let e = by_labels.entry(key).or_default();
         match part.as_deref() {
             Some("prev") => e.1.extend(s.points),
+            Some("lost") => e.2.extend(s.points),
             _ => e.0.extend(s.points),
         }
     }
     let mut out: Vec<Series> = by_labels
         .into_iter()
-        .filter(|(_, (cur, _))| !cur.is_empty())
-        .map(|(key, (cur, prev))| {
+        .filter(|(_, (cur, _, _))| !cur.is_empty())
+        .map(|(key, (cur, prev, lost))| {
+            let at = |part: &[(f64, f64)], t: f64| {
+                part.iter()
+                    .find(|(tp, _)| (tp - t).abs() < 1e-6)
+                    .map_or(0.0, |&(_, v)| v)
+            };
             let points = cur
                 .into_iter()
-                .map(|(t, c)| {
-                    let p = prev
-                        .iter()
-                        .find(|(tp, _)| (tp - t).abs() < 1e-6)
-                        .map_or(0.0, |&(_, p)| p);
-                    (t, (c - p).max(0.0))
-                })
+                .map(|(t, c)| (t, (c - at(&prev, t) + at(&lost, t)).max(0.0)))
                 .collect();
             Series {
                 labels: key.into_iter().collect(),
@@ -516,11 +520,13 @@ mod tests {
         let cur = r#"last_over_time(skewwatch_shard_requests_total{job="sw"}[600s])"#;
         let prev =
             r#"last_over_time(skewwatch_shard_requests_total{job="sw"}[600s] offset 30000ms)"#;
+        let since = r#"max_over_time(skewwatch_shard_requests_total{job="sw"}[30000ms])"#;
         assert_eq!(
             e,
             format!(
                 "label_replace(sum by (group, shard, outcome) ({cur}), \"part\", \"cur\", \"\", \"\") or \
-                 label_replace(sum by (group, shard, outcome) ({prev} <= {cur}), \"part\", \"prev\", \"\", \"\")"
+                 label_replace(sum by (group, shard, outcome) ({prev} <= {cur}), \"part\", \"prev\", \"\", \"\") or \
+                 label_replace(sum by (group, shard, outcome) (clamp_min({since} - ({prev} > {cur}), 0)), \"part\", \"lost\", \"\", \"\")"
             )
         );
     }
@@ -538,8 +544,10 @@ mod tests {
         let got = net(vec![
             s(Some("cur"), "a", vec![(1.0, 100.0), (2.0, 130.0)]),
             s(Some("prev"), "a", vec![(1.0, 90.0), (2.0, 100.0)]),
-            // Only new or restarted series: no `prev` part at all.
+            // Only new or restarted series: no `prev` part at all; one restarted after
+            // counting 4 more since the previous query.
             s(Some("cur"), "b", vec![(1.0, 7.0)]),
+            s(Some("lost"), "b", vec![(1.0, 4.0)]),
             // A `prev` without a `cur` (everything left): nothing.
             s(Some("prev"), "c", vec![(1.0, 5.0)]),
         ]);
@@ -551,7 +559,7 @@ mod tests {
             flat,
             [
                 ("a".to_owned(), vec![(1.0, 10.0), (2.0, 30.0)]),
-                ("b".to_owned(), vec![(1.0, 7.0)])
+                ("b".to_owned(), vec![(1.0, 11.0)])
             ]
         );
     }
