@@ -1,0 +1,512 @@
+#!/usr/bin/env python3
+"""The engine at fleet scale (docs/fleet.md): a real Prometheus scraping the pages of many
+sidecars, with the shipped rules loaded and a fleet instance reading it, in each exposition
+profile.
+
+    scripts/fleet-scale.py [--targets 1000] [--interval 15] [--shards 64]
+                           [--profiles full,fleet] [--warmup-secs 360] [--phase-secs 150]
+                           [--out DIR]
+
+For each profile:
+
+1. Capture. A fresh release agent on that profile is fed one 10-second window of one group of
+   `--shards` shards over StatsD (the traffic of `scripts/series-budget.py`, seeded) and its
+   `/metrics` page is saved: real skewwatch exposition.
+2. Serve. One asyncio process serves `--targets` copies of the page at `/t/<i>`, each its own
+   sidecar: every counter and bucket grows by its captured value times the target's own
+   traffic factor (0.5 to 1.5) once per 10-second sidecar window (each target at its own
+   phase), gauges vary per window, timestamps are the window's end. Prometheus tells the
+   targets apart by their `instance` label (`sidecar-0007`), set in its file of targets.
+3. Ingest. A real Prometheus (`prometheus` on PATH) scrapes every target at `--interval`, job
+   `skewwatch`, and evaluates `rules/prometheus/skewwatch.rules.yml` at the same interval. After
+   `--warmup-secs` (the rules' five-minute rates full, the head's series stable), phase A
+   (`--phase-secs`) reads Prometheus' own figures: head series, resident memory, Go heap in
+   use, samples appended per second, CPU, every target's scrape durations, the rule groups'
+   last evaluation times, missed iterations.
+4. Fleet. A fleet instance (`skewwatch run` with `fleet:`, 30 s windows, the default
+   backfill of an hour) starts against it; once ready, phase B (`--phase-secs`) reads its
+   query durations, windows fed or skipped and answers, and Prometheus' CPU again: the
+   difference from phase A, times the window, is what the fleet's six queries cost
+   Prometheus per window.
+
+Prints one JSON object of figures per profile as it goes and writes them all to
+`DIR/figures.json` and the table to `DIR/table.md` (`--render DIR/figures.json` renders a
+saved run again). The page server's and Prometheus' CPU compete with each other and with
+whatever else runs: the load average is recorded beside every phase. A quick check:
+`scripts/fleet-scale.py --targets 20 --warmup-secs 60 --phase-secs 70`.
+Needs a release build (SKEWWATCH_BIN, default target/release/skewwatch); uses free loopback
+ports and a temporary directory it removes.
+"""
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RULES = os.path.join(ROOT, "rules", "prometheus", "skewwatch.rules.yml")
+SIDECAR_WINDOW_SECS = 10
+FLEET_WINDOW_SECS = 30
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
+COUNTER_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
+
+def load_budget():
+    """scripts/series-budget.py, whose traffic and capture this reuses."""
+    spec = importlib.util.spec_from_file_location(
+        "series_budget", os.path.join(ROOT, "scripts", "series-budget.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, proc, what, secs=60):
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"{what} did not listen on {port} within {secs} s")
+
+
+def stop(proc):
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def get(url, timeout=30):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def samples(text):
+    """A Prometheus text page as [(name, labels text, value)]; comments skipped."""
+    out = []
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), m.group(2) or "", float(m.group(3))))
+    return out
+
+
+def value(page, name, labels=""):
+    """The sum of `name`'s samples on a page whose labels contain every `k="v"` of `labels`."""
+    want = [p for p in labels.split(",") if p]
+    return sum(v for n, l, v in page if n == name and all(w in l for w in want))
+
+
+def cpu_seconds():
+    t = os.times()
+    return t.user + t.system
+
+
+def load_average():
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+# --- 1. Capture -----------------------------------------------------------------------------
+
+def capture(binary, profile, shards, work):
+    """The /metrics page of a real agent on `profile` after one window of `shards` shards."""
+    budget = load_budget()
+    config = os.path.join(work, f"capture-{profile}.yaml")
+    with open(config, "w") as f:
+        f.write(f"exposition:\n  profile: {profile}\n")
+    http, statsd = free_port(), free_port()
+    log = open(os.path.join(work, f"capture-{profile}.log"), "w")
+    agent = subprocess.Popen(
+        [binary, "run", "--config", config, "--http-listen", f"127.0.0.1:{http}",
+         "--statsd-listen", f"127.0.0.1:{statsd}"], stdout=log, stderr=log)
+    try:
+        wait_listening(http, agent, "the capture agent")
+        page = os.path.join(work, f"page-{profile}.txt")
+        budget.measure(f"127.0.0.1:{statsd}", f"127.0.0.1:{http}", shards, page)
+        return open(page).read()
+    finally:
+        stop(agent)
+
+
+# --- 2. Serve -------------------------------------------------------------------------------
+
+class Template:
+    """A captured page, ready to be rendered as any target at any time.
+
+    Counters (and buckets, `_sum`, `_count`) grow by their captured value once per sidecar
+    window, scaled by the target's traffic factor: a bucket series stays at or above the
+    buckets below it, since every bucket of a target is scaled alike and rounded down.
+    """
+
+    def __init__(self, text):
+        self.counters, self.gauges, self.stamps, self.fixed = [], [], [], []
+        for name, labels, v in samples(text):
+            prefix = f"{name}{labels} "
+            if name.endswith(COUNTER_SUFFIXES):
+                self.counters.append((prefix, v, name.endswith("_sum")))
+            elif name.endswith("_timestamp_seconds") and "start" not in name:
+                self.stamps.append(prefix)
+            elif name.endswith("_info") or v == 0:
+                self.fixed.append(f"{prefix}{v:g}")
+            else:
+                self.gauges.append((prefix, v))
+        self.series = len(self.counters) + len(self.gauges) + len(self.stamps) + len(self.fixed)
+        self.fixed_text = "\n".join(self.fixed)
+
+    def render(self, target, now, t0):
+        factor = 0.5 + (target * 0.6180339887) % 1.0
+        phase = (target * 7.31) % SIDECAR_WINDOW_SECS
+        windows = int((now - t0 + phase) // SIDECAR_WINDOW_SECS) + 1
+        window_end = t0 - phase + windows * SIDECAR_WINDOW_SECS - SIDECAR_WINDOW_SECS
+        grow = factor * windows
+        lines = [
+            f"{p}{v * grow:.6f}" if is_sum else f"{p}{int(v * grow)}"
+            for p, v, is_sum in self.counters
+        ]
+        wobble = 0.9 + 0.2 * (((target + windows) * 0.7548776662) % 1.0)
+        lines.extend(f"{p}{v * wobble:.6g}" for p, v in self.gauges)
+        lines.extend(f"{p}{window_end:.3f}" for p in self.stamps)
+        lines.append(self.fixed_text)
+        lines.append("")
+        return "\n".join(lines).encode()
+
+
+def serve(template, port, stats):
+    """Serves `template` as every target at /t/<i> on `port`, HTTP/1.1 keep-alive, until
+    the process ends; counts the pages served in `stats`."""
+    t0 = time.time()
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1].decode()
+                try:
+                    body = template.render(int(path.rsplit("/", 1)[1]), time.time(), t0)
+                    status = b"200 OK"
+                except (ValueError, IndexError):
+                    body, status = b"no such target\n", b"404 Not Found"
+                stats["pages"] += 1
+                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain; version=0.0.4"
+                             b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    threading.Thread(target=lambda: asyncio.run(main()), daemon=True, name="pages").start()
+
+
+# --- 3. Ingest ------------------------------------------------------------------------------
+
+def start_prometheus(work, targets, interval, pages_port):
+    port = free_port()
+    sd = [{"targets": [f"127.0.0.1:{pages_port}"],
+           "labels": {"__metrics_path__": f"/t/{i}", "instance": f"sidecar-{i:04d}"}}
+          for i in range(targets)]
+    with open(os.path.join(work, "targets.json"), "w") as f:
+        json.dump(sd, f)
+    with open(os.path.join(work, "prometheus.yml"), "w") as f:
+        f.write(f"""global:
+  scrape_interval: {interval}s
+  scrape_timeout: {min(interval, 10)}s
+  evaluation_interval: {interval}s
+rule_files: [{json.dumps(RULES)}]
+scrape_configs:
+  - job_name: skewwatch
+    file_sd_configs: [{{files: [{json.dumps(os.path.join(work, "targets.json"))}]}}]
+""")
+    data = os.path.join(work, "tsdb")
+    shutil.rmtree(data, ignore_errors=True)
+    log = open(os.path.join(work, "prometheus.log"), "w")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={data}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
+    wait_listening(port, proc, "prometheus")
+    return proc, port
+
+
+def query(port, expr, at=None):
+    params = {"query": expr}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    body = urllib.parse.urlencode(params).encode()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query", data=body,
+                                timeout=120) as r:
+        return json.load(r)["data"]["result"]
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def prometheus_phase(port, secs):
+    """Prometheus' own figures over `secs`: rates between two reads of its /metrics."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    before, t_before, load_before = samples(get(url)), time.time(), load_average()
+    time.sleep(secs)
+    after, t_after = samples(get(url)), time.time()
+    elapsed = t_after - t_before
+
+    def rate(name, labels=""):
+        return (value(after, name, labels) - value(before, name, labels)) / elapsed
+
+    durations = [float(v) for s in query(port, f'scrape_duration_seconds{{job="skewwatch"}}[{int(secs)}s]')
+                 for _, v in s["values"]]
+    groups = {}
+    for n, labels, v in after:
+        if n == "prometheus_rule_group_last_duration_seconds":
+            groups[re.search(r'rule_group="[^"]*;([^"]*)"', labels).group(1)] = v
+    evals = {q: value(after, "prometheus_rule_evaluation_duration_seconds", f'quantile="{q}"')
+             for q in ("0.5", "0.9", "0.99")}
+    return {
+        "load_average": f"{load_before} -> {load_average()}",
+        "head_series": value(after, "prometheus_tsdb_head_series"),
+        "targets_up": sum(float(s["value"][1]) for s in query(port, 'up{job="skewwatch"}')),
+        "samples_per_second": rate("prometheus_tsdb_head_samples_appended_total"),
+        "resident_bytes": value(after, "process_resident_memory_bytes"),
+        "heap_inuse_bytes": value(after, "go_memstats_heap_inuse_bytes"),
+        "cpu_cores": rate("process_cpu_seconds_total"),
+        "scrape_seconds_p50": quantile(durations, 0.5),
+        "scrape_seconds_p99": quantile(durations, 0.99),
+        "scrape_interval_p99": value(after, "prometheus_target_interval_length_seconds",
+                                     'quantile="0.99"'),
+        "rule_groups_seconds": groups,
+        "rule_eval_seconds_quantiles": evals,
+        "rule_iterations_missed": value(after, "prometheus_rule_group_iterations_missed_total"),
+    }
+
+
+# --- 4. Fleet -------------------------------------------------------------------------------
+
+def start_fleet(binary, work, prom_port):
+    http, statsd = free_port(), free_port()
+    config = os.path.join(work, "fleet.yaml")
+    with open(config, "w") as f:
+        f.write(f"""window:
+  window_secs: {FLEET_WINDOW_SECS}
+fleet:
+  url: http://127.0.0.1:{prom_port}
+  selector: 'job="skewwatch"'
+  query_lead_secs: 10
+  timeout_secs: 10
+""")
+    log = open(os.path.join(work, "fleet.log"), "w")
+    started = time.time()
+    proc = subprocess.Popen(
+        [binary, "run", "--config", config, "--http-listen", f"127.0.0.1:{http}",
+         "--statsd-listen", f"127.0.0.1:{statsd}"], stdout=log, stderr=log)
+    wait_listening(http, proc, "the fleet instance", secs=180)
+    ready = ""
+    while time.time() - started < 300:
+        try:
+            ready = get(f"http://127.0.0.1:{http}/readyz")
+            if "baselines" in ready or "warm" in ready:
+                break
+        except OSError as e:
+            ready = str(e)
+        time.sleep(1)
+    return proc, http, time.time() - started, ready.strip()
+
+
+def proc_cpu_seconds(pid):
+    """User and system CPU of a process so far, from /proc (skewwatch exports no process
+    metrics)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fleet_phase(prom_port, fleet_port, fleet_pid, secs):
+    url = f"http://127.0.0.1:{fleet_port}/metrics"
+    fleet_before, cpu_before = samples(get(url)), proc_cpu_seconds(fleet_pid)
+    prom = prometheus_phase(prom_port, secs)
+    fleet_after, cpu_after = samples(get(url)), proc_cpu_seconds(fleet_pid)
+
+    def grew(name, labels=""):
+        return value(fleet_after, name, labels) - value(fleet_before, name, labels)
+
+    queries = grew("skewwatch_fleet_query_duration_seconds_count")
+    buckets = {}
+    for n, labels, v in fleet_after:
+        if n == "skewwatch_fleet_query_duration_seconds_bucket":
+            le = re.search(r'le="([^"]*)"', labels).group(1)
+            buckets[le] = v - value(fleet_before, n, f'le="{le}"')
+    failures = {re.search(r'reason="([^"]*)"', l).group(1): v - value(fleet_before, n, l[1:-1])
+                for n, l, v in fleet_after if n == "skewwatch_fleet_query_failures_total"}
+    return {
+        "prometheus": prom,
+        "queries": queries,
+        "query_seconds_mean": grew("skewwatch_fleet_query_duration_seconds_sum") / queries
+        if queries else float("nan"),
+        "query_seconds_buckets": buckets,
+        "windows_fed": grew("skewwatch_fleet_windows_total", 'result="fed"'),
+        "windows_skipped": grew("skewwatch_fleet_windows_total", 'result="skipped"'),
+        "failures": {k: v for k, v in failures.items() if v},
+        "answer_series": value(fleet_after, "skewwatch_fleet_answer_series"),
+        "answer_bytes": value(fleet_after, "skewwatch_fleet_answer_bytes"),
+        "fleet_instance_cpu_seconds_per_window": (cpu_after - cpu_before) / secs * FLEET_WINDOW_SECS,
+    }
+
+
+# --- The run, and its table -----------------------------------------------------------------
+
+def run_profile(args, binary, profile, work):
+    print(f"# {profile}: capturing a {args.shards}-shard page", file=sys.stderr, flush=True)
+    template = Template(capture(binary, profile, args.shards, work))
+    stats = {"pages": 0}
+    pages_port = free_port()
+    serve(template, pages_port, stats)
+    prom, prom_port = start_prometheus(work, args.targets, args.interval, pages_port)
+    fleet = None
+    try:
+        print(f"# {profile}: {args.targets} targets of {template.series} series; warming up "
+              f"{args.warmup_secs} s", file=sys.stderr, flush=True)
+        time.sleep(args.warmup_secs)
+        pages_before, cpu_before, t = stats["pages"], cpu_seconds(), time.time()
+        ingest = prometheus_phase(prom_port, args.phase_secs)
+        # The page server is a thread of this process, which otherwise sleeps.
+        ingest["page_server_cores"] = (cpu_seconds() - cpu_before) / (time.time() - t)
+        ingest["pages_per_second"] = (stats["pages"] - pages_before) / (time.time() - t)
+        print(f"# {profile}: ingest {json.dumps(ingest)}", file=sys.stderr, flush=True)
+        fleet, fleet_port, ready_secs, ready = start_fleet(binary, work, prom_port)
+        print(f"# {profile}: fleet instance ready in {ready_secs:.0f} s: {ready}",
+              file=sys.stderr, flush=True)
+        with_fleet = fleet_phase(prom_port, fleet_port, fleet.pid, args.phase_secs)
+        return {
+            "profile": profile,
+            "targets": args.targets,
+            "shards": args.shards,
+            "interval_secs": args.interval,
+            "series_per_page": template.series,
+            "page_bytes": len(template.render(0, time.time(), time.time())),
+            "ingest": ingest,
+            "fleet_ready_secs": ready_secs,
+            "fleet_readyz": ready,
+            "fleet": with_fleet,
+            "fleet_prometheus_cpu_seconds_per_window": (
+                with_fleet["prometheus"]["cpu_cores"] - ingest["cpu_cores"]) * FLEET_WINDOW_SECS,
+        }
+    finally:
+        stop(fleet)
+        stop(prom)
+        shutil.rmtree(os.path.join(work, "tsdb"), ignore_errors=True)
+
+
+def bound_at(buckets, q):
+    """The smallest histogram bound under which at least `q` of the observations fell."""
+    total = buckets.get("+Inf", 0)
+    for le, n in sorted(buckets.items(), key=lambda b: float(b[0])):
+        if total and n >= q * total:
+            return f"{float(le) * 1e3:,.0f} ms" if le != "+Inf" else "over the largest bound"
+    return "none"
+
+
+def render(figures):
+    """The table of docs/fleet.md, one column per profile."""
+    def mib(b):
+        return f"{b / 2**20:,.0f} MiB"
+
+    rows = [
+        ("targets × shards, scrape interval", lambda f: f"{f['targets']:,} × {f['shards']}, {f['interval_secs']} s"),
+        ("series per page / page bytes", lambda f: f"{f['series_per_page']:,} / {f['page_bytes']:,}"),
+        ("targets up", lambda f: f"{f['ingest']['targets_up']:,.0f}"),
+        ("head series", lambda f: f"{f['ingest']['head_series']:,.0f}"),
+        ("samples appended per second", lambda f: f"{f['ingest']['samples_per_second']:,.0f}"),
+        ("resident memory", lambda f: mib(f['ingest']['resident_bytes'])),
+        ("Go heap in use", lambda f: mib(f['ingest']['heap_inuse_bytes'])),
+        ("resident bytes per head series", lambda f: f"{f['ingest']['resident_bytes'] / f['ingest']['head_series']:,.0f}"),
+        ("Prometheus CPU, ingest and rules (cores)", lambda f: f"{f['ingest']['cpu_cores']:.2f}"),
+        ("scrape duration p50 / p99", lambda f: f"{f['ingest']['scrape_seconds_p50'] * 1e3:,.0f} / {f['ingest']['scrape_seconds_p99'] * 1e3:,.0f} ms"),
+        ("scrape interval p99 (15 s asked)", lambda f: f"{f['ingest']['scrape_interval_p99']:.2f} s"),
+        ("rule groups' last evaluation", lambda f: ", ".join(
+            f"{g.replace('skewwatch-', '')} {s * 1e3:,.0f} ms" for g, s in f['ingest']['rule_groups_seconds'].items())),
+        ("rule iterations missed", lambda f: f"{f['ingest']['rule_iterations_missed']:.0f}"),
+        ("fleet queries: mean duration (6 a window, at once)", lambda f: f"{f['fleet']['query_seconds_mean'] * 1e3:,.0f} ms"),
+        ("fleet queries: p99 at or under (histogram bound)", lambda f: bound_at(f['fleet']['query_seconds_buckets'], 0.99)),
+        ("fleet windows fed / skipped", lambda f: f"{f['fleet']['windows_fed']:.0f} / {f['fleet']['windows_skipped']:.0f}"),
+        ("fleet answers: series / bytes", lambda f: f"{f['fleet']['answer_series']:,.0f} / {f['fleet']['answer_bytes']:,.0f}"),
+        ("Prometheus CPU per fleet window", lambda f: f"{f['fleet_prometheus_cpu_seconds_per_window']:.2f} s"),
+        ("fleet instance's own CPU per window", lambda f: f"{f['fleet']['fleet_instance_cpu_seconds_per_window']:.2f} s"),
+        ("fleet instance ready (backfill)", lambda f: f"{f['fleet_ready_secs']:.0f} s"),
+        ("page server (pages/s, cores)", lambda f: f"{f['ingest']['pages_per_second']:.1f}, {f['ingest']['page_server_cores']:.2f}"),
+        ("load average (1, 5, 15 min) in phase A", lambda f: f["ingest"]["load_average"]),
+    ]
+    head = "| | " + " | ".join(f["profile"] for f in figures) + " |"
+    out = [head, "|---" * (len(figures) + 1) + "|"]
+    for label, cell in rows:
+        out.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " |")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--targets", type=int, default=1000)
+    p.add_argument("--interval", type=int, default=15)
+    p.add_argument("--shards", type=int, default=64)
+    p.add_argument("--profiles", default="full,fleet")
+    p.add_argument("--warmup-secs", type=int, default=360)
+    p.add_argument("--phase-secs", type=int, default=150)
+    p.add_argument("--out", default=None)
+    p.add_argument("--render", default=None, help="render a saved figures.json and exit")
+    args = p.parse_args()
+    if args.render:
+        print(render(json.load(open(args.render))))
+        return
+    binary = os.path.abspath(os.environ.get("SKEWWATCH_BIN", os.path.join(ROOT, "target/release/skewwatch")))
+    if not os.path.exists(binary):
+        sys.exit(f"no release build at {binary}: cargo build --release -p skewwatch")
+    work = tempfile.mkdtemp(prefix="fleet-scale-")
+    out = args.out or work
+    os.makedirs(out, exist_ok=True)
+    print(f"# fleet-scale: {os.cpu_count()} CPUs, load average {load_average()}, work in {work}",
+          file=sys.stderr, flush=True)
+    figures = []
+    try:
+        for profile in args.profiles.split(","):
+            figures.append(run_profile(args, binary, profile, work))
+            print(json.dumps(figures[-1]), flush=True)
+            with open(os.path.join(out, "figures.json"), "w") as f:
+                json.dump(figures, f, indent=1)
+    finally:
+        if out != work:
+            shutil.rmtree(work, ignore_errors=True)
+    table = render(figures)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
