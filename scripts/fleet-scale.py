@@ -27,7 +27,10 @@ For each profile:
    backfill of an hour) starts against it; once ready, phase B (`--phase-secs`) reads its
    query durations, windows fed or skipped and answers, and Prometheus' CPU again: the
    difference from phase A, times the window, is what the fleet's six queries cost
-   Prometheus per window.
+   Prometheus per window. Last, with the fleet instance stopped, every rule expression and the
+   fleet's last six queries (from Prometheus' query log) are evaluated once more with
+   `stats=all`: the samples each reads, a count that does not depend on the machine, so it
+   scales to other fleets where seconds on a busy machine do not.
 
 Prints one JSON object of figures per profile as it goes and writes them all to
 `DIR/figures.json` and the table to `DIR/table.md` (`--render DIR/figures.json` renders a
@@ -242,6 +245,7 @@ def start_prometheus(work, targets, interval, pages_port):
   scrape_interval: {interval}s
   scrape_timeout: {min(interval, 10)}s
   evaluation_interval: {interval}s
+  query_log_file: {json.dumps(os.path.join(work, "queries.log"))}
 rule_files: [{json.dumps(RULES)}]
 scrape_configs:
   - job_name: skewwatch
@@ -252,19 +256,70 @@ scrape_configs:
     log = open(os.path.join(work, "prometheus.log"), "w")
     proc = subprocess.Popen(
         ["prometheus", f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
+         f"--web.listen-address=127.0.0.1:{port}", "--query.timeout=10m"],
+        stdout=log, stderr=log)
     wait_listening(port, proc, "prometheus")
     return proc, port
 
 
-def query(port, expr, at=None):
+def query(port, expr, at=None, stats=False):
     params = {"query": expr}
     if at is not None:
         params["time"] = f"{at:.3f}"
+    if stats:
+        params["stats"] = "all"
     body = urllib.parse.urlencode(params).encode()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query", data=body,
-                                timeout=120) as r:
-        return json.load(r)["data"]["result"]
+                                timeout=900) as r:
+        data = json.load(r)["data"]
+    return data if stats else data["result"]
+
+
+def work_of(port, exprs, at=None):
+    """What evaluating `exprs` one after the other costs, by the engine's own count: samples
+    read (`totalQueryableSamples`, which does not depend on the machine) and seconds."""
+    read, secs = 0, 0.0
+    for expr in exprs:
+        stats = query(port, expr, at, stats=True)["stats"]
+        read += stats["samples"]["totalQueryableSamples"]
+        secs += stats["timings"]["evalTotalTime"]
+    return {"samples": read, "seconds": secs}
+
+
+def rule_exprs():
+    """The shipped rules' expressions by group, read without a YAML library: every `expr:`
+    is a one-line string or a `|` block."""
+    groups, group, lines = {}, None, open(RULES).read().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"\s*- name: (\S+)", line)
+        if m:
+            group = m.group(1)
+        m = re.match(r"(\s*)expr: (.*)", line)
+        if m:
+            indent, text = len(m.group(1)), m.group(2)
+            if text.strip() == "|":
+                block = []
+                while i + 1 < len(lines) and (not lines[i + 1].strip()
+                                              or len(lines[i + 1]) - len(lines[i + 1].lstrip()) > indent):
+                    i += 1
+                    block.append(lines[i].strip())
+                text = "\n".join(block)
+            groups.setdefault(group, []).append(text.strip())
+        i += 1
+    return groups
+
+
+def fleet_exprs(work):
+    """The last window's expressions the fleet instance sent, from Prometheus' query log."""
+    seen = {}
+    for line in open(os.path.join(work, "queries.log")):
+        entry = json.loads(line)
+        params = entry.get("params", {})
+        if params.get("step") == 0 and "part" in params.get("query", ""):
+            seen[params["query"].split("{", 1)[0] + params["query"][-80:]] = params
+    return list(seen.values())[-6:]
 
 
 def quantile(xs, q):
@@ -404,6 +459,12 @@ def run_profile(args, binary, profile, work):
         print(f"# {profile}: fleet instance ready in {ready_secs:.0f} s: {ready}",
               file=sys.stderr, flush=True)
         with_fleet = fleet_phase(prom_port, fleet_port, fleet.pid, args.phase_secs)
+        stop(fleet)
+        print(f"# {profile}: counting the samples the rules and the fleet's queries read",
+              file=sys.stderr, flush=True)
+        rules = {g: work_of(prom_port, exprs) for g, exprs in rule_exprs().items()}
+        asked = fleet_exprs(work)
+        fleet_work = work_of(prom_port, [p["query"] for p in asked])
         return {
             "profile": profile,
             "targets": args.targets,
@@ -415,6 +476,8 @@ def run_profile(args, binary, profile, work):
             "fleet_ready_secs": ready_secs,
             "fleet_readyz": ready,
             "fleet": with_fleet,
+            "rules_work": rules,
+            "fleet_queries_work": dict(fleet_work, queries=len(asked)),
             "fleet_prometheus_cpu_seconds_per_window": (
                 with_fleet["prometheus"]["cpu_cores"] - ingest["cpu_cores"]) * FLEET_WINDOW_SECS,
         }
@@ -452,11 +515,14 @@ def render(figures):
         ("scrape interval p99 (15 s asked)", lambda f: f"{f['ingest']['scrape_interval_p99']:.2f} s"),
         ("rule groups' last evaluation", lambda f: ", ".join(
             f"{g.replace('skewwatch-', '')} {s * 1e3:,.0f} ms" for g, s in f['ingest']['rule_groups_seconds'].items())),
+        ("rules: samples read per evaluation (engine's count)", lambda f: ", ".join(
+            f"{g.replace('skewwatch-', '')} {w['samples'] / 1e6:,.2f} M" for g, w in f['rules_work'].items()) if 'rules_work' in f else "not counted"),
         ("rule iterations missed", lambda f: f"{f['ingest']['rule_iterations_missed']:.0f}"),
         ("fleet queries: mean duration (6 a window, at once)", lambda f: f"{f['fleet']['query_seconds_mean'] * 1e3:,.0f} ms"),
         ("fleet queries: p99 at or under (histogram bound)", lambda f: bound_at(f['fleet']['query_seconds_buckets'], 0.99)),
         ("fleet windows fed / skipped", lambda f: f"{f['fleet']['windows_fed']:.0f} / {f['fleet']['windows_skipped']:.0f}"),
         ("fleet answers: series / bytes", lambda f: f"{f['fleet']['answer_series']:,.0f} / {f['fleet']['answer_bytes']:,.0f}"),
+        ("fleet queries: samples read per window, evaluated one by one", lambda f: f"{f['fleet_queries_work']['samples'] / 1e6:,.2f} M in {f['fleet_queries_work']['seconds']:.1f} s" if 'fleet_queries_work' in f else "not counted"),
         ("Prometheus CPU per fleet window", lambda f: f"{f['fleet_prometheus_cpu_seconds_per_window']:.2f} s"),
         ("fleet instance's own CPU per window", lambda f: f"{f['fleet']['fleet_instance_cpu_seconds_per_window']:.2f} s"),
         ("fleet instance ready (backfill)", lambda f: f"{f['fleet_ready_secs']:.0f} s"),
