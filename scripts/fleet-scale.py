@@ -5,7 +5,7 @@ profile.
 
     scripts/fleet-scale.py [--targets 1000] [--interval 15] [--shards 64]
                            [--profiles full,fleet] [--warmup-secs 360] [--phase-secs 150]
-                           [--out DIR]
+                           [--lookback-secs S] [--out DIR]
 
 For each profile:
 
@@ -24,7 +24,9 @@ For each profile:
    use, samples appended per second, CPU, every target's scrape durations, the rule groups'
    last evaluation times, missed iterations.
 4. Fleet. A fleet instance (`skewwatch run` with `fleet:`, 30 s windows, the default
-   backfill of an hour) starts against it; once ready, phase B (`--phase-secs`) reads its
+   backfill of an hour, `fleet.query_lead_secs` and `fleet.timeout_secs` raised to 10 s so a
+   slow answer is timed rather than cut at 5 s; `--lookback-secs` sets `fleet.lookback_secs`)
+   starts against it; once ready, phase B (`--phase-secs`) reads its
    query durations, windows fed or skipped and answers, and Prometheus' CPU again: the
    difference from phase A, times the window, is what the fleet's six queries cost
    Prometheus per window. Last, with the fleet instance stopped, every rule expression and the
@@ -366,7 +368,7 @@ def prometheus_phase(port, secs):
 
 # --- 4. Fleet -------------------------------------------------------------------------------
 
-def start_fleet(binary, work, prom_port):
+def start_fleet(binary, work, prom_port, lookback_secs):
     http, statsd = free_port(), free_port()
     config = os.path.join(work, "fleet.yaml")
     with open(config, "w") as f:
@@ -378,6 +380,8 @@ fleet:
   query_lead_secs: 10
   timeout_secs: 10
 """)
+        if lookback_secs:
+            f.write(f"  lookback_secs: {lookback_secs}\n")
     log = open(os.path.join(work, "fleet.log"), "w")
     started = time.time()
     proc = subprocess.Popen(
@@ -455,7 +459,7 @@ def run_profile(args, binary, profile, work):
         ingest["page_server_cores"] = (cpu_seconds() - cpu_before) / (time.time() - t)
         ingest["pages_per_second"] = (stats["pages"] - pages_before) / (time.time() - t)
         print(f"# {profile}: ingest {json.dumps(ingest)}", file=sys.stderr, flush=True)
-        fleet, fleet_port, ready_secs, ready = start_fleet(binary, work, prom_port)
+        fleet, fleet_port, ready_secs, ready = start_fleet(binary, work, prom_port, args.lookback_secs)
         print(f"# {profile}: fleet instance ready in {ready_secs:.0f} s: {ready}",
               file=sys.stderr, flush=True)
         with_fleet = fleet_phase(prom_port, fleet_port, fleet.pid, args.phase_secs)
@@ -473,6 +477,7 @@ def run_profile(args, binary, profile, work):
             "series_per_page": template.series,
             "page_bytes": len(template.render(0, time.time(), time.time())),
             "ingest": ingest,
+            "fleet_lookback_secs": args.lookback_secs or "default",
             "fleet_ready_secs": ready_secs,
             "fleet_readyz": ready,
             "fleet": with_fleet,
@@ -544,6 +549,8 @@ def main():
     p.add_argument("--profiles", default="full,fleet")
     p.add_argument("--warmup-secs", type=int, default=360)
     p.add_argument("--phase-secs", type=int, default=150)
+    p.add_argument("--lookback-secs", type=int, default=0,
+                   help="the fleet instance's fleet.lookback_secs (0: its default)")
     p.add_argument("--out", default=None)
     p.add_argument("--render", default=None, help="render a saved figures.json and exit")
     args = p.parse_args()
