@@ -36,7 +36,7 @@ For each profile:
 
 Prints one JSON object of figures per profile as it goes and writes them all to
 `DIR/figures.json` and the table to `DIR/table.md` (`--render DIR/figures.json` renders a
-saved run again). The page server's and Prometheus' CPU compete with each other and with
+saved run again; several files give one table). The page server's and Prometheus' CPU compete with each other and with
 whatever else runs: the load average is recorded beside every phase. A quick check:
 `scripts/fleet-scale.py --targets 20 --warmup-secs 60 --phase-secs 70`.
 Needs a release build (SKEWWATCH_BIN, default target/release/skewwatch); uses free loopback
@@ -492,50 +492,51 @@ def run_profile(args, binary, profile, work):
         shutil.rmtree(os.path.join(work, "tsdb"), ignore_errors=True)
 
 
-def bound_at(buckets, q):
-    """The smallest histogram bound under which at least `q` of the observations fell."""
-    total = buckets.get("+Inf", 0)
-    for le, n in sorted(buckets.items(), key=lambda b: float(b[0])):
-        if total and n >= q * total:
-            return f"{float(le) * 1e3:,.0f} ms" if le != "+Inf" else "over the largest bound"
-    return "none"
-
-
 def render(figures):
-    """The table of docs/fleet.md, one column per profile."""
-    def mib(b):
-        return f"{b / 2**20:,.0f} MiB"
+    """The table of docs/fleet.md, one column per run; * marks what this machine bounds."""
+    def gb(b):
+        return f"{b / 1e9:.2f} GB"
+
+    def per_series(f, key):
+        return f"{gb(f['ingest'][key])} / {f['ingest'][key] / f['ingest']['head_series'] / 1e3:.1f} kB"
+
+    def counted(f, key, total):
+        return f"{total(f[key]) / 1e6:.1f} M" if key in f else "not counted"
+
+    def loads(f):
+        a, b = f["ingest"]["load_average"].split(), f["fleet"]["prometheus"]["load_average"].split()
+        return f"{a[0]}–{a[4]}, {b[0]}–{b[4]}"
+
+    def groups(f):
+        return f["ingest"]["rule_groups_seconds"]
 
     rows = [
-        ("targets × shards, scrape interval", lambda f: f"{f['targets']:,} × {f['shards']}, {f['interval_secs']} s"),
-        ("series per page / page bytes", lambda f: f"{f['series_per_page']:,} / {f['page_bytes']:,}"),
-        ("targets up", lambda f: f"{f['ingest']['targets_up']:,.0f}"),
-        ("head series", lambda f: f"{f['ingest']['head_series']:,.0f}"),
+        ("series per page / page bytes", lambda f: f"{f['series_per_page']:,} / {f['page_bytes'] / 1e3:,.0f} kB"),
+        ("head series", lambda f: f"{f['ingest']['head_series'] / 1e6:.3f} M"),
         ("samples appended per second", lambda f: f"{f['ingest']['samples_per_second']:,.0f}"),
-        ("resident memory", lambda f: mib(f['ingest']['resident_bytes'])),
-        ("Go heap in use", lambda f: mib(f['ingest']['heap_inuse_bytes'])),
-        ("resident bytes per head series", lambda f: f"{f['ingest']['resident_bytes'] / f['ingest']['head_series']:,.0f}"),
-        ("Prometheus CPU, ingest and rules (cores)", lambda f: f"{f['ingest']['cpu_cores']:.2f}"),
-        ("scrape duration p50 / p99", lambda f: f"{f['ingest']['scrape_seconds_p50'] * 1e3:,.0f} / {f['ingest']['scrape_seconds_p99'] * 1e3:,.0f} ms"),
-        ("scrape interval p99 (15 s asked)", lambda f: f"{f['ingest']['scrape_interval_p99']:.2f} s"),
-        ("rule groups' last evaluation", lambda f: ", ".join(
-            f"{g.replace('skewwatch-', '')} {s * 1e3:,.0f} ms" for g, s in f['ingest']['rule_groups_seconds'].items())),
-        ("rules: samples read per evaluation (engine's count)", lambda f: ", ".join(
-            f"{g.replace('skewwatch-', '')} {w['samples'] / 1e6:,.2f} M" for g, w in f['rules_work'].items()) if 'rules_work' in f else "not counted"),
-        ("rule iterations missed", lambda f: f"{f['ingest']['rule_iterations_missed']:.0f}"),
-        ("fleet queries: mean duration (6 a window, at once)", lambda f: f"{f['fleet']['query_seconds_mean'] * 1e3:,.0f} ms"),
-        ("fleet queries: p99 at or under (histogram bound)", lambda f: bound_at(f['fleet']['query_seconds_buckets'], 0.99)),
-        ("fleet windows fed / skipped", lambda f: f"{f['fleet']['windows_fed']:.0f} / {f['fleet']['windows_skipped']:.0f}"),
-        ("fleet answers: series / bytes", lambda f: f"{f['fleet']['answer_series']:,.0f} / {f['fleet']['answer_bytes']:,.0f}"),
-        ("fleet queries: samples read per window, evaluated one by one", lambda f: f"{f['fleet_queries_work']['samples'] / 1e6:,.2f} M in {f['fleet_queries_work']['seconds']:.1f} s" if 'fleet_queries_work' in f else "not counted"),
-        ("Prometheus CPU per fleet window", lambda f: f"{f['fleet_prometheus_cpu_seconds_per_window']:.2f} s"),
-        ("fleet instance's own CPU per window", lambda f: f"{f['fleet']['fleet_instance_cpu_seconds_per_window']:.2f} s"),
-        ("fleet instance ready (backfill)", lambda f: f"{f['fleet_ready_secs']:.0f} s"),
-        ("page server (pages/s, cores)", lambda f: f"{f['ingest']['pages_per_second']:.1f}, {f['ingest']['page_server_cores']:.2f}"),
-        ("load average (1, 5, 15 min) in phase A", lambda f: f["ingest"]["load_average"]),
+        ("resident memory / per head series", lambda f: per_series(f, "resident_bytes")),
+        ("Go heap in use / per head series", lambda f: per_series(f, "heap_inuse_bytes")),
+        ("scrape duration p50 / p99", lambda f: f"{f['ingest']['scrape_seconds_p50'] * 1e3:,.0f} ms / {f['ingest']['scrape_seconds_p99']:.2f} s"),
+        ("targets up", lambda f: f"{f['ingest']['targets_up']:,.0f}"),
+        ("rules: samples read per evaluation (recording + alerts + health)",
+         lambda f: counted(f, "rules_work", lambda w: sum(g["samples"] for g in w.values()))),
+        ("recording group's last evaluation (15 s interval) *", lambda f: f"{groups(f)['skewwatch-fleet-recording']:.1f} s"),
+        ("alert groups' last evaluation (fleet, health) *",
+         lambda f: f"{groups(f)['skewwatch-fleet-alerts']:.1f} s, {groups(f)['skewwatch-health']:.2f} s"),
+        ("rule iterations missed since start *", lambda f: f"{f['ingest']['rule_iterations_missed']:.0f}"),
+        ("fleet queries: samples read per window", lambda f: counted(f, "fleet_queries_work", lambda w: w["samples"])),
+        ("fleet queries: mean duration, share within 10 s *",
+         lambda f: f"{f['fleet']['query_seconds_mean']:.1f} s, {f['fleet']['query_seconds_buckets'].get('10', 0):.0f} of {f['fleet']['queries']:.0f}"),
+        ("fleet windows fed / skipped (late) *", lambda f: f"{f['fleet']['windows_fed']:.0f} / {f['fleet']['windows_skipped']:.0f}"),
+        ("hour's backfill at start-up *",
+         lambda f: "failed (60 s limit)" if "failed" in f["fleet_readyz"] else f"{f['fleet_ready_secs']:.0f} s"),
+        ("fleet instance's CPU per window", lambda f: f"{f['fleet']['fleet_instance_cpu_seconds_per_window']:.2f} s"),
+        ("Prometheus CPU (cores it got) *", lambda f: f"{f['ingest']['cpu_cores']:.2f}"),
+        ("page server: pages/s, cores", lambda f: f"{f['ingest']['pages_per_second']:.0f}, {f['ingest']['page_server_cores']:.2f}"),
+        ("load average (1 min) in the two phases", loads),
     ]
-    head = "| | " + " | ".join(f["profile"] for f in figures) + " |"
-    out = [head, "|---" * (len(figures) + 1) + "|"]
+    out = ["| | " + " | ".join(f"{f['profile']}, {f['targets']:,}" for f in figures) + " |",
+           "|---" * (len(figures) + 1) + "|"]
     for label, cell in rows:
         out.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " |")
     return "\n".join(out)
@@ -552,10 +553,11 @@ def main():
     p.add_argument("--lookback-secs", type=int, default=0,
                    help="the fleet instance's fleet.lookback_secs (0: its default)")
     p.add_argument("--out", default=None)
-    p.add_argument("--render", default=None, help="render a saved figures.json and exit")
+    p.add_argument("--render", nargs="+", default=None,
+                   help="render saved figures.json files as one table and exit")
     args = p.parse_args()
     if args.render:
-        print(render(json.load(open(args.render))))
+        print(render([f for path in args.render for f in json.load(open(path))]))
         return
     binary = os.path.abspath(os.environ.get("SKEWWATCH_BIN", os.path.join(ROOT, "target/release/skewwatch")))
     if not os.path.exists(binary):
