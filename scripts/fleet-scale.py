@@ -527,7 +527,7 @@ def render(figures):
         ("fleet queries: samples read per window", lambda f: counted(f, "fleet_queries_work", lambda w: w["samples"])),
         ("fleet queries: mean duration, share within 10 s *",
          lambda f: f"{f['fleet']['query_seconds_mean']:.1f} s, {f['fleet']['query_seconds_buckets'].get('10', 0):.0f} of {f['fleet']['queries']:.0f}"),
-        ("fleet windows fed / skipped (late) *", lambda f: f"{f['fleet']['windows_fed']:.0f} / {f['fleet']['windows_skipped']:.0f}"),
+        ("fleet windows fed / skipped (queries timed out) *", lambda f: f"{f['fleet']['windows_fed']:.0f} / {f['fleet']['windows_skipped']:.0f}"),
         ("hour's backfill at start-up *",
          lambda f: "failed (60 s limit)" if "failed" in f["fleet_readyz"] else f"{f['fleet_ready_secs']:.0f} s"),
         ("fleet instance's CPU per window", lambda f: f"{f['fleet']['fleet_instance_cpu_seconds_per_window']:.2f} s"),
