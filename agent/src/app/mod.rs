@@ -37,11 +37,12 @@ use crate::config::{ConfigError, Secret};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{ServerMetrics, Stopped};
 use crate::http::{self, AppState};
+use crate::ingest::IngestQueue;
 use crate::ingest::fleet::{self, PreparedFleet};
 use crate::ingest::scrape::{self, ScrapeMetrics};
 use crate::ingest::statsd::receiver::{BoundStatsd, StatsdError, StatsdMetrics};
-use crate::outputs::history::{History, Recorder};
-use crate::outputs::totals::{Accumulator, Totals, TotalsConfig};
+use crate::outputs::history::Recorder;
+use crate::outputs::totals::{Accumulator, TotalsConfig};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels, PipelineMetrics};
 use crate::stage::Stage;
 use crate::state::{LoadError, StateStore};
@@ -328,9 +329,8 @@ impl Bound {
         let Built {
             mut pipeline,
             channels,
-            totals,
-            history,
-        } = build_pipeline(&config, &metrics.pipeline, backfill, gate);
+            views,
+        } = build_pipeline(&config, &metrics, backfill, gate);
 
         let (hook, delivery) = spawn_delivery(receivers, &config, addrs, &metrics.delivery);
         pipeline.set_delivery(hook);
@@ -338,21 +338,8 @@ impl Bound {
         let stop = pipeline_stage.stop_token();
         pipeline_stage.spawn("pipeline", pipeline.run(stop));
 
-        let mut ingest = Stage::new("ingest");
-        if let Some(statsd) = statsd {
-            statsd.spawn(channels.queue.clone(), &mut ingest)?;
-        }
-        scrape::spawn_jobs(
-            &config.startup.scrape,
-            &channels.queue,
-            &metrics.scrape,
-            &mut ingest,
-        );
-        let fleet_status = fleet.map(|f| {
-            let status = f.status();
-            f.spawn(channels.queue.clone(), SystemClock, &mut ingest);
-            status
-        });
+        let (ingest, fleet_status) =
+            spawn_ingest(&config.startup, statsd, fleet, &channels.queue, &metrics)?;
 
         let ready = Arc::new(AtomicBool::new(false));
         let (token_tx, token) = watch::channel(config.live.token.clone());
@@ -365,15 +352,7 @@ impl Bound {
                 channels.queue,
                 &metrics.ingest,
             ),
-            views: http::ViewState {
-                registry: metrics.registry.clone(),
-                snapshots: channels.snapshots.clone(),
-                alerts: channels.alerts.clone(),
-                totals,
-                history,
-                exported_keys: startup.window.top_keys,
-                window_secs: startup.window.window_secs,
-            },
+            views,
             control: http::ControlState {
                 token,
                 ready: ready.clone(),
@@ -405,6 +384,29 @@ impl Bound {
             },
         })
     }
+}
+
+/// The ingest stage: the StatsD receiver (when it listens), the `scrape:` jobs and the fleet
+/// input (on a fleet instance), each started by itself into one stage that feeds `queue`;
+/// with what `/readyz` reads of the fleet input.
+fn spawn_ingest(
+    startup: &Startup,
+    statsd: Option<BoundStatsd>,
+    fleet: Option<PreparedFleet>,
+    queue: &IngestQueue,
+    metrics: &Metrics,
+) -> Result<(Stage, Option<fleet::Status>), StartError> {
+    let mut ingest = Stage::new("ingest");
+    if let Some(statsd) = statsd {
+        statsd.spawn(queue.clone(), &mut ingest)?;
+    }
+    scrape::spawn_jobs(&startup.scrape, queue, &metrics.scrape, &mut ingest);
+    let fleet_status = fleet.map(|f| {
+        let status = f.status();
+        f.spawn(queue.clone(), SystemClock, &mut ingest);
+        status
+    });
+    Ok((ingest, fleet_status))
 }
 
 /// Alert delivery for `config`'s receivers, in a stage of its own, and the dispatcher's
@@ -439,17 +441,15 @@ fn spawn_delivery(
 struct Built {
     pipeline: Pipeline<SystemClock>,
     channels: PipelineChannels,
-    /// Where the cumulative counters are published.
-    totals: watch::Receiver<Arc<Totals>>,
-    /// Where the live view's history ring is published.
-    history: watch::Receiver<Arc<History>>,
+    /// What the pipeline publishes, as the read endpoints render it.
+    views: http::ViewState,
 }
 
 /// The pipeline around an engine that carries on from the state file (when one is set), with
-/// the cumulative counters and the live view's history hooked in.
+/// the cumulative counters and the live view's history hooked in, and the views it publishes.
 fn build_pipeline(
     config: &Config,
-    metrics: &PipelineMetrics,
+    metrics: &Metrics,
     backfill: Vec<(f64, skewwatch_detectors::observation::Batch)>,
     gate: Option<fleet::Gate>,
 ) -> Built {
@@ -471,7 +471,7 @@ fn build_pipeline(
         clock,
         config.startup.ingest_queue_batches,
         config.startup.ingest_queue_bytes,
-        metrics.clone(),
+        metrics.pipeline.clone(),
         config.startup.state.clone(),
     );
     let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_parts(
@@ -489,11 +489,19 @@ fn build_pipeline(
     }
     // Before alert delivery is installed: what the history shows is judged, not sent again.
     pipeline.prime(backfill);
+    let views = http::ViewState {
+        registry: metrics.registry.clone(),
+        snapshots: channels.snapshots.clone(),
+        alerts: channels.alerts.clone(),
+        totals: totals_rx,
+        history,
+        exported_keys: config.startup.window.top_keys,
+        window_secs,
+    };
     Built {
         pipeline,
         channels,
-        totals: totals_rx,
-        history,
+        views,
     }
 }
 
