@@ -24,18 +24,18 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prometheus::Registry;
+use skewwatch::app::Metrics;
 use skewwatch::http::history::{self, HistoryQuery};
 use skewwatch::outputs::config::Profile;
 use skewwatch::outputs::history::Recorder;
 use skewwatch::outputs::metrics;
 use skewwatch::outputs::totals::{self, Accumulator, Totals, TotalsConfig};
-use skewwatch::telemetry::SelfMetrics;
 
 fn render_benches(c: &mut Criterion) {
     let snap = common::snapshot(1_000);
     assert_eq!(snap.groups[0].shards.len(), 1_000);
     let registry = Registry::new();
-    let _metrics = SelfMetrics::register(&registry).expect("fresh registry");
+    let _metrics = Metrics::register(registry.clone()).expect("fresh registry");
     let mut group = c.benchmark_group("outputs");
     group.throughput(Throughput::Elements(1_000));
     let mut out = String::new();

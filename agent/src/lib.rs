@@ -19,7 +19,9 @@
 //! - [`client`]: the blocking HTTP/1.1 client, the Prometheus text-format reader and the probe
 //!   that `bench`, `demo` and the tests use to talk to an agent.
 //! - [`alerting`]: alert delivery to Alertmanagers and webhooks.
-//! - [`telemetry`]: self-metrics, the agent's own counters.
+//! - [`telemetry`]: the ingest counters every input shares, and how a stage registers its own
+//!   metrics in the registry it is passed.
+//! - [`stage`]: a stage's stop token and watched tasks, which every stage spawns into.
 //! - [`app`]: the daemon assembled: [`app::start`] returns a [`app::Running`] agent that owns
 //!   its bound addresses and tasks, and shuts down in order within a grace time.
 //! - [`replay`]: the engine over a recorded trace, in trace time.
@@ -42,6 +44,7 @@ pub mod loadgen;
 pub mod outputs;
 pub mod pipeline;
 pub mod replay;
+pub mod stage;
 pub mod state;
 pub mod telemetry;
 pub mod top;

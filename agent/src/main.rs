@@ -146,7 +146,7 @@ fn run_agent(config: Config, options: skewwatch::app::RunOptions) -> anyhow::Res
     ));
     // Shutdown already waited out its grace time; do not wait again for a stuck thread.
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
-    result
+    Ok(result?)
 }
 
 fn exit(result: anyhow::Result<ExitCode>) -> ExitCode {

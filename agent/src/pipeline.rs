@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::detect::DetectorsConfig;
 use skewwatch_detectors::engine::{Engine, Evaluation};
@@ -24,7 +25,66 @@ use crate::clock::Clock;
 use crate::ingest::fleet::Gate;
 use crate::ingest::{IngestQueue, Queued};
 use crate::state::StateStore;
-use crate::telemetry::SelfMetrics;
+use crate::telemetry::{Registrar, saturating_inc};
+
+/// The pipeline's metrics, registered by the pipeline: windows closed and when, records
+/// folded into `__other__`, wall-clock steps.
+#[derive(Debug, Clone)]
+pub struct PipelineMetrics {
+    /// Windows closed by the pipeline.
+    windows: IntCounter,
+    /// End of the last closed window, unix seconds.
+    last_window_end: IntGauge,
+    /// Records folded into `__other__`, by level (`group`, `shard`).
+    folded: IntCounterVec,
+    /// Wall-clock steps the pipeline re-aligned its windows to, by direction.
+    clock_steps: IntCounterVec,
+}
+
+impl PipelineMetrics {
+    /// Registers the pipeline's metrics in `registry`, every label value resolved so zeros
+    /// show from the first scrape.
+    pub fn register(registry: &Registry) -> prometheus::Result<PipelineMetrics> {
+        let r = Registrar(registry);
+        let m = PipelineMetrics {
+            folded: r.counters(
+                "skewwatch_ingest_folded_total",
+                "Records folded into __other__ because a cap was full, by level: shard (a group's shard cap or the total shard budget) or group (the group cap).",
+                &["level"],
+            )?,
+            clock_steps: r.counters(
+                "skewwatch_clock_steps_total",
+                "Times the wall clock stepped away from the window schedule and windows were re-aligned, by direction.",
+                &["direction"],
+            )?,
+            windows: r.counter(
+                "skewwatch_windows_closed_total",
+                "Statistics windows closed by the pipeline.",
+            )?,
+            last_window_end: r.gauge(
+                "skewwatch_last_window_end_timestamp_seconds",
+                "End of the last closed statistics window, unix seconds.",
+            )?,
+        };
+        for level in ["group", "shard"] {
+            m.folded.with_label_values(&[level]);
+        }
+        for direction in ["forward", "backward"] {
+            m.clock_steps.with_label_values(&[direction]);
+        }
+        Ok(m)
+    }
+
+    /// Windows closed so far.
+    pub fn windows_closed(&self) -> u64 {
+        self.windows.get()
+    }
+
+    /// The clock-step counter of `direction` (`forward` or `backward`).
+    fn clock_steps(&self, direction: &str) -> IntCounter {
+        self.clock_steps.with_label_values(&[direction])
+    }
+}
 
 /// When the pipeline last closed a window, shared with `/readyz`: a pipeline that stopped
 /// closing windows (stuck, or dead) makes the agent unready.
@@ -115,7 +175,7 @@ pub struct Pipeline<C: Clock> {
     batches: mpsc::Receiver<Queued>,
     snapshots: watch::Sender<Arc<WindowSnapshot>>,
     alerts: watch::Sender<Arc<Vec<Alert>>>,
-    metrics: SelfMetrics,
+    metrics: PipelineMetrics,
     heartbeat: Heartbeat,
     control: mpsc::Receiver<Control>,
     /// Alert delivery's hook; replaced when a reload rebuilds delivery.
@@ -138,7 +198,7 @@ impl<C: Clock> Pipeline<C> {
         clock: C,
         queue_batches: usize,
         queue_bytes: usize,
-        metrics: SelfMetrics,
+        metrics: PipelineMetrics,
         state: Option<StateStore>,
     ) -> (Self, PipelineChannels) {
         let (tx, rx) = IngestQueue::new(queue_batches, queue_bytes);
@@ -173,10 +233,10 @@ impl<C: Clock> Pipeline<C> {
         )
     }
 
-    /// Sets alert delivery's hook, called for every closed window after the snapshot is
-    /// published.
-    pub fn set_delivery(&mut self, f: EvaluationHook) {
-        self.delivery = Some(f);
+    /// Sets alert delivery's hook (none without receivers), called for every closed window
+    /// after the snapshot is published.
+    pub fn set_delivery(&mut self, f: Option<EvaluationHook>) {
+        self.delivery = f;
     }
 
     /// Judges only the windows `gate` says were fed (a fleet instance): a window the fleet
@@ -312,7 +372,10 @@ impl<C: Clock> Pipeline<C> {
         self.metrics.last_window_end.set(ev.snapshot.end as i64);
         for g in &ev.snapshot.groups {
             let level = if g.overflow { "group" } else { "shard" };
-            crate::telemetry::saturating_inc(&self.metrics.folded(level), g.folded_records);
+            saturating_inc(
+                &self.metrics.folded.with_label_values(&[level]),
+                g.folded_records,
+            );
         }
         self.snapshots.send_replace(ev.snapshot.clone());
         self.alerts.send_replace(ev.alerts.clone());
@@ -392,9 +455,14 @@ mod tests {
     const T0: f64 = 1_700_000_000.0;
 
     /// A running pipeline with 10 s windows at `T0`, its clock, its metrics and its ends.
-    fn start() -> (FakeClock, SelfMetrics, PipelineChannels, CancellationToken) {
+    fn start() -> (
+        FakeClock,
+        PipelineMetrics,
+        PipelineChannels,
+        CancellationToken,
+    ) {
         let clock = FakeClock(Arc::new(Mutex::new(T0)));
-        let metrics = SelfMetrics::register(&Registry::new()).unwrap();
+        let metrics = PipelineMetrics::register(&Registry::new()).unwrap();
         let engine = Engine::new(EngineConfig::default(), T0);
         let (p, ch) = Pipeline::new(engine, clock.clone(), 8, 1 << 20, metrics.clone(), None);
         let cancel = CancellationToken::new();
@@ -415,12 +483,12 @@ mod tests {
     async fn a_clock_stepped_back_freezes_no_window() {
         let (clock, metrics, ch, cancel) = start();
         pass(&clock, 10.0).await;
-        assert_eq!(metrics.windows.get(), 1);
+        assert_eq!(metrics.windows_closed(), 1);
         // The wall clock jumps back 30 s: windows keep closing every 10 s of real time.
         clock.add(-30.0);
         for n in 2..=4 {
             pass(&clock, 10.0).await;
-            assert_eq!(metrics.windows.get(), n);
+            assert_eq!(metrics.windows_closed(), n);
             assert!(ch.heartbeat.stale().is_none());
         }
         assert_eq!(metrics.clock_steps("backward").get(), 1);
@@ -439,11 +507,15 @@ mod tests {
     async fn a_clock_stepped_forward_a_year_closes_one_window_not_a_burst() {
         let (clock, metrics, ch, cancel) = start();
         pass(&clock, 10.0).await;
-        assert_eq!(metrics.windows.get(), 1);
+        assert_eq!(metrics.windows_closed(), 1);
         clock.add(365.0 * 86_400.0);
         pass(&clock, 10.0).await;
         // One window at the step (closed at once) and at most one more since.
-        assert!(metrics.windows.get() <= 3, "{}", metrics.windows.get());
+        assert!(
+            metrics.windows_closed() <= 3,
+            "{}",
+            metrics.windows_closed()
+        );
         assert_eq!(metrics.clock_steps("forward").get(), 1);
         pass(&clock, 10.0).await;
         let end = ch.snapshots.borrow().end;

@@ -1,6 +1,9 @@
-//! Self-metrics: what the agent itself did (records taken, rejected and dropped, datagrams,
-//! windows, alert deliveries). Counters live in a [`prometheus::Registry`] passed explicitly,
-//! never a global one, so tests with several agents in one process do not collide.
+//! Self-metrics shared across stages: the ingest counters every input adds to, labelled by
+//! `source` ([`IngestMetrics`]), and the [`Registrar`] each stage registers its own metrics
+//! with. Every stage's metrics live in a [`prometheus::Registry`] passed explicitly, never a
+//! global one, so tests with several agents in one process do not collide; what a stage counts
+//! (StatsD datagrams, scrapes, windows, deliveries, connections) is registered by that stage,
+//! and the reasons only one input knows (OTLP's skips, a scrape's failures) are named there.
 //!
 //! The ingest counters of each source are resolved to plain [`IntCounter`]s once, at start-up
 //! ([`SourceMetrics`]): `with_label_values` takes the metric family's lock, and the ingest hot
@@ -81,87 +84,6 @@ impl DropReason {
     }
 }
 
-/// Why an OTLP span or data point was skipped: the `reason` label of
-/// `skewwatch_ingest_skipped_total{source="otlp"}`. Skipping is not an error: the telemetry was valid but
-/// does not describe a call to a shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum SkipReason {
-    /// A span whose kind is not CLIENT (with `otlp.client_spans_only`).
-    NotClient = 0,
-    /// No attribute named the shard.
-    NoShard = 1,
-    /// No attribute named the group.
-    NoGroup = 2,
-    /// A metric type that carries no per-request counts (gauge, summary, exponential
-    /// histogram, non-monotonic sum), or a histogram whose unit is not a time.
-    MetricType = 3,
-    /// A metric whose name is not in `otlp.metric_names`.
-    MetricName = 4,
-    /// The first point of a cumulative series that started before the agent: it only sets
-    /// the baseline the next point's delta is taken from.
-    Baseline = 5,
-    /// A new cumulative series while `otlp.max_cumulative_series` series are tracked.
-    SeriesCap = 6,
-}
-
-impl SkipReason {
-    /// Every reason, for pre-registering counters so that zeros are visible.
-    pub const ALL: [SkipReason; 7] = [
-        SkipReason::NotClient,
-        SkipReason::NoShard,
-        SkipReason::NoGroup,
-        SkipReason::MetricType,
-        SkipReason::MetricName,
-        SkipReason::Baseline,
-        SkipReason::SeriesCap,
-    ];
-
-    /// The metric label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::NotClient => "not_client",
-            SkipReason::NoShard => "no_shard",
-            SkipReason::NoGroup => "no_group",
-            SkipReason::MetricType => "metric_type",
-            SkipReason::MetricName => "metric_name",
-            SkipReason::Baseline => "baseline",
-            SkipReason::SeriesCap => "series_cap",
-        }
-    }
-}
-
-/// Skipped OTLP spans or data points by reason, as a decoder counts them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Skips {
-    counts: [u64; SkipReason::ALL.len()],
-}
-
-impl Skips {
-    /// Counts one skipped item.
-    pub fn add(&mut self, reason: SkipReason) {
-        self.counts[reason as usize] += 1;
-    }
-
-    /// How many were skipped for `reason`.
-    pub fn get(&self, reason: SkipReason) -> u64 {
-        self.counts[reason as usize]
-    }
-
-    /// All skipped items.
-    pub fn total(&self) -> u64 {
-        self.counts.iter().sum()
-    }
-
-    /// The non-zero counts.
-    pub fn iter(&self) -> impl Iterator<Item = (SkipReason, u64)> + '_ {
-        SkipReason::ALL
-            .iter()
-            .map(|&r| (r, self.get(r)))
-            .filter(|&(_, n)| n > 0)
-    }
-}
-
 /// One source's ingest counters, resolved once so counting takes no lock.
 #[derive(Debug, Clone)]
 pub struct SourceMetrics {
@@ -175,13 +97,10 @@ pub struct SourceMetrics {
     pub dropped_queue_full: IntCounter,
     /// Valid records dropped because the pipeline had stopped.
     pub dropped_shutdown: IntCounter,
-    /// OTLP's skipped items by [`SkipReason`] (indexed by its discriminant); empty for the
-    /// other sources, whose skips are counted where they happen.
-    skipped: Vec<IntCounter>,
 }
 
 impl SourceMetrics {
-    fn resolve(m: &SelfMetrics, source: Source) -> SourceMetrics {
+    fn resolve(m: &IngestMetrics, source: Source) -> SourceMetrics {
         let s = source.as_str();
         SourceMetrics {
             records: m.records.with_label_values(&[s]),
@@ -196,23 +115,6 @@ impl SourceMetrics {
             dropped_shutdown: m
                 .dropped
                 .with_label_values(&[s, DropReason::Shutdown.as_str()]),
-            skipped: match source {
-                Source::Otlp => SkipReason::ALL
-                    .iter()
-                    .map(|r| m.skipped.with_label_values(&[s, r.as_str()]))
-                    .collect(),
-                // StatsD's `unmapped` and the scrape jobs' reasons are resolved where they count.
-                Source::Statsd | Source::Http | Source::Scrape | Source::Fleet => Vec::new(),
-            },
-        }
-    }
-
-    /// Adds a decoder's skip counts.
-    pub fn add_skips(&self, skipped: &Skips) {
-        for (reason, n) in skipped.iter() {
-            if let Some(c) = self.skipped.get(reason as usize) {
-                c.inc_by(n);
-            }
         }
     }
 
@@ -232,73 +134,43 @@ impl SourceMetrics {
     }
 }
 
-/// The agent's own counters.
+/// The ingest counters every input adds to, by `source`: one registration per agent, each
+/// input resolving its own series ([`IngestMetrics::source`], [`IngestMetrics::skipped`]).
 #[derive(Debug, Clone)]
-pub struct SelfMetrics {
+pub struct IngestMetrics {
     /// Accepted records, by source.
-    pub records: IntCounterVec,
-    /// Requests the accepted records stand for (sum of counts), by source.
-    pub requests: IntCounterVec,
+    pub(crate) records: IntCounterVec,
+    /// Requests the accepted records stand for (sum of their counts), by source.
+    pub(crate) requests: IntCounterVec,
     /// Rejected records, by source and reason.
-    pub rejected: IntCounterVec,
+    pub(crate) rejected: IntCounterVec,
     /// Valid records dropped before the pipeline, by source and reason.
-    pub dropped: IntCounterVec,
-    /// Input that is not an observation and was skipped on purpose, by source and reason.
-    pub skipped: IntCounterVec,
-    /// Successful scrapes, by job.
-    pub scrapes: IntCounterVec,
-    /// Failed scrapes, by job and reason.
-    pub scrape_failures: IntCounterVec,
-    /// Supervised tasks (the `scrape:` jobs) started again after they failed, by task.
-    pub task_restarts: IntCounterVec,
-    /// UDP datagrams received.
-    pub datagrams: IntCounter,
-    /// Kernel receive-queue drops reported for the StatsD socket (SO_RXQ_OVFL).
-    pub kernel_drops: IntCounter,
-    /// Windows closed by the pipeline.
-    pub windows: IntCounter,
-    /// End of the last closed window, unix seconds.
-    pub last_window_end: IntGauge,
-    /// Build information.
-    pub build_info: IntGaugeVec,
-    /// Alert delivery attempts (HTTP POSTs), by receiver and result.
-    pub alert_deliveries: IntCounterVec,
-    /// Alert updates or notifications given up, by receiver and reason.
-    pub alert_deliveries_dropped: IntCounterVec,
-    /// What each receiver is owed and has not yet acknowledged.
-    pub alert_delivery_queue_length: IntGaugeVec,
-    /// 1 when the last configuration reload succeeded (or none was tried), else 0.
-    pub config_last_reload_successful: IntGauge,
-    /// When the last successful reload (or the start) happened, unix seconds.
-    pub config_last_reload_success_timestamp: IntGauge,
-    /// Records folded into `__other__`, by level (`group`, `shard`).
-    pub folded: IntCounterVec,
-    /// Wall-clock steps the pipeline re-aligned its windows to, by direction.
-    pub clock_steps: IntCounterVec,
-    /// Errors receiving from the StatsD socket (other than "no data").
-    pub statsd_receive_errors: IntCounter,
-    /// HTTP connections open now.
-    pub http_connections_open: IntGauge,
-    /// HTTP connections closed at once because the listener was full.
-    pub http_connections_refused: IntCounter,
+    pub(crate) dropped: IntCounterVec,
+    /// Input that is not an observation and was skipped on purpose, by source and reason; the
+    /// reasons are each input's own.
+    pub(crate) skipped: IntCounterVec,
     /// Each source's ingest counters, indexed by [`Source::index`].
     sources: Vec<SourceMetrics>,
 }
 
-/// Registers metrics in one registry; each constructor is one line at the call site.
-struct Registrar<'a>(&'a Registry);
+/// Registers metrics in one registry; each constructor is one line at the call site, so a
+/// stage's metrics read as a table of names and help texts.
+pub struct Registrar<'a>(pub &'a Registry);
 
 impl Registrar<'_> {
-    fn add<C: Collector + Clone + 'static>(&self, c: C) -> prometheus::Result<C> {
+    /// Registers any collector and hands it back.
+    pub fn add<C: Collector + Clone + 'static>(&self, c: C) -> prometheus::Result<C> {
         self.0.register(Box::new(c.clone()))?;
         Ok(c)
     }
 
-    fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+    /// A counter.
+    pub fn counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
         self.add(IntCounter::new(name, help)?)
     }
 
-    fn counters(
+    /// A counter family with `labels`.
+    pub fn counters(
         &self,
         name: &str,
         help: &str,
@@ -307,23 +179,28 @@ impl Registrar<'_> {
         self.add(IntCounterVec::new(Opts::new(name, help), labels)?)
     }
 
-    fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+    /// A gauge.
+    pub fn gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
         self.add(IntGauge::new(name, help)?)
     }
 
-    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntGaugeVec> {
+    /// A gauge family with `labels`.
+    pub fn gauges(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> prometheus::Result<IntGaugeVec> {
         self.add(IntGaugeVec::new(Opts::new(name, help), labels)?)
     }
 }
 
-impl SelfMetrics {
-    /// Creates the counters and registers them in `registry`.
-    ///
-    /// Long because it is a table: one entry per metric, with its name and help text, which
-    /// reads best in one place.
-    pub fn register(registry: &Registry) -> prometheus::Result<SelfMetrics> {
+impl IngestMetrics {
+    /// Creates the ingest counters and registers them in `registry`, every source's series
+    /// resolved, so a dashboard sees zeros rather than gaps from the first scrape.
+    pub fn register(registry: &Registry) -> prometheus::Result<IngestMetrics> {
         let r = Registrar(registry);
-        let mut m = SelfMetrics {
+        let mut m = IngestMetrics {
             records: r.counters(
                 "skewwatch_ingest_records_total",
                 "Observation records accepted, by input source.",
@@ -353,108 +230,8 @@ impl SelfMetrics {
                  metric without per-request counts).",
                 &["source", "reason"],
             )?,
-            scrapes: r.counters(
-                "skewwatch_scrapes_total",
-                "Successful scrapes of a scrape: job's target, by job.",
-                &["job"],
-            )?,
-            scrape_failures: r.counters(
-                "skewwatch_scrape_failures_total",
-                "Failed scrapes, by job and reason (connect, timeout, status, body_too_large, \
-                 not_utf8); a failed scrape adds no observations.",
-                &["job", "reason"],
-            )?,
-            task_restarts: r.counters(
-                "skewwatch_task_restarts_total",
-                "Supervised tasks started again after a failure (a panic), by task \
-                 (scrape:<job>); each restart is logged with the error.",
-                &["task"],
-            )?,
-            alert_deliveries: r.counters(
-                "skewwatch_alert_deliveries_total",
-                "Alert delivery attempts (HTTP POSTs), by receiver and result (success, failure).",
-                &["receiver", "result"],
-            )?,
-            alert_deliveries_dropped: r.counters(
-                "skewwatch_alert_deliveries_dropped_total",
-                "Alert updates or notifications given up, by receiver and reason \
-                 (queue_full, retries_exhausted, expired, rejected, shutdown).",
-                &["receiver", "reason"],
-            )?,
-            alert_delivery_queue_length: r.gauges(
-                "skewwatch_alert_delivery_queue_length",
-                "Per receiver: webhook notifications waiting, or alerts whose latest state an \
-                 Alertmanager has not acknowledged.",
-                &["receiver"],
-            )?,
-            config_last_reload_successful: r.gauge(
-                "skewwatch_config_last_reload_successful",
-                "1 when the last configuration reload succeeded (or none was tried), 0 when it failed and the previous configuration still runs.",
-            )?,
-            config_last_reload_success_timestamp: r.gauge(
-                "skewwatch_config_last_reload_success_timestamp_seconds",
-                "When the configuration in force was loaded (start or last successful reload), unix seconds.",
-            )?,
-            folded: r.counters(
-                "skewwatch_ingest_folded_total",
-                "Records folded into __other__ because a cap was full, by level: shard (a group's shard cap or the total shard budget) or group (the group cap).",
-                &["level"],
-            )?,
-            clock_steps: r.counters(
-                "skewwatch_clock_steps_total",
-                "Times the wall clock stepped away from the window schedule and windows were re-aligned, by direction.",
-                &["direction"],
-            )?,
-            statsd_receive_errors: r.counter(
-                "skewwatch_statsd_receive_errors_total",
-                "Errors receiving from the StatsD socket; the receiver backs off after each.",
-            )?,
-            http_connections_open: r.gauge(
-                "skewwatch_http_connections_open",
-                "HTTP connections open now, including health-check-only ones past http.max_connections.",
-            )?,
-            http_connections_refused: r.counter(
-                "skewwatch_http_connections_refused_total",
-                "HTTP connections closed at once because the listener and its health-check reserve were full.",
-            )?,
-            datagrams: r.counter(
-                "skewwatch_statsd_datagrams_total",
-                "UDP datagrams received on the StatsD listener.",
-            )?,
-            kernel_drops: r.counter(
-                "skewwatch_statsd_kernel_drops_total",
-                "Datagrams the kernel dropped because the StatsD socket's receive buffer was full.",
-            )?,
-            windows: r.counter(
-                "skewwatch_windows_closed_total",
-                "Statistics windows closed by the pipeline.",
-            )?,
-            last_window_end: r.gauge(
-                "skewwatch_last_window_end_timestamp_seconds",
-                "End of the last closed statistics window, unix seconds.",
-            )?,
-            build_info: r.gauges(
-                "skewwatch_build_info",
-                "Build information; always 1.",
-                &["version"],
-            )?,
             sources: Vec::new(),
         };
-        m.build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
-        m.config_last_reload_successful.set(1);
-        for level in ["group", "shard"] {
-            m.folded.with_label_values(&[level]);
-        }
-        m.skipped.with_label_values(&["statsd", "unmapped"]);
-        for direction in ["forward", "backward"] {
-            m.clock_steps.with_label_values(&[direction]);
-        }
-        m.config_last_reload_success_timestamp
-            .set(crate::clock::wall_now() as i64);
-        // Resolving every series up front also makes it exist from the first scrape, so a
-        // dashboard sees zeros rather than gaps.
         m.sources = Source::ALL
             .iter()
             .map(|&s| SourceMetrics::resolve(&m, s))
@@ -462,19 +239,14 @@ impl SelfMetrics {
         Ok(m)
     }
 
-    /// The folded-records counter of `level` (`group` or `shard`).
-    pub fn folded(&self, level: &str) -> IntCounter {
-        self.folded.with_label_values(&[level])
-    }
-
-    /// The clock-step counter of `direction` (`forward` or `backward`).
-    pub fn clock_steps(&self, direction: &str) -> IntCounter {
-        self.clock_steps.with_label_values(&[direction])
-    }
-
     /// The ingest counters of `source`.
     pub fn source(&self, source: Source) -> &SourceMetrics {
         &self.sources[source.index()]
+    }
+
+    /// The counter of input `source` skipped for `reason` (the input's own word for it).
+    pub fn skipped(&self, source: Source, reason: &str) -> IntCounter {
+        self.skipped.with_label_values(&[source.as_str(), reason])
     }
 }
 
@@ -484,7 +256,7 @@ mod tests {
 
     #[test]
     fn source_counters_are_the_labelled_series() {
-        let m = SelfMetrics::register(&Registry::new()).unwrap();
+        let m = IngestMetrics::register(&Registry::new()).unwrap();
         let http = m.source(Source::Http);
         http.records.inc_by(3);
         let mut r = Rejections::default();

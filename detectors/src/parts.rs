@@ -77,16 +77,6 @@ impl Recording {
         }
     }
 
-    /// Puts new sizes and caps in force, as [`Windows::set_config`] does. The number of
-    /// recording threads stays what it was.
-    pub fn set_config(&mut self, mut cfg: WindowConfig) {
-        cfg.record_threads = self.config().record_threads;
-        match self {
-            Recording::One(w) => w.set_config(cfg),
-            Recording::Parts(p) => p.set_config(cfg),
-        }
-    }
-
     /// Start of the current window, unix seconds.
     pub fn start(&self) -> f64 {
         match self {
@@ -540,20 +530,6 @@ impl PartedWindows {
         self.last_group = None;
         self.seq += 1;
         snap
-    }
-
-    fn set_config(&mut self, cfg: WindowConfig) {
-        for g in &mut self.groups {
-            g.pinned = cfg.pinned_groups.iter().any(|p| **p == *g.name);
-        }
-        let n = self.parts();
-        self.with_parts(|parts| {
-            for (i, p) in parts.iter_mut().enumerate() {
-                p.set_config(part_config(&cfg, n, i));
-            }
-        });
-        self.last_group = None;
-        self.cfg = cfg;
     }
 
     fn set_start(&mut self, start: f64) {

@@ -101,7 +101,7 @@ fn target_config() -> &'static Config {
 fn statsd_mappings() -> Arc<[StatsdMapping]> {
     static MAPPINGS: OnceLock<Arc<[StatsdMapping]>> = OnceLock::new();
     MAPPINGS
-        .get_or_init(|| target_config().startup.statsd_mappings.clone().into())
+        .get_or_init(|| target_config().startup.statsd.mappings.clone().into())
         .clone()
 }
 

@@ -193,7 +193,7 @@ statsd:
 
 pub fn mapper() -> skewwatch::ingest::statsd::mapping::Mapper {
     let c = skewwatch::app::Config::from_yaml(MAPPINGS, "bench").expect("valid mappings");
-    skewwatch::ingest::statsd::mapping::Mapper::new(std::sync::Arc::from(c.startup.statsd_mappings))
+    skewwatch::ingest::statsd::mapping::Mapper::new(std::sync::Arc::from(c.startup.statsd.mappings))
 }
 
 /// 20 lines, half `db.*.query_time` timers, half `cache.get` counters, 32 shards.

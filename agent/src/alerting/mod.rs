@@ -49,19 +49,19 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use hmac::{Hmac, Mac};
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use sha2::Sha256;
 use skewwatch_detectors::alert::{Alert, Transition};
 use skewwatch_detectors::engine::Evaluation;
 use skewwatch_detectors::prng::{SplitMix64, fnv1a64};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::Secret;
-use crate::telemetry::SelfMetrics;
+use crate::stage::Stage;
+use crate::telemetry::Registrar;
 
 /// The header carrying a webhook payload's HMAC-SHA256 signature.
 pub const SIGNATURE_HEADER: &str = "X-Skewwatch-Signature";
@@ -337,26 +337,55 @@ pub struct Receivers {
     client: reqwest::Client,
 }
 
-/// What [`Receivers::start`] needs from the running agent.
+/// Alert delivery's metrics, registered by delivery once (a reload rebuilds the receivers,
+/// not the metrics): attempts, updates given up and what each receiver is owed.
+#[derive(Debug, Clone)]
+pub struct DeliveryMetrics {
+    /// Delivery attempts (HTTP POSTs), by receiver and result.
+    deliveries: IntCounterVec,
+    /// Updates or notifications given up, by receiver and reason.
+    dropped: IntCounterVec,
+    /// What each receiver is owed and has not yet acknowledged.
+    queue_length: IntGaugeVec,
+}
+
+impl DeliveryMetrics {
+    /// Registers delivery's metrics in `registry`.
+    pub fn register(registry: &prometheus::Registry) -> prometheus::Result<DeliveryMetrics> {
+        let r = Registrar(registry);
+        Ok(DeliveryMetrics {
+            deliveries: r.counters(
+                "skewwatch_alert_deliveries_total",
+                "Alert delivery attempts (HTTP POSTs), by receiver and result (success, failure).",
+                &["receiver", "result"],
+            )?,
+            dropped: r.counters(
+                "skewwatch_alert_deliveries_dropped_total",
+                "Alert updates or notifications given up, by receiver and reason \
+                 (queue_full, retries_exhausted, expired, rejected, shutdown).",
+                &["receiver", "reason"],
+            )?,
+            queue_length: r.gauges(
+                "skewwatch_alert_delivery_queue_length",
+                "Per receiver: webhook notifications waiting, or alerts whose latest state an \
+                 Alertmanager has not acknowledged.",
+                &["receiver"],
+            )?,
+        })
+    }
+}
+
+/// What [`Receivers::spawn`] needs from the running agent.
 #[derive(Debug)]
 pub struct StartContext<'a> {
     /// `generatorURL` of every alert and `externalURL` of webhook payloads.
     pub external_url: String,
     /// The window length (evaluation interval), for `endsAt` of firing alerts.
     pub window_secs: f64,
-    /// Self-metrics.
-    pub metrics: &'a SelfMetrics,
+    /// Delivery's metrics.
+    pub metrics: &'a DeliveryMetrics,
     /// How long the tasks may keep delivering after the pipeline stops.
     pub flush_timeout: Duration,
-}
-
-/// A spawned receiver task, so its failure is seen.
-#[derive(Debug)]
-pub struct ReceiverTask {
-    /// The receiver's name.
-    pub name: Arc<str>,
-    /// The task.
-    pub handle: JoinHandle<()>,
 }
 
 impl Receivers {
@@ -392,8 +421,7 @@ impl Receivers {
     ) -> Delivery {
         let (cfg, m) = (&self.cfg, ctx.metrics);
         for reason in DropReason::ALL {
-            m.alert_deliveries_dropped
-                .with_label_values(&[name, reason.as_str()]);
+            m.dropped.with_label_values(&[name, reason.as_str()]);
         }
         Delivery {
             name: name.into(),
@@ -407,21 +435,21 @@ impl Receivers {
             max_retries: cfg.max_retries,
             flush_timeout: ctx.flush_timeout,
             jitter: Jitter::seeded(name),
-            success: m.alert_deliveries.with_label_values(&[name, "success"]),
-            failure: m.alert_deliveries.with_label_values(&[name, "failure"]),
-            dropped: m.alert_deliveries_dropped.clone(),
-            queue_length: m.alert_delivery_queue_length.with_label_values(&[name]),
+            success: m.deliveries.with_label_values(&[name, "success"]),
+            failure: m.deliveries.with_label_values(&[name, "failure"]),
+            dropped: m.dropped.clone(),
+            queue_length: m.queue_length.with_label_values(&[name]),
         }
     }
 
-    /// Spawns one task per receiver; returns the dispatcher for the pipeline and the tasks.
-    /// Each task stops once the dispatcher is dropped (the pipeline stopped) and it has
-    /// flushed what it owes.
-    pub fn start(self, ctx: StartContext<'_>) -> (Dispatcher, Vec<ReceiverTask>) {
+    /// Spawns one watched task per receiver into a new `delivery` stage; returns the
+    /// dispatcher for the pipeline and the stage. Each task stops once the dispatcher is
+    /// dropped (the pipeline stopped) and it has flushed what it owes.
+    pub fn spawn(self, ctx: StartContext<'_>) -> (Dispatcher, Stage) {
         let cfg = &self.cfg;
         let external_url: Arc<str> = ctx.external_url.as_str().into();
         let mut queues = Vec::new();
-        let mut tasks = Vec::new();
+        let mut stage = Stage::new("delivery");
         for am in &cfg.alertmanagers {
             let (tx, rx) = mpsc::channel(cfg.queue_capacity);
             let d = self.delivery(&ctx, &am.name, &am.url, am.timeout);
@@ -433,10 +461,10 @@ impl Receivers {
             let task = alertmanager::AlertmanagerTask::new(d, timing, external_url.clone());
             queues.push(Queue::new(&am.name, tx, false, ctx.metrics));
             let span = tracing::info_span!("alertmanager", receiver = %am.name);
-            tasks.push(ReceiverTask {
-                name: am.name.as_str().into(),
-                handle: tokio::spawn(task.run(rx).instrument(span)),
-            });
+            stage.watch(
+                format!("alert delivery {}", am.name),
+                tokio::spawn(task.run(rx).instrument(span)),
+            );
         }
         for w in &cfg.webhooks {
             let (tx, rx) = mpsc::channel(cfg.queue_capacity);
@@ -452,12 +480,19 @@ impl Receivers {
             );
             queues.push(Queue::new(&w.name, tx, true, ctx.metrics));
             let span = tracing::info_span!("webhook", receiver = %w.name);
-            tasks.push(ReceiverTask {
-                name: w.name.as_str().into(),
-                handle: tokio::spawn(task.run(rx).instrument(span)),
-            });
+            stage.watch(
+                format!("alert delivery {}", w.name),
+                tokio::spawn(task.run(rx).instrument(span)),
+            );
         }
-        (Dispatcher { queues }, tasks)
+        if !queues.is_empty() {
+            tracing::info!(
+                alertmanagers = cfg.alertmanagers.len(),
+                webhooks = cfg.webhooks.len(),
+                "Alert delivery started."
+            );
+        }
+        (Dispatcher { queues }, stage)
     }
 }
 
@@ -477,14 +512,14 @@ impl Queue {
         name: &str,
         tx: mpsc::Sender<Arc<Update>>,
         changes_only: bool,
-        metrics: &SelfMetrics,
+        metrics: &DeliveryMetrics,
     ) -> Queue {
         Queue {
             name: name.into(),
             tx,
             changes_only,
             dropped: metrics
-                .alert_deliveries_dropped
+                .dropped
                 .with_label_values(&[name, DropReason::QueueFull.as_str()]),
             dropping: false,
         }
@@ -499,6 +534,11 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// True when there is no receiver to offer evaluations to.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
     /// Offers `ev` to every receiver. Never waits: a full queue drops the update for that
     /// receiver and counts it (`reason="queue_full"`).
     pub fn offer(&mut self, ev: &Evaluation) {

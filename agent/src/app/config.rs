@@ -22,7 +22,7 @@ use crate::http::config::HttpConfig;
 use crate::ingest::fleet::{self, FleetConfig};
 use crate::ingest::otlp;
 use crate::ingest::scrape::{self, ScrapeJob};
-use crate::ingest::statsd::{self, StatsdMapping};
+use crate::ingest::statsd::{self, StatsdConfig};
 use crate::outputs::config::{ExpositionConfig, UiConfig};
 
 /// Where StatsD listens, as `--statsd-listen` says it: an address, or `disabled` (`None`), as
@@ -76,11 +76,9 @@ crate::config_part! {
         pub ingest_queue_batches: usize => "limits.ingest_queue_batches",
         /// Ingest queue size in bytes (what the queued batches hold).
         pub ingest_queue_bytes: usize => "limits.ingest_queue_bytes",
-        /// SO_RCVBUF for the StatsD socket.
-        pub statsd_receive_buffer_bytes: usize => "statsd.receive_buffer_bytes",
-        /// StatsD metrics of other names turned into observations, first match wins; the
-        /// receiver thread is started with them.
-        pub statsd_mappings: Vec<StatsdMapping> => "statsd.mappings",
+        /// The StatsD input: its socket's buffer and its mappings, the receiver thread is
+        /// started with them.
+        pub statsd: StatsdConfig => part,
         /// Prometheus targets read as input; one task per job, started with them.
         pub scrape: Vec<ScrapeJob> => "scrape",
         /// The fleet input, on a fleet instance: the task, the backfill and the window gate
@@ -384,8 +382,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
             http,
             ingest_queue_batches: limits.ingest_queue_batches,
             ingest_queue_bytes: limits.ingest_queue_bytes,
-            statsd_receive_buffer_bytes: statsd.receive_buffer_bytes,
-            statsd_mappings: statsd.mappings,
+            statsd,
             scrape,
             fleet,
             allow_unauthenticated,

@@ -1,9 +1,12 @@
 //! `skewwatch run`, assembled as values.
 //!
-//! [`start`] binds every listener and spawns every task, in the order the data flows: alert
-//! delivery, the pipeline, the StatsD receiver, the HTTP server. It returns a [`Running`] agent
-//! that owns the bound addresses and the task handles, so callers (the CLI, `demo`, tests) ask
-//! it where it listens instead of reading logs. [`Running::shutdown`] stops the agent in the
+//! The assembly composes; each stage builds itself from its own validated section, registers
+//! its own metrics in the registry it is passed ([`Metrics`]) and spawns its tasks into its
+//! [`Stage`]. [`start`] binds every listener, then spawns the stages in the order the data
+//! flows: alert delivery, the pipeline, ingest (the StatsD receiver, the `scrape:` jobs, the
+//! fleet input), the outputs (the HTTP server). It returns a [`Running`] agent that owns the
+//! bound addresses and the four stages, so callers (the CLI, `demo`, tests) ask it where it
+//! listens instead of reading logs. [`Running::shutdown`] stops the agent in the
 //! reverse order, every step bounded by one grace time:
 //!
 //! 1. readiness turns false;
@@ -19,39 +22,38 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
 use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::engine::Engine;
 use skewwatch_detectors::snapshot::WindowSnapshot;
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::alerting::AlertingConfig;
-use crate::alerting::{ReceiverTask, Receivers, StartContext};
+use crate::alerting::{AlertingError, DeliveryMetrics, Receivers, StartContext};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, Secret};
 use crate::http::admin::ReloadOutcome;
-use crate::http::config::HttpConfig;
-use crate::http::server::{self, Server, Stopped};
+use crate::http::server::{ServerMetrics, Stopped};
 use crate::http::{self, AppState};
-use crate::ingest::statsd::receiver;
-use crate::ingest::{IngestQueue, fleet, scrape};
-use crate::outputs::history::{History, Recorder};
-use crate::outputs::totals::{Accumulator, Totals, TotalsConfig};
-use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels};
+use crate::ingest::IngestQueue;
+use crate::ingest::fleet::{self, PreparedFleet};
+use crate::ingest::scrape::{self, ScrapeMetrics};
+use crate::ingest::statsd::receiver::{BoundStatsd, StatsdError, StatsdMetrics};
+use crate::outputs::history::Recorder;
+use crate::outputs::totals::{Accumulator, TotalsConfig};
+use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels, PipelineMetrics};
+use crate::stage::Stage;
 use crate::state::{LoadError, StateStore};
-use crate::telemetry::{SelfMetrics, Source};
+use crate::telemetry::{IngestMetrics, Registrar};
 
 pub mod config;
 pub mod reload;
-pub mod stage;
 
 pub use config::{Config, Live, ReloadClass, Startup};
 
-use stage::Stage;
+use reload::ReloadMetrics;
 
 /// How long shutdown may take in all, from the signal to the last task.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -84,6 +86,100 @@ impl BoundAddrs {
     }
 }
 
+/// Why the agent could not start. Each is reported before any task runs (or, for the ones
+/// that start a thread or a server, with nothing else left running).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A stage's metric could not be registered: two stages claimed one name (a bug).
+    #[error("registering the self-metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// Alert delivery's HTTP client could not be built.
+    #[error("preparing alert delivery: {0}")]
+    Delivery(#[from] AlertingError),
+    /// The HTTP listener could not be bound.
+    #[error("binding the HTTP listener on {addr}: {source}; free the port or change listen.http")]
+    HttpBind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The socket error.
+        source: std::io::Error,
+    },
+    /// The HTTP server could not start on its bound listener.
+    #[error("starting the HTTP server: {0}")]
+    Http(std::io::Error),
+    /// The StatsD input could not bind or start.
+    #[error(transparent)]
+    Statsd(#[from] StatsdError),
+}
+
+/// Why `run` ended with an error; the process exits non-zero.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The agent did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The bound addresses could not be written where `--listen-addresses-file` says.
+    #[error("writing the bound addresses to {path}: {source}")]
+    AddressesFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A signal handler could not be installed.
+    #[error("listening for {signal}: {source}")]
+    Signal {
+        /// The signal.
+        signal: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A watched task ended although the agent was not stopping; the supervisor should
+    /// restart the process.
+    #[error("the {0} task ended unexpectedly (see the log)")]
+    TaskFailed(String),
+}
+
+/// Every stage's metrics, each registered by its stage in the one registry `/metrics`
+/// renders: the assembly passes the registry and keeps what it hands to the stages.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    ingest: IngestMetrics,
+    statsd: StatsdMetrics,
+    scrape: ScrapeMetrics,
+    pipeline: PipelineMetrics,
+    delivery: DeliveryMetrics,
+    server: ServerMetrics,
+    reload: ReloadMetrics,
+}
+
+impl Metrics {
+    /// Lets every stage register its metrics in `registry`, and the agent its build
+    /// information.
+    pub fn register(registry: Registry) -> prometheus::Result<Metrics> {
+        Registrar(&registry)
+            .gauges(
+                "skewwatch_build_info",
+                "Build information; always 1.",
+                &["version"],
+            )?
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        let ingest = IngestMetrics::register(&registry)?;
+        Ok(Metrics {
+            statsd: StatsdMetrics::register(&registry, &ingest)?,
+            scrape: ScrapeMetrics::register(&registry, &ingest)?,
+            pipeline: PipelineMetrics::register(&registry)?,
+            delivery: DeliveryMetrics::register(&registry)?,
+            server: ServerMetrics::register(&registry)?,
+            reload: ReloadMetrics::register(&registry)?,
+            ingest,
+            registry,
+        })
+    }
+}
+
 /// Every socket of a validated configuration, bound, and everything start-up prepares before
 /// it spawns a task: what [`bind`] returns and [`Bound::spawn`] starts.
 #[derive(Debug)]
@@ -91,30 +187,11 @@ pub struct Bound {
     config: Config,
     addrs: BoundAddrs,
     http: tokio::net::TcpListener,
-    statsd: Option<std::net::UdpSocket>,
-    registry: Registry,
-    metrics: SelfMetrics,
+    statsd: Option<BoundStatsd>,
+    metrics: Metrics,
     receivers: Receivers,
     /// The fleet input, prepared (its history read) on a fleet instance.
-    fleet: Option<FleetPrepared>,
-}
-
-/// The fleet input as [`bind`] prepares it: its counters registered, its history read.
-#[derive(Debug)]
-struct FleetPrepared {
-    config: fleet::FleetConfig,
-    counters: fleet::Counters,
-    status: fleet::Status,
-    backfill: fleet::Backfill,
-}
-
-/// The outputs stage: the HTTP server (which serves the views, the ingest endpoints and the
-/// admin endpoint) and the views the pipeline publishes.
-#[derive(Debug)]
-struct Outputs {
-    server: Server,
-    snapshots: watch::Receiver<Arc<WindowSnapshot>>,
-    alerts: watch::Receiver<Arc<Vec<Alert>>>,
+    fleet: Option<PreparedFleet>,
 }
 
 /// What the control loop of [`run`] changes while the agent runs: the configuration in force
@@ -131,22 +208,31 @@ struct Controls {
     pipeline: mpsc::Sender<Control>,
     /// Readiness, as `/readyz` reports it.
     ready: Arc<AtomicBool>,
-    /// Self-metrics.
-    metrics: SelfMetrics,
+    /// The metrics a rebuilt delivery counts in, and the reload's own.
+    metrics: Metrics,
+}
+
+/// The views the pipeline publishes, as `demo` and the tests read them.
+#[derive(Debug)]
+struct Views {
+    snapshots: watch::Receiver<Arc<WindowSnapshot>>,
+    alerts: watch::Receiver<Arc<Vec<Alert>>>,
 }
 
 /// A running agent: its bound addresses and its stages, stopped in the order the data flows.
 #[derive(Debug)]
 pub struct Running {
     addrs: BoundAddrs,
-    /// The StatsD receiver thread and the `scrape:` jobs.
+    /// The StatsD receiver thread, the `scrape:` jobs and the fleet input.
     ingest: Stage,
-    /// The HTTP server and the views.
-    outputs: Outputs,
+    /// The HTTP server, which serves the views, the ingest endpoints and the admin endpoint.
+    outputs: Stage,
     /// The task that owns the engine.
     pipeline: Stage,
     /// One task per alert receiver (those a reload replaced included, until they finish).
     delivery: Stage,
+    /// The latest snapshot and alerts.
+    views: Views,
     /// What a reload changes.
     control: Controls,
 }
@@ -163,34 +249,40 @@ pub struct ShutdownReport {
 }
 
 /// Binds every listener of a validated configuration and prepares what the tasks need
-/// (self-metrics, alert delivery's HTTP client); spawns nothing, so a port in use or a bad
-/// receiver fails before anything runs.
-pub async fn bind(config: Config) -> anyhow::Result<Bound> {
-    let receivers =
-        Receivers::prepare(&config.live.alerting).context("preparing alert delivery")?;
-    let registry = Registry::new();
-    let metrics = SelfMetrics::register(&registry).context("registering self-metrics")?;
-    let http = tokio::net::TcpListener::bind(config.startup.http_listen)
+/// (every stage's metrics, alert delivery's HTTP client, the fleet input's history); spawns
+/// nothing, so a port in use or a bad receiver fails before anything runs.
+pub async fn bind(config: Config) -> Result<Bound, StartError> {
+    let receivers = Receivers::prepare(&config.live.alerting)?;
+    let metrics = Metrics::register(Registry::new())?;
+    let listen = config.startup.http_listen;
+    let http = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| {
-            format!(
-                "binding the HTTP listener on {}",
-                config.startup.http_listen
-            )
+        .map_err(|source| StartError::HttpBind {
+            addr: listen,
+            source,
         })?;
     let statsd = match config.startup.statsd_listen {
-        Some(addr) => Some(
-            receiver::bind(addr, config.startup.statsd_receive_buffer_bytes)
-                .with_context(|| format!("binding the StatsD listener on {addr}"))?,
-        ),
+        Some(addr) => Some(config.startup.statsd.bind(addr, metrics.statsd.clone())?),
         None => None,
     };
     let addrs = BoundAddrs {
-        http: http.local_addr()?,
-        statsd: statsd.as_ref().map(|s| s.local_addr()).transpose()?,
+        http: http.local_addr().map_err(|source| StartError::HttpBind {
+            addr: listen,
+            source,
+        })?,
+        statsd: statsd.as_ref().map(BoundStatsd::addr),
     };
     let fleet = match &config.startup.fleet {
-        Some(fleet) => Some(prepare_fleet(fleet, &config, &registry, &metrics).await?),
+        Some(fleet) => Some(
+            fleet
+                .prepare(
+                    config.startup.window.window_secs,
+                    SystemClock.now(),
+                    &metrics.registry,
+                    &metrics.ingest,
+                )
+                .await?,
+        ),
         None => None,
     };
     Ok(Bound {
@@ -198,42 +290,14 @@ pub async fn bind(config: Config) -> anyhow::Result<Bound> {
         addrs,
         http,
         statsd,
-        registry,
         metrics,
         receivers,
         fleet,
     })
 }
 
-/// Registers the fleet input's metrics and reads its history (bounded by its timeout per
-/// query); a TSDB that does not answer costs the backfill, never the start.
-async fn prepare_fleet(
-    fleet: &fleet::FleetConfig,
-    config: &Config,
-    registry: &Registry,
-    metrics: &SelfMetrics,
-) -> anyhow::Result<FleetPrepared> {
-    let counters = fleet::Counters::register(registry, metrics)
-        .context("registering the fleet input's metrics")?;
-    let status = fleet::Status::default();
-    let backfill = fleet::backfill(
-        fleet,
-        config.startup.window.window_secs,
-        SystemClock.now(),
-        &status,
-        &counters,
-    )
-    .await;
-    Ok(FleetPrepared {
-        config: fleet.clone(),
-        counters,
-        status,
-        backfill,
-    })
-}
-
 /// Binds and spawns: [`bind`] then [`Bound::spawn`].
-pub async fn start(config: Config) -> anyhow::Result<Running> {
+pub async fn start(config: Config) -> Result<Running, StartError> {
     bind(config).await?.spawn()
 }
 
@@ -244,80 +308,51 @@ impl Bound {
     }
 
     /// Spawns every stage, in the order the data flows: alert delivery, the pipeline, ingest
-    /// (the StatsD thread, the `scrape:` jobs), then the HTTP server.
-    pub fn spawn(self) -> anyhow::Result<Running> {
+    /// (the StatsD thread, the `scrape:` jobs, the fleet input), then the outputs (the HTTP
+    /// server). Each stage builds itself from its part of the configuration; this only
+    /// connects them.
+    pub fn spawn(self) -> Result<Running, StartError> {
         let Bound {
             config,
             addrs,
             http,
             statsd,
-            registry,
             metrics,
             receivers,
-            fleet,
+            mut fleet,
         } = self;
-        let mut fleet = fleet;
         let backfill = fleet
             .as_mut()
-            .map(|f| std::mem::take(&mut f.backfill.windows))
+            .map(PreparedFleet::take_backfill)
             .unwrap_or_default();
-        let gate = fleet.as_ref().map(|_| fleet::Gate::default());
+        let gate = fleet.as_ref().map(PreparedFleet::gate);
         let Built {
             mut pipeline,
             channels,
-            totals,
-            history,
-        } = build_pipeline(&config, &metrics, backfill, gate.clone());
+            views,
+        } = build_pipeline(&config, &metrics, backfill, gate);
 
-        let mut delivery = Stage::new("delivery");
-        start_delivery(
-            &config.live.alerting,
-            config.startup.window.window_secs,
-            receivers,
-            &addrs,
-            &metrics,
-            &mut delivery,
-            |h| pipeline.set_delivery(h),
-        );
+        let (hook, delivery) = spawn_delivery(receivers, &config, addrs, &metrics.delivery);
+        pipeline.set_delivery(hook);
         let mut pipeline_stage = Stage::new("pipeline");
         let stop = pipeline_stage.stop_token();
         pipeline_stage.spawn("pipeline", pipeline.run(stop));
-        let mut ingest = spawn_ingest(&config.startup, statsd, &channels.queue, &metrics)?;
-        let fleet_status = match (fleet, gate) {
-            (Some(f), Some(gate)) => {
-                let status = f.status.clone();
-                let cx = fleet::Context {
-                    queue: channels.queue.clone(),
-                    gate,
-                    status: f.status,
-                    counters: f.counters,
-                    clock: SystemClock,
-                    window_secs: config.startup.window.window_secs,
-                    last_eval: f.backfill.last_eval,
-                };
-                ingest.watch(
-                    "fleet input",
-                    fleet::spawn(f.config, cx, ingest.stop_token()),
-                );
-                Some(status)
-            }
-            _ => None,
-        };
+
+        let (ingest, fleet_status) =
+            spawn_ingest(&config.startup, statsd, fleet, &channels.queue, &metrics)?;
 
         let ready = Arc::new(AtomicBool::new(false));
         let (token_tx, token) = watch::channel(config.live.token.clone());
         let (reload_tx, reload_rx) = mpsc::channel(4);
+        let startup = &config.startup;
         let state = AppState {
-            ingest: ingest_state(&config.startup, channels.queue, &metrics),
-            views: http::ViewState {
-                registry,
-                snapshots: channels.snapshots.clone(),
-                alerts: channels.alerts.clone(),
-                totals,
-                history,
-                exported_keys: config.startup.window.top_keys,
-                window_secs: config.startup.window.window_secs,
-            },
+            ingest: http::IngestState::new(
+                &startup.http,
+                &startup.otlp,
+                channels.queue,
+                &metrics.ingest,
+            ),
+            views,
             control: http::ControlState {
                 token,
                 ready: ready.clone(),
@@ -326,18 +361,19 @@ impl Bound {
                 fleet: fleet_status,
             },
         };
-        let server = spawn_http(&config.startup.http, http, state, &metrics)?;
+        let outputs = http::spawn(&startup.http, http, state, metrics.server.clone())
+            .map_err(StartError::Http)?;
         ready.store(true, Ordering::Release);
         Ok(Running {
             addrs,
             ingest,
-            outputs: Outputs {
-                server,
+            outputs,
+            pipeline: pipeline_stage,
+            delivery,
+            views: Views {
                 snapshots: channels.snapshots,
                 alerts: channels.alerts,
             },
-            pipeline: pipeline_stage,
-            delivery,
             control: Controls {
                 config,
                 token: token_tx,
@@ -350,72 +386,70 @@ impl Bound {
     }
 }
 
-/// What the HTTP ingest handlers share: the queue, their limits and counters, the OTLP mapping.
-fn ingest_state(startup: &Startup, queue: IngestQueue, metrics: &SelfMetrics) -> http::IngestState {
-    http::IngestState {
-        queue,
-        permits: Arc::new(Semaphore::new(startup.http.max_concurrent_ingest)),
-        body_limit: startup.http.body_limit_bytes,
-        metrics: metrics.source(Source::Http).clone(),
-        otlp: http::otlp::OtlpState::new(&startup.otlp, metrics.source(Source::Otlp)),
-    }
-}
-
-/// The ingest stage: the StatsD receiver thread on the bound socket (when StatsD is on) and
-/// one supervised task per `scrape:` job.
+/// The ingest stage: the StatsD receiver (when it listens), the `scrape:` jobs and the fleet
+/// input (on a fleet instance), each started by itself into one stage that feeds `queue`;
+/// with what `/readyz` reads of the fleet input.
 fn spawn_ingest(
     startup: &Startup,
-    statsd: Option<std::net::UdpSocket>,
+    statsd: Option<BoundStatsd>,
+    fleet: Option<PreparedFleet>,
     queue: &IngestQueue,
-    metrics: &SelfMetrics,
-) -> anyhow::Result<Stage> {
+    metrics: &Metrics,
+) -> Result<(Stage, Option<fleet::Status>), StartError> {
     let mut ingest = Stage::new("ingest");
-    if let Some(socket) = statsd {
-        let thread = receiver::spawn(
-            socket,
-            queue.clone(),
-            metrics.clone(),
-            Arc::from(startup.statsd_mappings.clone()),
-            ingest.stop_token(),
-        )
-        .context("starting the StatsD receiver thread")?;
-        ingest.watch_thread("statsd receiver", thread);
+    if let Some(statsd) = statsd {
+        statsd.spawn(queue.clone(), &mut ingest)?;
     }
-    for job in &startup.scrape {
-        let task = format!("scrape:{}", job.name);
-        let restarts = metrics.task_restarts.with_label_values(&[&task]);
-        let (job, queue, metrics, stop) = (
-            job.clone(),
-            queue.clone(),
-            metrics.clone(),
-            ingest.stop_token(),
-        );
-        let attempt_stop = stop.clone();
-        ingest.spawn(
-            task.clone(),
-            stage::supervise(task, stop, restarts, move || {
-                scrape::spawn(job.clone(), queue.clone(), &metrics, attempt_stop.clone())
-            }),
-        );
+    scrape::spawn_jobs(&startup.scrape, queue, &metrics.scrape, &mut ingest);
+    let fleet_status = fleet.map(|f| {
+        let status = f.status();
+        f.spawn(queue.clone(), SystemClock, &mut ingest);
+        status
+    });
+    Ok((ingest, fleet_status))
+}
+
+/// Alert delivery for `config`'s receivers, in a stage of its own, and the dispatcher's
+/// evaluation hook for the pipeline (`None` without receivers). The tasks end after the
+/// pipeline: they stop once it drops the dispatcher and they have flushed.
+fn spawn_delivery(
+    receivers: Receivers,
+    config: &Config,
+    addrs: BoundAddrs,
+    metrics: &DeliveryMetrics,
+) -> (Option<EvaluationHook>, Stage) {
+    let external_url = config
+        .live
+        .alerting
+        .external_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}/api/v1/alerts", addrs.http));
+    let (mut dispatcher, stage) = receivers.spawn(StartContext {
+        external_url,
+        window_secs: config.startup.window.window_secs,
+        metrics,
+        flush_timeout: DELIVERY_FLUSH,
+    });
+    if dispatcher.is_empty() {
+        return (None, stage);
     }
-    Ok(ingest)
+    let hook: EvaluationHook = Box::new(move |ev| dispatcher.offer(ev));
+    (Some(hook), stage)
 }
 
 /// What [`build_pipeline`] makes.
 struct Built {
     pipeline: Pipeline<SystemClock>,
     channels: PipelineChannels,
-    /// Where the cumulative counters are published.
-    totals: watch::Receiver<Arc<Totals>>,
-    /// Where the live view's history ring is published.
-    history: watch::Receiver<Arc<History>>,
+    /// What the pipeline publishes, as the read endpoints render it.
+    views: http::ViewState,
 }
 
 /// The pipeline around an engine that carries on from the state file (when one is set), with
-/// the cumulative counters and the live view's history hooked in.
+/// the cumulative counters and the live view's history hooked in, and the views it publishes.
 fn build_pipeline(
     config: &Config,
-    metrics: &SelfMetrics,
+    metrics: &Metrics,
     backfill: Vec<(f64, skewwatch_detectors::observation::Batch)>,
     gate: Option<fleet::Gate>,
 ) -> Built {
@@ -437,7 +471,7 @@ fn build_pipeline(
         clock,
         config.startup.ingest_queue_batches,
         config.startup.ingest_queue_bytes,
-        metrics.clone(),
+        metrics.pipeline.clone(),
         config.startup.state.clone(),
     );
     let (mut totals, totals_rx) = Accumulator::new(TotalsConfig::from_parts(
@@ -455,37 +489,20 @@ fn build_pipeline(
     }
     // Before alert delivery is installed: what the history shows is judged, not sent again.
     pipeline.prime(backfill);
+    let views = http::ViewState {
+        registry: metrics.registry.clone(),
+        snapshots: channels.snapshots.clone(),
+        alerts: channels.alerts.clone(),
+        totals: totals_rx,
+        history,
+        exported_keys: config.startup.window.top_keys,
+        window_secs,
+    };
     Built {
         pipeline,
         channels,
-        totals: totals_rx,
-        history,
+        views,
     }
-}
-
-/// Serves the routes on the bound HTTP listener, with the connection limit the open-file limit
-/// allows.
-fn spawn_http(
-    config: &HttpConfig,
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    metrics: &SelfMetrics,
-) -> std::io::Result<Server> {
-    let limits = server::Limits {
-        max_connections: server::connection_budget(config.max_connections),
-        header_read_timeout: config.header_read_timeout,
-    };
-    let metrics = server::ServerMetrics {
-        open: metrics.http_connections_open.clone(),
-        refused: metrics.http_connections_refused.clone(),
-    };
-    Server::spawn(
-        listener,
-        http::router(state.clone(), config.request_timeout),
-        http::health_router(state),
-        limits,
-        metrics,
-    )
 }
 
 /// Takes back the state a previous run saved, when there is a usable one; anything wrong with
@@ -515,42 +532,6 @@ fn restore_state(engine: &mut Engine, store: &StateStore, now: f64) {
     }
 }
 
-/// Spawns one delivery task per receiver into `stage` and hands `install` the dispatcher's
-/// evaluation hook. The tasks end after the pipeline: they stop once it drops the dispatcher
-/// and they have flushed.
-fn start_delivery(
-    config: &AlertingConfig,
-    window_secs: f64,
-    receivers: Receivers,
-    addrs: &BoundAddrs,
-    metrics: &SelfMetrics,
-    stage: &mut Stage,
-    install: impl FnOnce(EvaluationHook),
-) {
-    if receivers.is_empty() {
-        return;
-    }
-    let external_url = config
-        .external_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{}/api/v1/alerts", addrs.http));
-    let (mut dispatcher, tasks) = receivers.start(StartContext {
-        external_url,
-        window_secs,
-        metrics,
-        flush_timeout: DELIVERY_FLUSH,
-    });
-    install(Box::new(move |ev| dispatcher.offer(ev)));
-    for ReceiverTask { name, handle } in tasks {
-        stage.watch(format!("alert delivery {name}"), handle);
-    }
-    tracing::info!(
-        alertmanagers = config.alertmanagers.len(),
-        webhooks = config.webhooks.len(),
-        "Alert delivery started."
-    );
-}
-
 impl Running {
     /// Where the listeners are bound.
     pub fn addrs(&self) -> BoundAddrs {
@@ -559,22 +540,19 @@ impl Running {
 
     /// The latest closed window, updated as windows close.
     pub fn snapshots(&self) -> watch::Receiver<Arc<WindowSnapshot>> {
-        self.outputs.snapshots.clone()
+        self.views.snapshots.clone()
     }
 
     /// The active alerts after the latest evaluation.
     pub fn alerts(&self) -> watch::Receiver<Arc<Vec<Alert>>> {
-        self.outputs.alerts.clone()
+        self.views.alerts.clone()
     }
 
     /// A long-lived task that has ended although shutdown has not begun (a panic, or a loop
     /// that returned): its name and stage. Supervised tasks (the `scrape:` jobs) restart by
     /// themselves and show up here only if their supervisor ends.
     pub fn failed_task(&self) -> Option<String> {
-        if self.outputs.server.is_finished() {
-            return Some("HTTP server (outputs)".to_owned());
-        }
-        [&self.ingest, &self.pipeline, &self.delivery]
+        [&self.ingest, &self.outputs, &self.pipeline, &self.delivery]
             .into_iter()
             .find_map(Stage::failed)
     }
@@ -594,26 +572,21 @@ impl Running {
         }
     }
 
-    /// Rebuilds alert delivery for `config`: new receiver tasks take the pipeline's
-    /// evaluations; the old ones finish what they owe and stop.
-    async fn replace_delivery(&mut self, config: &AlertingConfig) {
-        let receivers = match Receivers::prepare(config) {
+    /// Rebuilds alert delivery for the configuration in force: new receiver tasks take the
+    /// pipeline's evaluations; the old ones finish what they owe and stop.
+    async fn replace_delivery(&mut self) {
+        let receivers = match Receivers::prepare(&self.control.config.live.alerting) {
             Ok(r) => r,
             Err(error) => {
                 tracing::error!(%error, "Alert delivery could not be rebuilt; keeping the old one.");
                 return;
             }
         };
-        let mut hook = None;
-        let mut fresh = Stage::new("delivery");
-        start_delivery(
-            config,
-            self.control.config.startup.window.window_secs,
+        let (hook, fresh) = spawn_delivery(
             receivers,
-            &self.addrs,
-            &self.control.metrics,
-            &mut fresh,
-            |h| hook = Some(h),
+            &self.control.config,
+            self.addrs,
+            &self.control.metrics.delivery,
         );
         if self
             .control
@@ -645,9 +618,9 @@ impl Running {
         let ingest = self.ingest.stop(deadline);
         let http = self
             .outputs
-            .server
-            .shutdown(deadline.min(Instant::now() + INGEST_DRAIN));
+            .stop(deadline.min(Instant::now() + INGEST_DRAIN));
         let (ingest, http) = tokio::join!(ingest, http);
+        let http = Stopped::of(http);
         if ingest.aborted > 0 {
             tracing::warn!(tasks = ingest.aborted, "Ingest did not stop in time.");
         }
@@ -707,14 +680,17 @@ pub async fn run(
     config: Config,
     options: RunOptions,
     cancel: CancellationToken,
-) -> anyhow::Result<()> {
+) -> Result<(), RunError> {
     let window_secs = config.startup.window.window_secs;
     let mut running = start(config).await?;
     let addrs = running.addrs();
     if let Some(path) = &options.addresses_file {
         addrs
             .write_to(path)
-            .with_context(|| format!("writing the bound addresses to {}", path.display()))?;
+            .map_err(|source| RunError::AddressesFile {
+                path: path.clone(),
+                source,
+            })?;
     }
     tracing::info!(
         http = %addrs.http,
@@ -755,7 +731,7 @@ pub async fn run(
     running.shutdown(GRACE).await;
     match failure {
         None => Ok(()),
-        Some(task) => anyhow::bail!("the {task} task ended unexpectedly (see the log)"),
+        Some(task) => Err(RunError::TaskFailed(task)),
     }
 }
 
@@ -774,12 +750,18 @@ struct Signals {
 }
 
 impl Signals {
-    fn new() -> anyhow::Result<Signals> {
+    fn new() -> Result<Signals, RunError> {
         use tokio::signal::unix::{SignalKind, signal};
+        let listen = |signal_name: &'static str, kind| {
+            signal(kind).map_err(|source| RunError::Signal {
+                signal: signal_name,
+                source,
+            })
+        };
         Ok(Signals {
-            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
-            hup: signal(SignalKind::hangup()).context("listening for SIGHUP")?,
+            term: listen("SIGTERM", SignalKind::terminate())?,
+            int: listen("SIGINT", SignalKind::interrupt())?,
+            hup: listen("SIGHUP", SignalKind::hangup())?,
         })
     }
 }
@@ -865,10 +847,7 @@ mod tests {
             running.control.token.borrow().is_some(),
             "the token was dropped"
         );
-        assert_eq!(
-            running.control.metrics.config_last_reload_successful.get(),
-            0
-        );
+        assert_eq!(running.control.metrics.reload.successful(), 0);
         // Unauthenticated ingest is still refused.
         let port = running.addrs().http.port();
         let code = tokio::task::spawn_blocking(move || {

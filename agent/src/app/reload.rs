@@ -5,7 +5,7 @@
 //! turns 0, and the previous configuration keeps running. A good one is compared with the one
 //! in force part by part ([`crate::app::Config`]):
 //!
-//! - what changed in [`Live`](crate::app::Live) is applied everywhere it acts: the bearer
+//! - what changed in [`Live`] is applied everywhere it acts: the bearer
 //!   token at once; detector thresholds and alert timing in the pipeline, which keeps its open
 //!   window, baselines and alert state (see [`crate::pipeline`]); alert delivery, whose
 //!   receivers are rebuilt while the old ones finish what they owe;
@@ -14,15 +14,61 @@
 //!   the agent restarts.
 //!
 //! Both lists are computed by comparing the parts field by field
-//! ([`crate::config::part::Part`]), never kept by hand.
+//! ([`crate::config::part::Part`]), never kept by hand; and applying is written against the
+//! type as well: `apply_live` destructures [`Live`] without `..`, so a
+//! field added to it does not compile until it says where it is put in force (ADR 005).
 
-use super::{ConfigSource, Running};
+use prometheus::{IntGauge, Registry};
+
+use super::{ConfigSource, Live, Running};
 use crate::app::Config;
 use crate::clock::wall_now;
 use crate::config::part::{Part, ReloadReport};
 use crate::config::validate::exposure_problems;
 use crate::config::{ConfigError, Problem};
 use crate::http::admin::ReloadOutcome;
+use crate::telemetry::Registrar;
+
+/// The reload's metrics: whether the last one succeeded, and when the configuration in force
+/// was loaded.
+#[derive(Debug, Clone)]
+pub struct ReloadMetrics {
+    successful: IntGauge,
+    success_timestamp: IntGauge,
+}
+
+impl ReloadMetrics {
+    /// Registers the reload's metrics in `registry`, as of a successful load now (the start).
+    pub fn register(registry: &Registry) -> prometheus::Result<ReloadMetrics> {
+        let r = Registrar(registry);
+        let m = ReloadMetrics {
+            successful: r.gauge(
+                "skewwatch_config_last_reload_successful",
+                "1 when the last configuration reload succeeded (or none was tried), 0 when it failed and the previous configuration still runs.",
+            )?,
+            success_timestamp: r.gauge(
+                "skewwatch_config_last_reload_success_timestamp_seconds",
+                "When the configuration in force was loaded (start or last successful reload), unix seconds.",
+            )?,
+        };
+        m.succeeded();
+        Ok(m)
+    }
+
+    /// 1 when the last reload succeeded (or none was tried), else 0.
+    pub fn successful(&self) -> i64 {
+        self.successful.get()
+    }
+
+    fn succeeded(&self) {
+        self.successful.set(1);
+        self.success_timestamp.set(wall_now() as i64);
+    }
+
+    fn failed(&self) {
+        self.successful.set(0);
+    }
+}
 
 /// The paths that differ between the configuration in force and `new`: applied (live) and
 /// restart-only.
@@ -38,7 +84,7 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
     let new = match source.load() {
         Ok(c) => c,
         Err(error) => {
-            running.control.metrics.config_last_reload_successful.set(0);
+            running.control.metrics.reload.failed();
             tracing::error!(
                 error = %error,
                 "Reloading the configuration failed; the previous configuration keeps running."
@@ -47,7 +93,7 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         }
     };
     if let Err(error) = exposure_after(running, &new) {
-        running.control.metrics.config_last_reload_successful.set(0);
+        running.control.metrics.reload.failed();
         tracing::error!(
             error = %error,
             "Reload refused: it would leave a listener open to the network without a token; \
@@ -56,24 +102,8 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         return Err(error);
     }
     let report = compare(&running.control.config, &new);
-    // The new live part is in force from here; what changed is applied where it acts.
-    let old = std::mem::replace(&mut running.control.config.live, new.live);
-    let live = running.control.config.live.clone();
-    if live.token != old.token {
-        running.control.token.send_replace(live.token.clone());
-    }
-    if live.detectors != old.detectors {
-        running.reconfigure_engine(live.detectors.clone()).await;
-    }
-    if live.alerting != old.alerting {
-        running.replace_delivery(&live.alerting).await;
-    }
-    running.control.metrics.config_last_reload_successful.set(1);
-    running
-        .control
-        .metrics
-        .config_last_reload_success_timestamp
-        .set(wall_now() as i64);
+    apply_live(running, new.live).await;
+    running.control.metrics.reload.succeeded();
     if report.restart.is_empty() {
         tracing::info!(applied = %report.applied_list(), "Configuration reloaded.");
     } else {
@@ -84,6 +114,32 @@ pub(super) async fn apply(running: &mut Running, source: &ConfigSource) -> Reloa
         );
     }
     Ok(report)
+}
+
+/// Puts the live part `new` in force everywhere each of its fields acts, and keeps it as the
+/// configuration in force. The pattern names every field of [`Live`] (no `..`): a field added
+/// there does not compile until it is applied here, as [`Part::changed`] already names it in
+/// the report.
+async fn apply_live(running: &mut Running, new: Live) {
+    let old = std::mem::replace(&mut running.control.config.live, new.clone());
+    let Live {
+        token,
+        detectors,
+        alerting,
+    } = new;
+    if token != old.token {
+        // The HTTP guards read it on every request.
+        running.control.token.send_replace(token);
+    }
+    if detectors != old.detectors {
+        // The pipeline keeps its open window, baselines and alert state.
+        running.reconfigure_engine(detectors).await;
+    }
+    if alerting != old.alerting {
+        // New receivers from the configuration now in force; the old ones finish what they
+        // owe.
+        running.replace_delivery().await;
+    }
 }
 
 /// The exposure check of start-up, judged against the listeners actually bound (a reload

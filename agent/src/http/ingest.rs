@@ -108,14 +108,14 @@ mod tests {
     use crate::http::IngestState;
     use crate::http::otlp::OtlpState;
     use crate::ingest::IngestQueue;
-    use crate::ingest::otlp::Mapping;
-    use crate::telemetry::{SelfMetrics, Source};
+    use crate::ingest::otlp::{Mapping, OtlpMetrics};
+    use crate::telemetry::{IngestMetrics, Source};
 
     const BODY: &str = "{\"group\":\"g\",\"shard\":\"s\",\"latency_ms\":1}\n{\"group\":\"g\"}\n";
 
     #[tokio::test]
     async fn a_body_refused_with_503_counts_nothing_so_its_retry_counts_once() {
-        let m = SelfMetrics::register(&Registry::new()).unwrap();
+        let m = IngestMetrics::register(&Registry::new()).unwrap();
         let source = m.source(Source::Http).clone();
         let (queue, mut rx) = IngestQueue::new(1, 1 << 20);
         let mut filler = Batch::default();
@@ -129,7 +129,7 @@ mod tests {
             permits: Arc::new(Semaphore::new(4)),
             body_limit: 1 << 20,
             metrics: source.clone(),
-            otlp: OtlpState::new(&Mapping::default(), &source),
+            otlp: OtlpState::new(&Mapping::default(), OtlpMetrics::new(&m)),
         };
         let post = || observations(State(state.clone()), Body::from(BODY));
         let rejected = || {

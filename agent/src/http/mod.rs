@@ -41,7 +41,8 @@ use crate::outputs::history::History;
 use crate::outputs::metrics;
 use crate::outputs::totals::Totals;
 use crate::pipeline::Heartbeat;
-use crate::telemetry::SourceMetrics;
+use crate::stage::Stage;
+use crate::telemetry::{IngestMetrics, Source, SourceMetrics};
 
 pub mod admin;
 pub mod alerts;
@@ -113,6 +114,50 @@ pub struct ControlState {
     pub reload: admin::ReloadRequests,
     /// The fleet input's state, on a fleet instance: `/readyz` reports it.
     pub fleet: Option<crate::ingest::fleet::Status>,
+}
+
+impl IngestState {
+    /// What the ingest endpoints share, within the limits of `config`: the queue, their
+    /// counters (resolved from `ingest`) and the OTLP `mapping`.
+    pub fn new(
+        config: &config::HttpConfig,
+        mapping: &crate::ingest::otlp::Mapping,
+        queue: IngestQueue,
+        ingest: &IngestMetrics,
+    ) -> IngestState {
+        IngestState {
+            queue,
+            permits: Arc::new(Semaphore::new(config.max_concurrent_ingest)),
+            body_limit: config.body_limit_bytes,
+            metrics: ingest.source(Source::Http).clone(),
+            otlp: otlp::OtlpState::new(mapping, crate::ingest::otlp::OtlpMetrics::new(ingest)),
+        }
+    }
+}
+
+/// The outputs stage: serves `state` on the bound `listener` within the limits of `config`
+/// (the connection limit the open-file limit allows), the accept loop a watched task of the
+/// stage.
+pub fn spawn(
+    config: &config::HttpConfig,
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    metrics: server::ServerMetrics,
+) -> std::io::Result<Stage> {
+    let limits = server::Limits {
+        max_connections: server::connection_budget(config.max_connections),
+        header_read_timeout: config.header_read_timeout,
+    };
+    let mut stage = Stage::new("outputs");
+    server::serve(
+        listener,
+        router(state.clone(), config.request_timeout),
+        health_router(state),
+        limits,
+        metrics,
+        &mut stage,
+    )?;
+    Ok(stage)
 }
 
 impl FromRef<AppState> for IngestState {

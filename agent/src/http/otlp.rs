@@ -32,14 +32,13 @@ use super::guard::media_type;
 use super::ingest::read_body;
 use crate::ingest::QueueError;
 use crate::ingest::otlp::metrics::Cumulative;
-use crate::ingest::otlp::{Mapping, OtlpOutcome, metrics, traces};
-use crate::telemetry::SourceMetrics;
+use crate::ingest::otlp::{Mapping, OtlpMetrics, OtlpOutcome, metrics, traces};
 
 /// What the OTLP handlers share.
 #[derive(Clone)]
 pub struct OtlpState {
-    /// The `source="otlp"` ingest counters.
-    pub metrics: SourceMetrics,
+    /// The `source="otlp"` ingest counters and the skip counters.
+    pub metrics: OtlpMetrics,
     /// Which attributes name group, shard, key and cache.
     pub mapping: Arc<Mapping>,
     /// The last point of each cumulative metric series. Behind a lock: metric exports come
@@ -50,10 +49,10 @@ pub struct OtlpState {
 impl OtlpState {
     /// The state for `mapping`, counting in `metrics`. Cumulative series that started before
     /// now only set baselines.
-    pub fn new(mapping: &Mapping, metrics: &SourceMetrics) -> OtlpState {
+    pub fn new(mapping: &Mapping, metrics: OtlpMetrics) -> OtlpState {
         let started_ns = (crate::clock::wall_now() * 1e9) as u64;
         OtlpState {
-            metrics: metrics.clone(),
+            metrics,
             mapping: Arc::new(mapping.clone()),
             cumulative: Arc::new(Mutex::new(Cumulative::new(
                 mapping.max_cumulative_series,
@@ -127,7 +126,7 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
         Err(e) => {
             let mut r = Rejections::default();
             r.add(RejectReason::Malformed);
-            otlp.metrics.add_rejections(&r);
+            otlp.metrics.source.add_rejections(&r);
             return status(
                 StatusCode::BAD_REQUEST,
                 encoding,
@@ -137,7 +136,7 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
         }
     };
     if outcome.accepted == 0 && outcome.rejected.total() > 0 {
-        otlp.metrics.add_rejections(&outcome.rejected);
+        otlp.metrics.source.add_rejections(&outcome.rejected);
         otlp.metrics.add_skips(&outcome.skipped);
         let msg = outcome
             .first_error
@@ -146,7 +145,7 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
         return status(StatusCode::BAD_REQUEST, encoding, INVALID_ARGUMENT, msg);
     }
     if !batch.is_empty()
-        && let Err(e) = s.queue.submit_whole(&otlp.metrics, batch)
+        && let Err(e) = s.queue.submit_whole(&otlp.metrics.source, batch)
     {
         // Nothing of this body was taken or counted: the exporter retries it whole on 503,
         // and its rejected and skipped items are counted when a retry is taken.
@@ -162,7 +161,7 @@ async fn export(s: IngestState, headers: HeaderMap, body: Body, signal: Signal) 
         }
         return resp;
     }
-    otlp.metrics.add_rejections(&outcome.rejected);
+    otlp.metrics.source.add_rejections(&outcome.rejected);
     otlp.metrics.add_skips(&outcome.skipped);
     success(signal, encoding, &outcome)
 }

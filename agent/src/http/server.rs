@@ -12,7 +12,7 @@
 //!   health endpoints, everything else getting 503, so a liveness probe still gets through
 //!   while the listener is full; connections past those are closed at once, so they cost no
 //!   file descriptor for long.
-//! - On [`Server::shutdown`] the loop stops accepting, every connection is asked to finish its
+//! - When its stage stops ([`serve`]) the loop stops accepting, every connection is asked to finish its
 //!   in-flight request and close, and whatever is still open at the deadline (a client that
 //!   never finished its headers, say) is aborted with the task that serves it.
 
@@ -24,12 +24,15 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::{Duration, Instant};
+use tokio::task::JoinSet;
+use tokio::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::stage::{Stage, StageStopped};
+use crate::telemetry::Registrar;
 
 /// Pause after a failed `accept` (for example when the process is out of file descriptors),
 /// so the loop does not spin while the condition lasts.
@@ -70,15 +73,7 @@ pub enum Stopped {
     Failed,
 }
 
-/// A running HTTP server.
-#[derive(Debug)]
-pub struct Server {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-/// What the accept loop serves with.
+/// What the server is built from besides its listener.
 #[derive(Clone)]
 struct Service {
     /// Every route.
@@ -91,57 +86,62 @@ struct Service {
     stop: CancellationToken,
 }
 
-impl Server {
-    /// Serves `full` on `listener` until [`Server::shutdown`]; connections past the limit get
-    /// `health`.
-    pub fn spawn(
-        listener: TcpListener,
-        full: Router,
-        health: Router,
-        limits: Limits,
-        metrics: ServerMetrics,
-    ) -> std::io::Result<Server> {
-        let addr = listener.local_addr()?;
-        let stop = CancellationToken::new();
-        let service = Service {
-            full,
-            health,
-            limits,
-            metrics,
-            open: Arc::new(AtomicUsize::new(0)),
-            stop: stop.clone(),
-        };
-        let task = tokio::spawn(
-            accept_loop(listener, service).instrument(tracing::info_span!("http", %addr)),
-        );
-        Ok(Server { addr, stop, task })
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// True when the accept loop has ended, which before shutdown means it panicked.
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-
-    /// Stops accepting, lets in-flight requests finish until `deadline`, then aborts what is
-    /// left.
-    pub async fn shutdown(mut self, deadline: Instant) -> Stopped {
-        self.stop.cancel();
-        match tokio::time::timeout_at(deadline, &mut self.task).await {
-            Ok(Ok(())) => Stopped::Drained,
-            Ok(Err(_)) => Stopped::Failed,
-            Err(_) => {
-                // Dropping the loop's JoinSet aborts every connection task.
-                self.task.abort();
-                let _ = self.task.await;
-                Stopped::Aborted
-            }
+impl Stopped {
+    /// How the server's stage ended, from its one task's report.
+    pub fn of(report: StageStopped) -> Stopped {
+        if report.failed > 0 {
+            Stopped::Failed
+        } else if report.aborted > 0 {
+            Stopped::Aborted
+        } else {
+            Stopped::Drained
         }
     }
+}
+
+impl ServerMetrics {
+    /// Registers the server's metrics in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<ServerMetrics> {
+        let r = Registrar(registry);
+        Ok(ServerMetrics {
+            open: r.gauge(
+                "skewwatch_http_connections_open",
+                "HTTP connections open now, including health-check-only ones past http.max_connections.",
+            )?,
+            refused: r.counter(
+                "skewwatch_http_connections_refused_total",
+                "HTTP connections closed at once because the listener and its health-check reserve were full.",
+            )?,
+        })
+    }
+}
+
+/// Serves `full` on `listener` as the task `HTTP server` of `stage`, until the stage stops;
+/// connections past the limit get `health`. Stopping the stage stops accepting and asks every
+/// connection to finish; at the stage's deadline the loop is aborted, and with it every
+/// connection still open. Returns the bound address.
+pub fn serve(
+    listener: TcpListener,
+    full: Router,
+    health: Router,
+    limits: Limits,
+    metrics: ServerMetrics,
+    stage: &mut Stage,
+) -> std::io::Result<SocketAddr> {
+    let addr = listener.local_addr()?;
+    let service = Service {
+        full,
+        health,
+        limits,
+        metrics,
+        open: Arc::new(AtomicUsize::new(0)),
+        stop: stage.stop_token(),
+    };
+    stage.spawn(
+        "HTTP server",
+        accept_loop(listener, service).instrument(tracing::info_span!("http", %addr)),
+    );
+    Ok(addr)
 }
 
 async fn accept_loop(listener: TcpListener, service: Service) {
@@ -199,7 +199,7 @@ impl Service {
         };
         let stop = self.stop.clone();
         Some(async move {
-            serve(stream, router, header_timeout, stop).await;
+            serve_connection(stream, router, header_timeout, stop).await;
             drop(guard);
         })
     }
@@ -207,7 +207,7 @@ impl Service {
 
 /// Serves one connection until the client closes it, a timeout ends it, or shutdown asks it
 /// to finish.
-async fn serve(
+async fn serve_connection(
     stream: TcpStream,
     router: Router,
     header_timeout: Duration,
@@ -268,6 +268,24 @@ pub const FD_RESERVE: usize = 48;
 mod tests {
     use super::*;
     use axum::routing::get;
+    use tokio::task::JoinHandle;
+    use tokio::time::Instant;
+
+    /// A server in a stage of its own.
+    struct Server {
+        addr: SocketAddr,
+        stage: Stage,
+    }
+
+    impl Server {
+        fn addr(&self) -> SocketAddr {
+            self.addr
+        }
+
+        async fn shutdown(self, deadline: Instant) -> Stopped {
+            Stopped::of(self.stage.stop(deadline).await)
+        }
+    }
 
     fn metrics() -> ServerMetrics {
         ServerMetrics {
@@ -281,7 +299,9 @@ mod tests {
         let health = Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .fallback(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "busy") });
-        Server::spawn(listener, router, health, limits, metrics()).unwrap()
+        let mut stage = Stage::new("outputs");
+        let addr = serve(listener, router, health, limits, metrics(), &mut stage).unwrap();
+        Server { addr, stage }
     }
 
     async fn server(router: Router) -> Server {

@@ -631,15 +631,6 @@ impl Windows {
         &self.cfg
     }
 
-    /// Puts new sizes and caps in force. Caps apply to the next group or shard that arrives;
-    /// what is tracked stays. A new window length applies from the next window.
-    pub fn set_config(&mut self, cfg: WindowConfig) {
-        for g in &mut self.groups {
-            g.pinned = !g.overflow && cfg.pinned_groups.iter().any(|p| **p == *g.name);
-        }
-        self.cfg = cfg;
-    }
-
     /// Start of the current window, unix seconds.
     pub fn start(&self) -> f64 {
         self.start

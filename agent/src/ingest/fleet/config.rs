@@ -87,20 +87,34 @@ pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<Fl
     if let Err(why) = check_selector(&selector) {
         c.fail("fleet.selector", why);
     }
-    let lookback = c.secs(
-        "fleet.lookback_secs",
-        raw.lookback_secs,
-        Duration::from_secs(600),
-        60.0,
-        86_400.0,
-    );
-    let lead = c.secs(
-        "fleet.query_lead_secs",
-        raw.query_lead_secs,
-        Duration::from_secs(2),
-        0.0,
-        3600.0,
-    );
+    // The four durations: (field, value, default, lowest, highest), seconds.
+    let [lookback, lead, timeout, backfill] = [
+        (
+            "fleet.lookback_secs",
+            raw.lookback_secs,
+            600.0,
+            60.0,
+            86_400.0,
+        ),
+        (
+            "fleet.query_lead_secs",
+            raw.query_lead_secs,
+            2.0,
+            0.0,
+            3600.0,
+        ),
+        ("fleet.timeout_secs", raw.timeout_secs, 5.0, 0.1, 300.0),
+        (
+            "fleet.backfill_secs",
+            raw.backfill_secs,
+            3600.0,
+            0.0,
+            7.0 * 86_400.0,
+        ),
+    ]
+    .map(|(field, value, default, lo, hi)| {
+        c.secs(field, value, Duration::from_secs_f64(default), lo, hi)
+    });
     if lead.as_secs_f64() >= window_secs / 2.0 {
         c.fail(
             "fleet.query_lead_secs",
@@ -111,20 +125,6 @@ pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<Fl
             ),
         );
     }
-    let timeout = c.secs(
-        "fleet.timeout_secs",
-        raw.timeout_secs,
-        Duration::from_secs(5),
-        0.1,
-        300.0,
-    );
-    let backfill = c.secs(
-        "fleet.backfill_secs",
-        raw.backfill_secs,
-        Duration::from_secs(3600),
-        0.0,
-        7.0 * 86_400.0,
-    );
     let max_response_bytes = c.range(
         "fleet.max_response_bytes",
         raw.max_response_bytes,

@@ -42,7 +42,8 @@ use rebuild::{Growth, Skip};
 
 use crate::clock::Clock;
 use crate::ingest::IngestQueue;
-use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
+use crate::stage::Stage;
+use crate::telemetry::{IngestMetrics, Source, SourceMetrics};
 
 /// Windows in a row without an answer after which `/readyz` answers 503.
 pub const FAILING_WINDOWS: u32 = 3;
@@ -144,9 +145,9 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// Registers the fleet input's own metrics in `registry` (the stage owns them) beside the
-    /// shared ingest counters of `metrics`.
-    pub fn register(registry: &Registry, metrics: &SelfMetrics) -> prometheus::Result<Counters> {
+    /// Registers the fleet input's own metrics in `registry` (the stage owns them) beside its
+    /// series of the shared ingest counters.
+    pub fn register(registry: &Registry, ingest: &IngestMetrics) -> prometheus::Result<Counters> {
         let add = |c: Box<dyn prometheus::core::Collector>| registry.register(c);
         let queries = IntCounterVec::new(
             Opts::new(
@@ -199,14 +200,14 @@ impl Counters {
             windows.with_label_values(&[result]);
         }
         Ok(Counters {
-            source: metrics.source(Source::Fleet).clone(),
+            source: ingest.source(Source::Fleet).clone(),
             queries,
             failures,
             windows,
             query_seconds,
             answer_bytes,
             answer_series,
-            skipped: metrics.skipped.clone(),
+            skipped: ingest.skipped.clone(),
         })
     }
 
@@ -216,7 +217,7 @@ impl Counters {
 
     fn skip(&self, why: Skip) {
         self.skipped
-            .with_label_values(&["fleet", why.as_str()])
+            .with_label_values(&[Source::Fleet.as_str(), why.as_str()])
             .inc();
     }
 }
@@ -261,20 +262,11 @@ pub async fn backfill(
             async move {
                 let range = api.range(&expr, first_end - lead, last_end - lead, window_secs);
                 let (series, _) = timed(counters, family, range).await?;
-                Ok::<_, QueryError>((family, query::net(series)))
+                Ok(query::net(series))
             }
         };
-        let answers = tokio::try_join!(
-            ask(Family::Requests),
-            ask(Family::Cache),
-            ask(Family::Buckets),
-            ask(Family::Keys),
-            ask(Family::KeysUnlisted),
-            ask(Family::KeysOvercount),
-        )?;
-        let (a, b, c, d, e, f) = answers;
         let mut by_time: BTreeMap<u64, Growth> = BTreeMap::new();
-        for (family, series) in [a, b, c, d, e, f] {
+        for (family, series) in ask_every_family(ask).await? {
             for s in &series {
                 for &(t, v) in &s.points {
                     by_time.entry(ms(t)).or_default().add_one(
@@ -326,6 +318,80 @@ pub async fn backfill(
             status.set_backfill(format!("backfill failed ({error}); baselines warm up live"));
             Backfill::default()
         }
+    }
+}
+
+/// The fleet input as [`FleetConfig::prepare`] leaves it: its metrics registered, its history
+/// read, nothing started. The pipeline takes the backfill and the gate before it starts;
+/// [`PreparedFleet::spawn`] then starts the input.
+#[derive(Debug)]
+pub struct PreparedFleet {
+    config: FleetConfig,
+    counters: Counters,
+    status: Status,
+    gate: Gate,
+    backfill: Backfill,
+    window_secs: f64,
+}
+
+impl FleetConfig {
+    /// Registers the input's metrics in `registry` and reads its history (each query bounded
+    /// by its timeout): a TSDB that does not answer costs the backfill, never the start.
+    pub async fn prepare(
+        &self,
+        window_secs: f64,
+        now: f64,
+        registry: &Registry,
+        ingest: &IngestMetrics,
+    ) -> prometheus::Result<PreparedFleet> {
+        let counters = Counters::register(registry, ingest)?;
+        let status = Status::default();
+        let backfill = backfill(self, window_secs, now, &status, &counters).await;
+        Ok(PreparedFleet {
+            config: self.clone(),
+            counters,
+            status,
+            gate: Gate::default(),
+            backfill,
+            window_secs,
+        })
+    }
+}
+
+impl PreparedFleet {
+    /// The backfilled windows, oldest first, for the pipeline to judge before the live ones
+    /// (taken once; later calls get none).
+    pub fn take_backfill(&mut self) -> Vec<(f64, Batch)> {
+        std::mem::take(&mut self.backfill.windows)
+    }
+
+    /// The gate the pipeline checks before it judges a window.
+    pub fn gate(&self) -> Gate {
+        self.gate.clone()
+    }
+
+    /// What `/readyz` says of the input.
+    pub fn status(&self) -> Status {
+        self.status.clone()
+    }
+
+    /// Starts the fleet task into `stage`, feeding `queue`; it stops with the stage.
+    pub fn spawn<C: Clock + Clone + Send + Sync + 'static>(
+        self,
+        queue: IngestQueue,
+        clock: C,
+        stage: &mut Stage,
+    ) {
+        let cx = Context {
+            queue,
+            gate: self.gate,
+            status: self.status,
+            counters: self.counters,
+            clock,
+            window_secs: self.window_secs,
+            last_eval: self.backfill.last_eval,
+        };
+        stage.watch("fleet input", spawn(self.config, cx, stage.stop_token()));
     }
 }
 
@@ -446,29 +512,14 @@ async fn read_window(
         let expr = growth_expr(family, &config.selector, config.lookback, since);
         async move {
             let (series, weight) = timed(counters, family, api.instant(&expr, at)).await?;
-            Ok::<_, QueryError>((query::net(series), weight))
+            Ok((query::net(series), weight))
         }
     };
-    let (requests, cache, buckets, keys, unlisted, overcount) = tokio::try_join!(
-        ask(Family::Requests),
-        ask(Family::Cache),
-        ask(Family::Buckets),
-        ask(Family::Keys),
-        ask(Family::KeysUnlisted),
-        ask(Family::KeysOvercount),
-    )?;
     let mut growth = Growth::default();
     let owns = |g: &str| config.split.owns(g);
     let mut bytes = 0;
     let mut series = 0;
-    for (family, (answer, weight)) in [
-        (Family::Requests, requests),
-        (Family::Cache, cache),
-        (Family::Buckets, buckets),
-        (Family::Keys, keys),
-        (Family::KeysUnlisted, unlisted),
-        (Family::KeysOvercount, overcount),
-    ] {
+    for (family, (answer, weight)) in ask_every_family(ask).await? {
         growth.add(family, &answer, 0, &owns, &mut |why| counters.skip(why));
         bytes += weight.bytes;
         series += weight.series;
@@ -476,6 +527,22 @@ async fn read_window(
     counters.answer_bytes.set(bytes as i64);
     counters.answer_series.set(series as i64);
     Ok(growth)
+}
+
+/// Asks `ask` for every family at once, all or nothing: the first failure ends the read (a
+/// window, or a backfill, is fed whole or not at all). The answers come in [`Family::ALL`]
+/// order, each beside its family.
+async fn ask_every_family<T, F>(
+    ask: impl Fn(Family) -> F,
+) -> Result<[(Family, T); Family::ALL.len()], QueryError>
+where
+    F: std::future::Future<Output = Result<T, QueryError>>,
+{
+    // Destructured, so a seventh family does not compile until it is asked for here.
+    let [a, b, c, d, e, f] = Family::ALL;
+    let (ta, tb, tc, td, te, tf) =
+        tokio::try_join!(ask(a), ask(b), ask(c), ask(d), ask(e), ask(f))?;
+    Ok([(a, ta), (b, tb), (c, tc), (d, td), (e, te), (f, tf)])
 }
 
 /// Runs one query, counting it by family and result and timing it.

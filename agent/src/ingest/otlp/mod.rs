@@ -12,6 +12,8 @@
 //!   types) into a [`Batch`].
 //! - [`metrics`]: `ExportMetricsServiceRequest` (prost or JSON) into a [`Batch`], turning
 //!   cumulative series into deltas in a bounded, reset-aware [`metrics::Cumulative`] map.
+//! - [`skip`]: why an item is skipped ([`SkipReason`]) and the input's counters
+//!   ([`OtlpMetrics`]).
 //!
 //! Spans that are not shard calls (not client spans, or without a shard or group attribute)
 //! are skipped and counted in `skewwatch_ingest_skipped_total{source="otlp",reason}`; spans
@@ -20,6 +22,7 @@
 pub mod attrs;
 pub mod config;
 pub mod metrics;
+pub mod skip;
 pub mod traces;
 pub mod wire;
 
@@ -29,9 +32,7 @@ use skewwatch_detectors::observation::{
 
 use attrs::{Field, Found, Hit, NameError, Names};
 
-// The skip reasons are the `reason` label of a self-metric, so their vocabulary lives with the
-// self-metrics; the decoders here count them.
-pub use crate::telemetry::{SkipReason, Skips};
+pub use skip::{OtlpMetrics, SkipReason, Skips};
 
 /// What one OTLP body gave: records into the batch, rejected and skipped items.
 #[derive(Debug, Clone, Default)]

@@ -25,7 +25,7 @@ pub mod config;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntCounterVec, Registry};
 use prometheus_parse::{Sample, Scrape, Value};
 use skewwatch_detectors::observation::{
     Batch, CacheResult, MAX_COUNT, MAX_LATENCY_MS, ObservationRef, Outcome, RejectReason,
@@ -38,7 +38,8 @@ use tracing::Instrument;
 pub use config::{FieldSource, LabelTemplate, Missing, ScrapeJob};
 
 use crate::ingest::IngestQueue;
-use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
+use crate::stage::{self, Stage};
+use crate::telemetry::{IngestMetrics, Registrar, Source, SourceMetrics};
 
 /// Largest page read; a larger one is a failure (`body_too_large`). 10,000 series of a
 /// typical length are about 1 MiB.
@@ -77,21 +78,101 @@ impl ScrapeError {
     }
 }
 
+/// The scrape jobs' metrics, registered by the input: scrapes and failures by job, the jobs'
+/// restarts, and the input's series of the shared ingest counters.
+#[derive(Debug, Clone)]
+pub struct ScrapeMetrics {
+    /// The `source="scrape"` ingest counters.
+    source: SourceMetrics,
+    /// Successful scrapes, by job.
+    scrapes: IntCounterVec,
+    /// Failed scrapes, by job and reason.
+    failures: IntCounterVec,
+    /// Jobs started again after they failed, by task (`scrape:<job>`).
+    restarts: IntCounterVec,
+    /// Skipped series by reason: no group, no shard, no key, past `max_series`.
+    no_group: IntCounter,
+    no_shard: IntCounter,
+    no_key: IntCounter,
+    series_cap: IntCounter,
+}
+
+impl ScrapeMetrics {
+    /// Registers the jobs' metrics in `registry` (whether any job is configured, so the page
+    /// has one shape) and resolves the input's ingest series.
+    pub fn register(registry: &Registry, ingest: &IngestMetrics) -> prometheus::Result<Self> {
+        let r = Registrar(registry);
+        let skipped = |reason| ingest.skipped(Source::Scrape, reason);
+        Ok(ScrapeMetrics {
+            source: ingest.source(Source::Scrape).clone(),
+            scrapes: r.counters(
+                "skewwatch_scrapes_total",
+                "Successful scrapes of a scrape: job's target, by job.",
+                &["job"],
+            )?,
+            failures: r.counters(
+                "skewwatch_scrape_failures_total",
+                "Failed scrapes, by job and reason (connect, timeout, status, body_too_large, \
+                 not_utf8); a failed scrape adds no observations.",
+                &["job", "reason"],
+            )?,
+            restarts: r.counters(
+                "skewwatch_task_restarts_total",
+                "Supervised tasks started again after a failure (a panic), by task \
+                 (scrape:<job>); each restart is logged with the error.",
+                &["task"],
+            )?,
+            no_group: skipped("no_group"),
+            no_shard: skipped("no_shard"),
+            no_key: skipped("no_key"),
+            series_cap: skipped("series_cap"),
+        })
+    }
+}
+
+/// Starts every job into `stage`, each under [`stage::supervise`]: a job that panics is
+/// logged, counted in `skewwatch_task_restarts_total{task="scrape:<job>"}` and started again
+/// after a backoff, so one exporter that trips a bug does not stop the other inputs.
+pub fn spawn_jobs(
+    jobs: &[ScrapeJob],
+    queue: &IngestQueue,
+    metrics: &ScrapeMetrics,
+    stage: &mut Stage,
+) {
+    for job in jobs {
+        let task = format!("scrape:{}", job.name);
+        let restarts = metrics.restarts.with_label_values(&[&task]);
+        let (job, queue, metrics, stop) = (
+            job.clone(),
+            queue.clone(),
+            metrics.clone(),
+            stage.stop_token(),
+        );
+        let attempt_stop = stop.clone();
+        stage.spawn(
+            task.clone(),
+            stage::supervise(task, stop, restarts, move || {
+                spawn(job.clone(), queue.clone(), &metrics, attempt_stop.clone())
+            }),
+        );
+    }
+}
+
 /// Starts the task of one job; it stops when `cancel` fires.
 pub fn spawn(
     job: ScrapeJob,
     queue: IngestQueue,
-    metrics: &SelfMetrics,
+    metrics: &ScrapeMetrics,
     cancel: CancellationToken,
 ) -> JoinHandle<()> {
     let counters = Counters {
-        source: metrics.source(Source::Scrape).clone(),
+        source: metrics.source.clone(),
         scrapes: metrics.scrapes.with_label_values(&[&job.name]),
-        no_group: metrics.skipped.with_label_values(&["scrape", "no_group"]),
-        no_shard: metrics.skipped.with_label_values(&["scrape", "no_shard"]),
-        no_key: metrics.skipped.with_label_values(&["scrape", "no_key"]),
-        series_cap: metrics.skipped.with_label_values(&["scrape", "series_cap"]),
-        failures: metrics.scrape_failures.clone(),
+        no_group: metrics.no_group.clone(),
+        no_shard: metrics.no_shard.clone(),
+        no_key: metrics.no_key.clone(),
+        series_cap: metrics.series_cap.clone(),
+        failures: metrics.failures.clone(),
     };
     let span = tracing::info_span!("scrape", job = %job.name);
     tokio::spawn(run(job, queue, counters, cancel).instrument(span))
@@ -105,7 +186,7 @@ struct Counters {
     no_shard: IntCounter,
     no_key: IntCounter,
     series_cap: IntCounter,
-    failures: prometheus::IntCounterVec,
+    failures: IntCounterVec,
 }
 
 async fn run(job: ScrapeJob, queue: IngestQueue, counters: Counters, cancel: CancellationToken) {

@@ -36,13 +36,17 @@ pub const MAX_PATTERN_BYTES: usize = 512;
 /// Default StatsD socket receive buffer.
 const DEFAULT_RECEIVE_BUFFER_BYTES: usize = 32 << 20;
 
-/// The validated `statsd:` section.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StatsdConfig {
-    /// SO_RCVBUF for the StatsD socket.
-    pub receive_buffer_bytes: usize,
-    /// StatsD metrics of other names turned into observations, first match wins.
-    pub mappings: Vec<StatsdMapping>,
+crate::config_part! {
+    /// The validated `statsd:` section, fixed at start-up: the socket is bound and the receiver
+    /// thread started with it. Each field declares the path it is read from, so a reload
+    /// reports a change to it by name ([`crate::config::part`]).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct StatsdConfig {
+        /// SO_RCVBUF for the StatsD socket.
+        pub receive_buffer_bytes: usize => "statsd.receive_buffer_bytes",
+        /// StatsD metrics of other names turned into observations, first match wins.
+        pub mappings: Vec<StatsdMapping> => "statsd.mappings",
+    }
 }
 
 /// StatsD types a mapping takes, as a bit set.

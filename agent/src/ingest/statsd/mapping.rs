@@ -376,7 +376,7 @@ mod tests {
 
     fn mapper(yaml: &str) -> Mapper {
         let c = Config::from_yaml(yaml, "t").unwrap();
-        Mapper::new(c.startup.statsd_mappings.into())
+        Mapper::new(c.startup.statsd.mappings.into())
     }
 
     /// An accepted line's group, shard, key, count, latency, outcome and cache result.

@@ -39,16 +39,17 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, MultiHeaders, recvmmsg, setsockopt, sockopt,
 };
-use prometheus::IntCounter;
+use prometheus::{IntCounter, Registry};
 use skewwatch_detectors::observation::{Batch, Rejections};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use super::config::StatsdMapping;
+use super::config::{StatsdConfig, StatsdMapping};
 use super::mapping::Mapper;
 use super::parse;
 use crate::ingest::IngestQueue;
-use crate::telemetry::{SelfMetrics, Source, SourceMetrics};
+use crate::stage::Stage;
+use crate::telemetry::{IngestMetrics, Registrar, Source, SourceMetrics};
 
 /// Largest datagram read: a UDP payload is at most 65,507 bytes over IPv4. StatsD clients
 /// keep datagrams under the MTU, but a loopback client may send more. The buffers are
@@ -99,12 +100,124 @@ pub fn bind(addr: SocketAddr, receive_buffer_bytes: usize) -> io::Result<UdpSock
     Ok(socket.into())
 }
 
+/// Why the StatsD input could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsdError {
+    /// The listener could not be bound (the port is in use, or the address is not local).
+    #[error(
+        "binding the StatsD listener on {addr}: {source}; free the port or change listen.statsd"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The socket error.
+        source: io::Error,
+    },
+    /// The receiver thread could not be started (the process is out of threads or memory).
+    #[error("starting the StatsD receiver thread: {0}")]
+    Thread(io::Error),
+}
+
+/// The StatsD input's counters, registered by the input and resolved once, so the receiver
+/// thread counts without a lock.
+#[derive(Debug, Clone)]
+pub struct StatsdMetrics {
+    /// The `source="statsd"` ingest counters.
+    source: SourceMetrics,
+    /// `skewwatch_ingest_skipped_total{source="statsd",reason="unmapped"}`.
+    unmapped: IntCounter,
+    /// UDP datagrams received.
+    datagrams: IntCounter,
+    /// Kernel receive-queue drops reported for the socket (SO_RXQ_OVFL).
+    kernel_drops: IntCounter,
+    /// Errors receiving from the socket (other than "no data").
+    receive_errors: IntCounter,
+}
+
+impl StatsdMetrics {
+    /// Registers the input's own metrics in `registry` and resolves its series of the shared
+    /// ingest counters. Registered whether StatsD listens or not, so the page has one shape.
+    pub fn register(registry: &Registry, ingest: &IngestMetrics) -> prometheus::Result<Self> {
+        let r = Registrar(registry);
+        Ok(StatsdMetrics {
+            source: ingest.source(Source::Statsd).clone(),
+            unmapped: ingest.skipped(Source::Statsd, "unmapped"),
+            receive_errors: r.counter(
+                "skewwatch_statsd_receive_errors_total",
+                "Errors receiving from the StatsD socket; the receiver backs off after each.",
+            )?,
+            datagrams: r.counter(
+                "skewwatch_statsd_datagrams_total",
+                "UDP datagrams received on the StatsD listener.",
+            )?,
+            kernel_drops: r.counter(
+                "skewwatch_statsd_kernel_drops_total",
+                "Datagrams the kernel dropped because the StatsD socket's receive buffer was full.",
+            )?,
+        })
+    }
+}
+
+/// The StatsD input with its socket bound and nothing started: [`StatsdConfig::bind`] makes
+/// it, [`BoundStatsd::spawn`] starts the receiver thread in a stage.
+#[derive(Debug)]
+pub struct BoundStatsd {
+    socket: UdpSocket,
+    addr: SocketAddr,
+    mappings: Arc<[StatsdMapping]>,
+    metrics: StatsdMetrics,
+}
+
+impl StatsdConfig {
+    /// Binds the StatsD socket at `addr` with this section's receive buffer, the first half of
+    /// the input's start: a port in use fails here, before any task runs.
+    pub fn bind(
+        &self,
+        addr: SocketAddr,
+        metrics: StatsdMetrics,
+    ) -> Result<BoundStatsd, StatsdError> {
+        let socket = bind(addr, self.receive_buffer_bytes)
+            .map_err(|source| StatsdError::Bind { addr, source })?;
+        let addr = socket
+            .local_addr()
+            .map_err(|source| StatsdError::Bind { addr, source })?;
+        Ok(BoundStatsd {
+            socket,
+            addr,
+            mappings: Arc::from(self.mappings.clone()),
+            metrics,
+        })
+    }
+}
+
+impl BoundStatsd {
+    /// Where the socket is bound (the port the OS chose when 0 was asked).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Starts the receiver thread into `stage`, handing batches to `queue`; it stops with the
+    /// stage, after handing over its last batch.
+    pub fn spawn(self, queue: IngestQueue, stage: &mut Stage) -> Result<(), StatsdError> {
+        let thread = spawn(
+            self.socket,
+            queue,
+            self.metrics,
+            self.mappings,
+            stage.stop_token(),
+        )
+        .map_err(StatsdError::Thread)?;
+        stage.watch_thread("statsd receiver", thread);
+        Ok(())
+    }
+}
+
 /// Starts the receiver thread, applying `mappings` to lines of other metric names. It stops
 /// when `cancel` fires, after handing over its last batch.
 pub fn spawn(
     socket: UdpSocket,
     queue: IngestQueue,
-    metrics: SelfMetrics,
+    metrics: StatsdMetrics,
     mappings: Arc<[StatsdMapping]>,
     cancel: CancellationToken,
 ) -> io::Result<JoinHandle<()>> {
@@ -186,8 +299,7 @@ impl Datagrams {
 /// The batch being filled and the counts that go with it.
 struct Pending<'a> {
     queue: &'a IngestQueue,
-    metrics: &'a SelfMetrics,
-    source: &'a SourceMetrics,
+    metrics: &'a StatsdMetrics,
     batch: Batch,
     rejected: Rejections,
     datagrams: u64,
@@ -195,27 +307,21 @@ struct Pending<'a> {
     mapper: Mapper,
     /// Lines no mapping took, since the last hand-over.
     skipped: u64,
-    /// `skewwatch_ingest_skipped_total{source="statsd",reason="unmapped"}`.
-    skipped_counter: IntCounter,
     /// When the first record (or datagram) of the batch arrived.
     since: Option<Instant>,
 }
 
 impl<'a> Pending<'a> {
     /// An empty batch, with the StatsD counters resolved once.
-    fn new(queue: &'a IngestQueue, metrics: &'a SelfMetrics, mapper: Mapper) -> Pending<'a> {
+    fn new(queue: &'a IngestQueue, metrics: &'a StatsdMetrics, mapper: Mapper) -> Pending<'a> {
         Pending {
             queue,
             metrics,
-            source: metrics.source(Source::Statsd),
             batch: Batch::with_capacity(BATCH_RECORDS),
             rejected: Rejections::default(),
             datagrams: 0,
             mapper,
             skipped: 0,
-            skipped_counter: metrics
-                .skipped
-                .with_label_values(&[Source::Statsd.as_str(), "unmapped"]),
             since: None,
         }
     }
@@ -249,17 +355,17 @@ impl<'a> Pending<'a> {
             self.datagrams = 0;
         }
         if self.skipped > 0 {
-            self.skipped_counter.inc_by(self.skipped);
+            self.metrics.unmapped.inc_by(self.skipped);
             self.skipped = 0;
         }
         if self.rejected.total() > 0 {
-            self.source.add_rejections(&self.rejected);
+            self.metrics.source.add_rejections(&self.rejected);
             self.rejected = Rejections::default();
         }
         if !self.batch.is_empty() {
             let full = std::mem::replace(&mut self.batch, Batch::with_capacity(BATCH_RECORDS));
             // A full queue is counted inside `submit`; UDP has no one to tell.
-            let _ = self.queue.submit(self.source, full);
+            let _ = self.queue.submit(&self.metrics.source, full);
         }
     }
 }
@@ -269,7 +375,7 @@ impl<'a> Pending<'a> {
 fn receive_loop(
     socket: &UdpSocket,
     queue: &IngestQueue,
-    metrics: &SelfMetrics,
+    metrics: &StatsdMetrics,
     mapper: Mapper,
     cancel: &CancellationToken,
 ) {
@@ -329,8 +435,8 @@ fn receive_loop(
 /// After a receive error: counts it, logs the first of a run, and sleeps. A persistent error (a
 /// socket in a bad state, a kernel out of memory) must not spin a core, so the pause doubles,
 /// up to a bound, while errors last. Returns the pause taken.
-fn back_off(error: Errno, last: Option<Duration>, metrics: &SelfMetrics) -> Duration {
-    metrics.statsd_receive_errors.inc();
+fn back_off(error: Errno, last: Option<Duration>, metrics: &StatsdMetrics) -> Duration {
+    metrics.receive_errors.inc();
     if last.is_none() {
         tracing::warn!(%error, "Receiving from the StatsD socket failed; backing off.");
     }
@@ -367,12 +473,17 @@ mod tests {
 
     fn agent_side() -> (
         UdpSocket,
-        SelfMetrics,
+        (IngestMetrics, StatsdMetrics),
         mpsc::Receiver<crate::ingest::Queued>,
         IngestQueue,
     ) {
         let socket = bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
-        let metrics = SelfMetrics::register(&Registry::new()).unwrap();
+        let registry = Registry::new();
+        let ingest = IngestMetrics::register(&registry).unwrap();
+        let metrics = (
+            ingest.clone(),
+            StatsdMetrics::register(&registry, &ingest).unwrap(),
+        );
         let (tx, rx) = IngestQueue::new(1024, 1 << 30);
         (socket, metrics, rx, tx)
     }
@@ -392,7 +503,7 @@ mod tests {
 
     #[test]
     fn every_line_of_many_datagrams_arrives_and_rejections_are_counted() {
-        let (socket, metrics, mut rx, tx) = agent_side();
+        let (socket, (ingest, metrics), mut rx, tx) = agent_side();
         let addr = socket.local_addr().unwrap();
         let cancel = CancellationToken::new();
         let thread = spawn(socket, tx, metrics.clone(), Arc::from([]), cancel.clone()).unwrap();
@@ -410,7 +521,7 @@ mod tests {
         cancel.cancel();
         thread.join().unwrap();
         assert_eq!(metrics.datagrams.get(), 3 * RECV_BATCH as u64);
-        let rejected = metrics
+        let rejected = ingest
             .rejected
             .with_label_values(&["statsd", "malformed"])
             .get();
@@ -420,7 +531,7 @@ mod tests {
 
     #[test]
     fn a_trickle_is_handed_over_within_the_flush_delay() {
-        let (socket, metrics, mut rx, tx) = agent_side();
+        let (socket, (_, metrics), mut rx, tx) = agent_side();
         let addr = socket.local_addr().unwrap();
         let cancel = CancellationToken::new();
         let thread = spawn(socket, tx, metrics, Arc::from([]), cancel.clone()).unwrap();

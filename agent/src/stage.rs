@@ -1,8 +1,11 @@
 //! A stage of the running agent: its name, the token that stops it and the tasks it runs,
 //! every one of them watched.
 //!
-//! [`super::Running`] holds one [`Stage`] per part of the data flow (ingest, pipeline,
-//! delivery, outputs) and stops them in that order. A task that ends while its stage has not
+//! Each stage builds itself from its validated configuration and spawns its tasks into a
+//! [`Stage`] (the StatsD receiver, the `scrape:` jobs and the fleet input into ingest's, the
+//! HTTP server into the outputs', the receivers into delivery's); the assembly (`app`) holds
+//! one per part of the data flow (ingest, outputs, pipeline, delivery) and stops them in that
+//! order. This room imports nothing of the agent, so every stage can build on it. A task that ends while its stage has not
 //! been told to stop has failed (a panic, or a loop that returned early): [`Stage::failed`]
 //! names it, and `run` shuts the agent down so that its supervisor restarts the process.
 //!
