@@ -58,6 +58,16 @@ fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
 }
 
 #[test]
+fn a_shard_failing_when_the_agent_starts_is_caught_within_a_minute() {
+    // The agent's first window is inside the fault: the failing shard's peers are its
+    // reference, so no warm-up stands between the start and the verdict.
+    let figures = run(&tiny(&["failing_shard_from_start"], 4, 1.0), |_| {}).unwrap();
+    for row in &figures.detection {
+        assert_eq!(row.p_within(60.0), 1.0, "{:?}", row.delays);
+    }
+}
+
+#[test]
 fn steady_zipf_traffic_raises_no_alert_and_the_report_has_its_tables() {
     let figures = run(&tiny(&["hot_shard", "steady_zipf"], 1, 20.0), |_| {}).unwrap();
     assert_eq!(figures.false_alarms.len(), 1);
