@@ -33,6 +33,25 @@ pub fn require(name: &str, alternatives: &[&str]) -> Option<PathBuf> {
     missing(&format!("`{name}` is not installed"))
 }
 
+/// Runs `promtool ARGS` in the repository's root and fails the test, with promtool's output and
+/// `context`, unless it succeeds. Skipped (nothing run) where promtool is missing outside CI.
+pub fn promtool(args: &[&str], context: &str) {
+    let Some(promtool) = require("promtool", &[]) else {
+        return;
+    };
+    let out = Command::new(promtool)
+        .args(args)
+        .current_dir(crate::deploy::repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool {args:?}: {context}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A `python3` on PATH that imports every module of `modules` (`.ci/run` installs them into a
 /// virtual environment it puts first on PATH). `None` when missing outside CI; panics in CI.
 pub fn require_python(modules: &[&str]) -> Option<PathBuf> {

@@ -700,9 +700,6 @@ fn the_shipped_alertmanager_configuration_mutes_what_the_fleet_verdict_explains(
 #[test]
 fn the_growth_expression_counts_a_restart_and_a_join_exactly_in_prometheus() {
     use skewwatch::ingest::fleet::query::{Family, growth_expr};
-    let Some(promtool) = skewwatch_e2e::tools::require("promtool", &[]) else {
-        return;
-    };
     // Scrapes every 5 s; the query at 30 s, the previous one at 15 s (offset 15 s).
     //   a: counts on, 30 -> 60: grew 30.
     //   b: restarts after its 20 s scrape (40): 10 before the restart, 8 after: grew 18.
@@ -739,15 +736,8 @@ fn the_growth_expression_counts_a_restart_and_a_join_exactly_in_prometheus() {
     let dir = TempDir::new("fleet-growth-promtool");
     let file = dir.0.join("growth.test.yml");
     std::fs::write(&file, &test).unwrap();
-    let out = std::process::Command::new(promtool)
-        .args(["test", "rules"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool did not evaluate the growth expression as documented:\n{test}\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    skewwatch_e2e::tools::promtool(
+        &["test", "rules", file.to_str().unwrap()],
+        &format!("the growth expression is not evaluated as documented:\n{test}"),
     );
 }

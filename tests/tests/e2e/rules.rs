@@ -2,8 +2,6 @@
 //! is one a team can act on: a severity, a summary, a description, and a runbook in
 //! docs/fleet.md that exists.
 
-use std::process::Command;
-
 use serde_json::Value;
 use skewwatch_e2e::deploy::{RULES_FILE, repo_root};
 use skewwatch_e2e::tools;
@@ -24,23 +22,6 @@ fn alerts() -> Vec<Value> {
         .collect()
 }
 
-fn promtool(args: &[&str]) {
-    let Some(promtool) = tools::require("promtool", &[]) else {
-        return;
-    };
-    let out = Command::new(promtool)
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool {args:?}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The promtool unit-test files, as repository paths.
 fn test_files() -> Vec<String> {
     let mut files: Vec<String> = std::fs::read_dir(repo_root().join("rules/prometheus/tests"))
@@ -55,7 +36,7 @@ fn test_files() -> Vec<String> {
 
 #[test]
 fn promtool_accepts_the_rules() {
-    promtool(&["check", "rules", RULES_FILE]);
+    tools::promtool(&["check", "rules", RULES_FILE], "");
 }
 
 #[test]
@@ -63,7 +44,7 @@ fn promtool_unit_tests_pass() {
     let files = test_files();
     let mut args = vec!["test", "rules"];
     args.extend(files.iter().map(String::as_str));
-    promtool(&args);
+    tools::promtool(&args, "");
 }
 
 #[test]
