@@ -401,8 +401,9 @@ impl LatencySkew {
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
             let ratio = cfg.slow_share_ratio;
-            let tested = st.slow.weigh(&self.tests, split.own(), |seen| {
-                let r = seen.upper().max(split.peers_upper());
+            // Before its baseline is warm the peers in the window are the reference alone.
+            let tested = st.slow.weigh_from_start(&self.tests, split.own(), |seen| {
+                let r = seen.map_or(0.0, |s| s.upper()).max(split.peers_upper());
                 let null = ratio.sqrt() * r;
                 Some(Hypotheses {
                     reference: r,
@@ -454,18 +455,20 @@ impl LatencySkew {
     }
 
     /// Adds the window's requests past its peers' median ([`BULK_QUANTILE`]) to the bulk's
-    /// evidence, once its baseline is warm: the test of the reference share (the higher of
+    /// evidence (against its peers alone while its baseline is cold): the test of the reference share (the higher of
     /// its own baseline share and its peers' share in the window, each at its upper bound)
     /// whose crossover is halfway from the reference to every request. Returns the reference.
     fn weigh_bulk(&self, st: &mut ShardState, split: Split) -> Option<f64> {
-        let tested = st.bulk.weigh(&self.bulk_tests, split.own(), |seen| {
-            let r = seen.upper().max(split.peers_upper());
-            Some(Hypotheses {
-                reference: r,
-                rise: Binomial::with_crossover(r, (1.0 + r) / 2.0),
-                severe: None,
-            })
-        });
+        let tested = st
+            .bulk
+            .weigh_from_start(&self.bulk_tests, split.own(), |seen| {
+                let r = seen.map_or(0.0, |s| s.upper()).max(split.peers_upper());
+                Some(Hypotheses {
+                    reference: r,
+                    rise: Binomial::with_crossover(r, (1.0 + r) / 2.0),
+                    severe: None,
+                })
+            });
         tested.map(|h| h.reference)
     }
 }
@@ -828,12 +831,18 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_slow_throughout_from_the_start_is_its_own_normal() {
+    fn a_shard_slow_throughout_from_the_start_is_judged_against_its_peers() {
+        // Its peers are a reference from the first window: slow from the agent's start, it is
+        // proven as soon as its evidence allows (the bulk's burst-proof six windows), and the
+        // slowness is never learned as its normal.
         let mut rig = Rig::with_defaults();
-        for w in 0..400 {
-            let f = cached(&mut rig, 10.0);
-            assert!(f.is_empty(), "window {w}: {f:?}");
-        }
+        let hits: Vec<usize> = (1..=400)
+            .filter(|_| !cached(&mut rig, 10.0).is_empty())
+            .collect();
+        assert_eq!(hits.first(), Some(&6), "{:?}", &hits[..hits.len().min(5)]);
+        assert_eq!(hits.len(), 395);
+        // Back to normal, it drains at once.
+        assert!(cached(&mut rig, 1.0).is_empty());
     }
 
     #[test]
@@ -860,13 +869,17 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_that_is_always_slow_is_its_own_baseline() {
+    fn a_shard_that_is_always_slow_is_reported_from_the_start() {
+        // Eight times its peers' latency from the first window: without a baseline of its
+        // own it is judged against its peers, and reported to the end.
         let mut rig = Rig::with_defaults();
         let mut scale = vec![10.0; 6];
         scale[2] = 80.0;
-        for _ in 0..200 {
-            assert!(rig.window(&scale, 100).is_empty());
-        }
+        let hits: Vec<usize> = (1..=200)
+            .filter(|_| !rig.window(&scale, 100).is_empty())
+            .collect();
+        // The fourth window: the quick path allows slow requests half a window to drain.
+        assert_eq!((hits.first(), hits.len()), (Some(&4), 197), "{hits:?}");
     }
 
     #[test]
