@@ -164,9 +164,10 @@ pub struct ShardState {
     /// NB2 dispersion from every window expecting a request, for that evidence.
     #[serde(default)]
     quiet_dispersion: Ewma,
-    /// Whether the shard's first window has gone by (it teaches nothing: [`learn`]).
+    /// The group's requests in the window that gave the load baseline its first sample, until
+    /// the next window has judged it ([`learn`]).
     #[serde(default)]
-    seen: bool,
+    first_total: Option<f64>,
 }
 
 /// One shard's figures in one window, against its baseline.
@@ -568,10 +569,12 @@ fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
 /// The expected count e rests on a baseline of k windows, so c − e varies by the window's
 /// variance and 1/k of it again: the squared deviation is divided by 1 + 1/k, or the dispersion
 /// learned in the first windows would be the baseline's own noise (twice the truth against a
-/// baseline of one window, and a running mean keeps that for an hour). A shard's first window
-/// teaches nothing: the agent (or a fleet instance) starts inside a window, a shard appears
-/// inside one, and the ratio of the sliver it saw would be the whole baseline for the next
-/// window and a large part of it for many more.
+/// baseline of one window, and a running mean keeps that for an hour). A first window that
+/// was a sliver of one is dropped: the agent (or a fleet instance) starts inside a window, a
+/// shard appears inside one, and the ratio of the sliver it saw, far noisier than a whole
+/// window's, would be the whole baseline for the next window and a large part of it for many
+/// more. The second window tells: when its group saw more than twice the requests of the first,
+/// it replaces the first as the baseline's first sample.
 fn learn(
     st: &mut ShardState,
     (r, c): (f64, f64),
@@ -579,8 +582,18 @@ fn learn(
     cfg: &HotShardConfig,
     alpha: f64,
 ) {
-    if !std::mem::replace(&mut st.seen, true) && st.load.samples() == 0 {
-        return;
+    match (st.load.samples(), st.first_total.take()) {
+        (0, _) => {
+            st.first_total = Some(total);
+            st.load.update(r, alpha);
+            return;
+        }
+        (1, Some(first)) if first < 0.5 * total => {
+            st.load = Ewma::default();
+            st.load.update(r, alpha);
+            return;
+        }
+        _ => {}
     }
     if let Some(b) = st.load.raw() {
         let e = b / n * total;
