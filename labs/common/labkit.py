@@ -273,9 +273,11 @@ def skewwatch_bin():
     return b
 
 
-def start_skewwatch(lab, config_text):
+def start_skewwatch(lab, config_text, port=None):
+    """Starts skewwatch on `config_text` (its `@HTTP@` replaced by 127.0.0.1:`port`, a free port
+    unless given: a client can be pointed at the agent before it starts) and waits until ready."""
     binary = skewwatch_bin()
-    port = free_port()
+    port = port or free_port()
     cfg = os.path.join(lab.tmp, "skewwatch.yaml")
     with open(cfg, "w") as f:
         f.write(config_text.replace("@HTTP@", f"127.0.0.1:{port}"))
@@ -474,15 +476,25 @@ def history_windows(sw, group, sampler):
         yield w, start, end, a, b, dict(zip(hist["shards"], w["cells"]))
 
 
-def warmup_detectors(windows):
-    """The `detectors:` section that shortens every detector's warm-up to `windows` (for the
-    short runs); empty for None (the defaults)."""
+# The detectors with a burst tolerance (`tolerated_burst_secs`).
+BURST_TOLERANT = ("hot_shard", "hot_key", "error_surge", "shard_failing", "latency_skew",
+                  "deadline_pile_up")
+
+
+def warmup_detectors(windows, burst_secs=None):
+    """The `detectors:` section of the short runs: every detector's warm-up shortened to
+    `windows`, and the burst tolerance of those that have one to `burst_secs`. The short runs
+    compress time for both sides alike: the DIY rules' `for: 1m` becomes 20 s, so skewwatch's
+    20 s of tolerated burst becomes 7 s. Empty for None (the defaults)."""
     if windows is None:
         return ""
-    return "detectors:\n" + "".join(
-        f"  {d}:\n    warmup_windows: {windows}\n"
-        for d in ("hot_shard", "hot_key", "error_surge", "fast_failure_sink", "shard_failing",
-                  "latency_skew", "cache_hit_collapse", "deadline_pile_up"))
+    out = "detectors:\n"
+    for d in ("hot_shard", "hot_key", "error_surge", "fast_failure_sink", "shard_failing",
+              "latency_skew", "cache_hit_collapse", "deadline_pile_up"):
+        out += f"  {d}:\n    warmup_windows: {windows}\n"
+        if burst_secs is not None and d in BURST_TOLERANT:
+            out += f"    tolerated_burst_secs: {burst_secs}\n"
+    return out
 
 
 def alertmanager_alerts(am_url):
@@ -556,6 +568,29 @@ def check_delivered(am_url, expected, lab):
     return all(any(a["labels"].get("alertname") == n and
                    all(a["labels"].get(k) == v for k, v in l.items()) for a in delivered)
                for _, _, n, l in expected)
+
+
+def versus_diy(watcher, lab, pairs, title):
+    """Every expected alert beside its do-it-yourself counterpart. `pairs`: [(label, skewwatch
+    alertname, {labels}, DIY alertname or None, {DIY labels})]. Prints the table and returns
+    (ok, rows): ok when, in every row, skewwatch fired and no later than its counterpart (a
+    counterpart that never fired, or that does not exist because the DIY rules cannot see what
+    the alert sees, counts as later)."""
+    rows, ok = [], True
+    for label, name, labels, diy_name, diy_labels in pairs:
+        t = watcher.fired("skewwatch", name, **labels)
+        d = watcher.fired("prometheus", diy_name, **diy_labels) if diy_name else None
+        first = ("neither" if t is None and d is None else "DIY" if t is None
+                 else "skewwatch" if d is None or t <= d else "DIY")
+        ok &= first == "skewwatch"
+        rows.append({"alert": label, "skewwatch": None if t is None else round(lab.rel(t), 1),
+                     "diy_alert": diy_name or "(none: the DIY rules cannot see it)",
+                     "diy": None if d is None else round(lab.rel(d), 1), "first": first})
+    print_table(title, ["alert", "skewwatch", "DIY counterpart", "DIY", "first"],
+                [(r["alert"], r["skewwatch"] if r["skewwatch"] is not None else "never",
+                  r["diy_alert"], r["diy"] if r["diy"] is not None else "never", r["first"])
+                 for r in rows])
+    return ok, rows
 
 
 def judge_order(watcher, expected, lab):

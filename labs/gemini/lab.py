@@ -42,9 +42,11 @@ def params(short):
     common = dict(rate=200, zipf_s=1.0, pool=16, work_secs=0.010, statement_timeout_ms=100,
                   pool_timeout_s=5, workers=48, ttl_secs=60, max_share=0.7)
     if short:
-        return dict(common, window=5, warmup=8, pre_onset=50, ramp=60, max_after=110,
+        # Time runs three times faster for both sides: the DIY rules' `for: 1m` becomes 20 s
+        # and skewwatch's 20 s of tolerated burst 7 s.
+        return dict(common, window=5, warmup=8, burst=7, pre_onset=50, ramp=60, max_after=110,
                     rate_range="20s", diy_for="20s", prom_scrape=1, mitigate=False)
-    return dict(common, window=10, warmup=None, pre_onset=330, ramp=150, max_after=300,
+    return dict(common, window=10, warmup=None, burst=None, pre_onset=330, ramp=150, max_after=300,
                 rate_range="1m", diy_for="1m", prom_scrape=5, mitigate=True)
 
 
@@ -210,7 +212,7 @@ def skewwatch_cfg(am, p, otel_defaults):
             f"window:\n  window_secs: {p['window']}\n"
             f"ui:\n  history_windows: 200\n{otlp}"
             f"alerting:\n  resend_interval_secs: 5\n  alertmanagers:\n    - url: \"{am}\"\n"
-            + labkit.warmup_detectors(p["warmup"]))
+            + labkit.warmup_detectors(p["warmup"], p["burst"]))
 
 
 def agreement_rows(lab, sw, sampler, shard_names, window, skip, wall0, unjudged_from=None):
@@ -429,13 +431,25 @@ def main():
               f"(PostgreSQL pg_stat_database), max |cache hit ratio diff| {worst['hit_ratio_diff']} "
               f"(cachetools) -> {'holds' if ok_agree else 'FAILS'}")
 
+        # The DIY rules read PostgreSQL's exporter: the hot shard's transactions, its rollbacks
+        # (the errors) and the transaction rate doubling (the closest they come to the cache's
+        # loop: backend calls multiplied). No rule over it can see a key.
+        hot_job = {"job": f"postgres-{hot_name.rsplit(':', 1)[-1]}"}
+        ok_diy, versus = labkit.versus_diy(watcher, lab, [
+            ("HotShard", "HotShard", {"group": GROUP, "shard": hot_name}, "PostgresShardHot", hot_job),
+            ("HotKey (empty)", "HotKey", {"group": GROUP, "key": "(empty)"}, None, {}),
+            ("CacheHitCollapse", "CacheHitCollapse", {"group": GROUP},
+             "PostgresTransactionRateDoubled", {}),
+            ("ErrorSurge", "ErrorSurge", {"group": GROUP}, "PostgresRollbackRatioHigh", hot_job),
+        ], "Every expected alert beside its DIY counterpart (seconds after onset)")
         ok_am = labkit.check_delivered(am, expected, lab)
         early = labkit.report_false_alarms(watcher, lab)
-        ok = ok_order and ok_agree and ok_am and shot_ok and not early
+        ok = ok_order and ok_diy and ok_agree and ok_am and shot_ok and not early
         lab.write_json("timeline.json", {
             "lab": lab.name, "short": args.short, "onset_t": round(lab.onset, 2), "params": p,
             "otel_defaults": otel_defaults, "shards": shard_names, "hot_shard": hot_name,
-            "events": lab.events, "expected": verdict, "diy": diy, "mitigations": mitigations,
+            "events": lab.events, "expected": verdict, "diy": diy, "versus_diy": versus,
+            "mitigations": mitigations,
             "agreement": {"windows": rows, "judged": len(judged), **worst, "holds": ok_agree},
             "alertmanager_ok": ok_am, "false_alarms": early, "passed": ok})
     except Exception as e:

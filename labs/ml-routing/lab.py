@@ -2,7 +2,7 @@
 """ml-routing: HAProxy `balance leastconn` in front of four model-serving backends; one starts
 answering 404 fast and, because it is the fastest server, draws the traffic.
 
-    labs/run ml-routing [--short] [--protect] [--fault-status CODE]
+    labs/run ml-routing [--short] [--cold] [--protect] [--fault-status CODE]
 
 Real parts: Debian's haproxy (its built-in Prometheus exporter), four Python HTTP backends,
 a load generator instrumented by OpenTelemetry's requests instrumentation, skewwatch reading
@@ -10,8 +10,15 @@ HAProxy's exporter (`scrape:`) and the client spans (OTLP), a real Alertmanager 
 skewwatch's alerts, and a real Prometheus with the rules an SRE would write over HAProxy's
 exporter (the do-it-yourself peer). `--protect` turns on HAProxy's own protection
 (`check observe layer7 error-limit 10 on-error mark-down`) and reports what it caught.
-Exit 0 only when FastFailureSink and ShardFailing fired (from onset, in order within each input) and skewwatch's
-per-window shares and error ratios agree with HAProxy's own counters.
+Exit 0 only when FastFailureSink and ShardFailing fired (from onset, in order within each input),
+each before its DIY counterpart, and skewwatch's per-window shares and error ratios agree with
+HAProxy's own counters.
+
+`--cold` starts skewwatch and Prometheus (with its DIY rules) together while `s3` already fails
+(as a new pod, a rollout, or an engineer who deploys the agent to look at a live incident
+would): times run from their start, and ShardFailing must fire on both inputs within 60 s and
+before the DIY 4xx rule. FastFailureSink is not expected then: what it sees is a shard whose
+share *rose*, and an agent started after the rise has no share to compare with.
 """
 import argparse
 import os
@@ -35,11 +42,15 @@ SCRAPE_GROUP = "ml-routing-haproxy"
 def params(short):
     if short:
         # 5 s windows; baselines warm in 8 windows (40 s). The DIY rules are scaled alike.
-        return dict(window=5, warmup=8, pre_onset=55, max_after=100, rate_range="20s",
-                    diy_for="20s", scrape=1, prom_scrape=1, prom_eval=1, clients=16, think_ms=60)
+        # Time runs three times faster for both sides: the DIY rules' `for: 1m` becomes 20 s
+        # and skewwatch's 20 s of tolerated burst 7 s.
+        return dict(window=5, warmup=8, burst=7, pre_onset=55, max_after=100, rate_range="20s",
+                    diy_for="20s", scrape=1, prom_scrape=1, prom_eval=1, clients=16, think_ms=60,
+                    cold_lead=20)
     # Defaults of skewwatch (10 s windows, 30 warm-up windows) and the rules as written.
-    return dict(window=10, warmup=None, pre_onset=330, max_after=240, rate_range="1m",
-                diy_for="1m", scrape=2, prom_scrape=5, prom_eval=5, clients=16, think_ms=60)
+    return dict(window=10, warmup=None, burst=None, pre_onset=330, max_after=240, rate_range="1m",
+                diy_for="1m", scrape=2, prom_scrape=5, prom_eval=5, clients=16, think_ms=60,
+                cold_lead=60)
 
 
 def haproxy_cfg(tmp, front, stats, ports, protect):
@@ -106,7 +117,7 @@ def skewwatch_cfg(am, stats_port, p, translate):
             f"ui:\n  history_windows: 200\n"
             f"alerting:\n  resend_interval_secs: 5\n  alertmanagers:\n    - url: \"{am}\"\n"
             f"scrape:\n{scrape_job(stats_port, p, translate)}"
-            + labkit.warmup_detectors(p["warmup"]))
+            + labkit.warmup_detectors(p["warmup"], p["burst"]))
 
 
 class CounterSampler(threading.Thread):
@@ -162,9 +173,12 @@ def main():
     ap.add_argument("--protect", action="store_true",
                     help="HAProxy's own protection: observe layer7, on-error mark-down")
     ap.add_argument("--fault-status", type=int, default=404)
+    ap.add_argument("--cold", action="store_true",
+                    help="start skewwatch and Prometheus while the backend already fails")
     args = ap.parse_args()
     p = params(args.short)
-    lab = Lab("ml-routing" + ("-protect" if args.protect else ""), args.short)
+    lab = Lab("ml-routing" + ("-protect" if args.protect else "") + ("-cold" if args.cold else ""),
+              args.short)
     wall0 = time.time() - lab.now()
     ok = False
     try:
@@ -194,32 +208,63 @@ def main():
         if not translate:
             lab.event("setup", "this skewwatch has no scrape templates/outcome tables (branch "
                       "`translate`): the scrape group counts HAProxy's responses without outcomes")
-        sw = labkit.start_skewwatch(lab, skewwatch_cfg(am, stats, p, translate))
-        lab.event("setup", f"skewwatch {sw} (window {p['window']} s)")
-        prom = labkit.start_prometheus(lab, {"haproxy": stats_url},
-                                       DIY_RULES.format(r=p["rate_range"], f=p["diy_for"]),
-                                       p["prom_scrape"], p["prom_eval"])
-        lab.event("setup", f"Prometheus {prom} (DIY rules: 4xx ratio > 20% for {p['diy_for']}, "
-                  f"share > 40% for {p['diy_for']})")
+        sw_port = free_port()
+        sw = f"http://127.0.0.1:{sw_port}"
 
+        def start_observers():
+            """skewwatch and Prometheus with its DIY rules, started together, and the watcher."""
+            labkit.start_skewwatch(lab, skewwatch_cfg(am, stats, p, translate), port=sw_port)
+            lab.event("setup", f"skewwatch {sw} (window {p['window']} s)")
+            prom = labkit.start_prometheus(lab, {"haproxy": stats_url},
+                                           DIY_RULES.format(r=p["rate_range"], f=p["diy_for"]),
+                                           p["prom_scrape"], p["prom_eval"])
+            lab.event("setup", f"Prometheus {prom} (DIY rules: 4xx ratio > 20% for {p['diy_for']}, "
+                      f"share > 40% for {p['diy_for']})")
+            watcher = labkit.AlertWatcher(lab, {"skewwatch": f"{sw}/api/v1/alerts",
+                                                "prometheus": f"{prom}/api/v1/alerts"})
+            watcher.start()
+            return watcher
+
+        def wait(secs):
+            end = time.monotonic() + secs
+            while time.monotonic() < end:
+                dead = lab.procs.check_alive()
+                if dead:
+                    raise RuntimeError(f"component died: {dead}")
+                time.sleep(1)
+
+        watcher = None if args.cold else start_observers()
         sampler = CounterSampler(lab, stats_url)
         sampler.start()
-        watcher = labkit.AlertWatcher(lab, {"skewwatch": f"{sw}/api/v1/alerts",
-                                            "prometheus": f"{prom}/api/v1/alerts"})
-        watcher.start()
-        gen = lab.start("loadgen", [py, f"{HERE}/loadgen.py", f"http://127.0.0.1:{front}/predict",
-                                    str(p["clients"]), str(p["think_ms"]), f"{sw}/v1/traces", OTLP_GROUP])
+        def start_clients(otlp, name="loadgen"):
+            return lab.start(name, [py, f"{HERE}/loadgen.py", f"http://127.0.0.1:{front}/predict",
+                                    str(p["clients"]), str(p["think_ms"]), otlp, OTLP_GROUP])
+
+        # Cold, the clients that load HAProxy while the fault begins are replaced, when the
+        # agent starts, by clients that export to it: a new pod and its sidecar starting
+        # together. (Clients pointed at an agent that is not there yet would show the
+        # exporter's retry back-off, not the agent.)
+        gen = before_gen = start_clients("http://127.0.0.1:9/v1/traces", "loadgen-before") \
+            if args.cold else start_clients(f"{sw}/v1/traces")
         lab.event("load", f"{p['clients']} clients, think {p['think_ms']} ms, backends 50 ms")
 
-        end = time.monotonic() + p["pre_onset"]
-        while time.monotonic() < end:
-            dead = lab.procs.check_alive()
-            if dead:
-                raise RuntimeError(f"component died: {dead}")
-            time.sleep(1)
-        before = sampler.samples[-1][1]
-        os.kill(backends[BAD].pid, signal.SIGUSR1)
-        lab.mark_onset(f"{BAD} answers {args.fault_status} at once")
+        if args.cold:
+            wait(5)
+            os.kill(backends[BAD].pid, signal.SIGUSR1)
+            lab.event("fault", f"{BAD} answers {args.fault_status} at once; skewwatch and "
+                      f"Prometheus start in {p['cold_lead']} s")
+            wait(p["cold_lead"])
+            before = sampler.samples[-1][1]
+            watcher = start_observers()
+            gen = start_clients(f"{sw}/v1/traces")
+            lab.procs.stop(before_gen)
+            lab.mark_onset(f"skewwatch, Prometheus and clients exporting to skewwatch started; "
+                           f"{BAD} has answered {args.fault_status} for {p['cold_lead']} s")
+        else:
+            wait(p["pre_onset"])
+            before = sampler.samples[-1][1]
+            os.kill(backends[BAD].pid, signal.SIGUSR1)
+            lab.mark_onset(f"{BAD} answers {args.fault_status} at once")
         onset_wall = time.time()
 
         fq = f"{PROXY}/{BAD}" if translate else BAD
@@ -239,6 +284,8 @@ def main():
         ejected = args.protect and 500 <= args.fault_status <= 599 and args.fault_status not in (501, 505)
         if ejected:
             expected = []
+        if args.cold:
+            expected = expected[1:]
         deadline = time.monotonic() + p["max_after"]
         while time.monotonic() < deadline:
             if ejected:
@@ -256,7 +303,7 @@ def main():
         shot_ok = True
         try:
             labkit.screenshot(sw + "/", shot, group=OTLP_GROUP,
-                              wait_text=None if ejected else "FastFailureSink")
+                              wait_text=None if ejected else expected[0][2])
             lab.event("setup", f"screenshot {shot}")
         except Exception as e:
             lab.event("setup", f"screenshot failed: {e}")
@@ -280,8 +327,9 @@ def main():
         # Order is judged within each input: the client spans' ShardFailing, then their
         # FastFailureSink; the HAProxy exporter's ShardFailing is another input, scraped on its
         # own clock, so it has no order against the client spans' alerts.
-        ok_clients, verdict = labkit.judge_order(watcher, expected[:2], lab)
-        ok_scrape, verdict_scrape = labkit.judge_order(watcher, expected[2:], lab)
+        clients = 1 if args.cold else 2
+        ok_clients, verdict = labkit.judge_order(watcher, expected[:clients], lab)
+        ok_scrape, verdict_scrape = labkit.judge_order(watcher, expected[clients:], lab)
         ok_order = ok_clients and ok_scrape
         verdict += verdict_scrape
         diy = []
@@ -293,6 +341,17 @@ def main():
                            [(r["alert"], r["fired_at"], r["verdict"]) for r in verdict])
         labkit.print_table("Do-it-yourself Prometheus rules over HAProxy's exporter", ["alert", "fired"],
                            [(r["alert"], r["fired_at"] if r["fired_at"] is not None else "never") for r in diy])
+        counterpart = {"FastFailureSink": "BackendServerTrafficShareHigh",
+                       "ShardFailing": "BackendServer4xxRatioHigh"}
+        ok_diy, versus = labkit.versus_diy(
+            watcher, lab, [(label, n, l, counterpart[n], {"server": BAD}) for label, _, n, l in expected],
+            "Every expected alert beside its DIY counterpart (seconds after "
+            + ("the start of both" if args.cold else "onset") + ")")
+        ok_cold = True
+        if args.cold:
+            late = [r["alert"] for r in verdict if r["fired_at"] is None or r["fired_at"] > 60]
+            ok_cold = not late
+            print(f"\nCold start: {'every expected alert within 60 s' if ok_cold else f'LATE (over 60 s): {late}'}")
         if args.protect:
             t = sampler.down.get(BAD)
             print(f"\nHAProxy's own protection (observe layer7, on-error mark-down): "
@@ -319,7 +378,7 @@ def main():
 
         ok_am = labkit.check_delivered(am, expected, lab)
         early = labkit.report_false_alarms(watcher, lab)
-        ok = ok_order and ok_agree and ok_am and shot_ok and not early
+        ok = ok_order and ok_diy and ok_cold and ok_agree and ok_am and shot_ok and not early
         if ejected:
             sink = watcher.fired("skewwatch", "FastFailureSink", shard=BAD)
             down = sampler.down.get(BAD)
@@ -329,7 +388,8 @@ def main():
             ok = ok and down is not None and down >= lab.onset and sink is None
         lab.write_json("timeline.json", {
             "lab": lab.name, "short": args.short, "onset_t": round(lab.onset, 2), "params": p,
-            "translate_features": translate, "events": lab.events, "expected": verdict, "diy": diy,
+            "cold": args.cold, "translate_features": translate, "events": lab.events,
+            "expected": verdict, "diy": diy, "versus_diy": versus,
             "haproxy_share_of_faulty": {"before": share_before, "after": share_after},
             "haproxy_marked_down": {s: round(lab.rel(t), 1) for s, t in sampler.down.items()},
             "haproxy_times_marked_down": sampler.downs,

@@ -11,7 +11,7 @@
 //! docs/detectors.md ("FastFailureSink") gives the signals, the defaults and why ordinary
 //! traffic does not fire it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -115,11 +115,16 @@ impl DetectorSettings for FastFailureSinkConfig {
     }
 }
 
-/// Baseline and streak of one shard.
+/// Baseline and streaks of one shard.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ShardState {
     share: Ewma,
+    /// Windows in a row in which the whole condition held.
     streak: u32,
+    /// Windows in a row in which the shard failed more than its peers and answered faster
+    /// (the failure, whether or not its share has risen yet).
+    #[serde(default)]
+    failing: u32,
 }
 
 /// What the detector measured about one suspect shard.
@@ -140,6 +145,15 @@ impl Verdict {
     fn share_multiple(&self) -> f64 {
         self.share / self.base_share.max(1e-12)
     }
+}
+
+/// A shard that fails more than its peers and answers faster: its figures and theirs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FailsFast {
+    error_ratio: f64,
+    peer_error_ratio: f64,
+    p50: f64,
+    peer_p50: f64,
 }
 
 /// Everything a `FastFailureSink` finding reports, as numbers; [`render`] turns it into text.
@@ -196,6 +210,26 @@ fn error_attraction(judged: &[&ShardSnapshot], bases: &[f64]) -> Option<(f64, f6
 }
 
 impl FastFailureSink {
+    /// The eligible shards of `g` that fail more than their peers and answer faster, whether
+    /// or not they drew traffic ([`FastFailureSink::fails_fast`]).
+    fn failing_fast(&self, g: &GroupSnapshot) -> BTreeSet<String> {
+        let judged = self.judged(g);
+        if judged.len() < self.cfg.min_shards {
+            return BTreeSet::new();
+        }
+        (0..judged.len())
+            .filter(|&j| self.fails_fast(&judged, j).is_some())
+            .map(|j| judged[j].shard.clone())
+            .collect()
+    }
+
+    /// The shards of `g` with `min_requests`.
+    fn judged<'a>(&self, g: &'a GroupSnapshot) -> Vec<&'a ShardSnapshot> {
+        g.tracked_shards()
+            .filter(|s| s.requests >= self.cfg.min_requests)
+            .collect()
+    }
+
     /// Judges every eligible shard of `g`; returns, per shard name, the verdict when all four
     /// conditions hold now.
     fn verdicts(
@@ -204,10 +238,7 @@ impl FastFailureSink {
         states: &BTreeMap<String, ShardState>,
     ) -> BTreeMap<String, Verdict> {
         let mut out = BTreeMap::new();
-        let judged: Vec<&ShardSnapshot> = g
-            .tracked_shards()
-            .filter(|s| s.requests >= self.cfg.min_requests)
-            .collect();
+        let judged = self.judged(g);
         if judged.len() < self.cfg.min_shards {
             return out;
         }
@@ -238,11 +269,30 @@ impl FastFailureSink {
     /// more traffic than it used to, fails more than its peers and answers faster than them.
     fn sink(&self, judged: &[&ShardSnapshot], j: usize, b: f64, ear: f64) -> Option<Verdict> {
         let s = judged[j];
+        // The cheap per-shard test first: peer medians cost O(J) per suspect, and there is
+        // rarely more than one suspect.
+        if s.share < self.cfg.share_factor * b {
+            return None;
+        }
+        let f = self.fails_fast(judged, j)?;
+        Some(Verdict {
+            share: s.share,
+            base_share: b,
+            error_ratio: f.error_ratio,
+            peer_error_ratio: f.peer_error_ratio,
+            p50: f.p50,
+            peer_p50: f.peer_p50,
+            ear,
+        })
+    }
+
+    /// Shard `j` of `judged` when it fails more than its peers (`error_ratio_floor`,
+    /// `error_ratio_peer_factor`) and answers faster than them (`latency_peer_factor`).
+    fn fails_fast(&self, judged: &[&ShardSnapshot], j: usize) -> Option<FailsFast> {
+        let s = judged[j];
         let lat = s.traffic.latency?;
         let e = error_ratio(s);
-        // The cheap per-shard tests first: peer medians cost O(J) per suspect, and there is
-        // rarely more than one suspect.
-        if s.share < self.cfg.share_factor * b || e < self.cfg.error_ratio_floor {
+        if e < self.cfg.error_ratio_floor {
             return None;
         }
         let peers = judged.iter().enumerate().filter(|(k, _)| *k != j);
@@ -253,14 +303,11 @@ impl FastFailureSink {
         let (pe, pl) = (median(&mut peer_err)?, median(&mut peer_p50)?);
         let holds = e >= self.cfg.error_ratio_peer_factor * pe
             && lat.p50_ms <= self.cfg.latency_peer_factor * pl;
-        holds.then_some(Verdict {
-            share: s.share,
-            base_share: b,
+        holds.then_some(FailsFast {
             error_ratio: e,
             peer_error_ratio: pe,
             p50: lat.p50_ms,
             peer_p50: pl,
-            ear,
         })
     }
 }
@@ -389,15 +436,25 @@ impl GroupDetector for FastFailureSink {
         out: &mut Vec<Finding>,
     ) {
         let verdicts = self.verdicts(g, states);
+        let failing = self.failing_fast(g);
+        let need = self.cfg.consecutive_windows;
         for s in g.tracked_shards() {
             let st = states.entry(s.shard.clone()).or_default();
+            st.failing = if failing.contains(&s.shard) {
+                st.failing + 1
+            } else {
+                0
+            };
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let Some(v) = verdicts.get(&s.shard) else {
                 st.streak = 0;
                 continue;
             };
             st.streak += 1;
-            let proven_by = if st.streak >= self.cfg.consecutive_windows {
+            // The failure must have lasted `consecutive_windows`; the traffic it drew, one
+            // window less: a balancer moves traffic after the answers it weighs have come
+            // back, so the share lags the failure by about a window.
+            let proven_by = if st.failing >= need && st.streak + 1 >= need {
                 "consecutive_windows"
             } else if ctx.alerts.is_active(FastFailureSink::ALERTNAME, &labels) {
                 "hysteresis"
@@ -407,9 +464,11 @@ impl GroupDetector for FastFailureSink {
             let f = render(&self.cfg, &g.group, &s.shard, &figures(g, s, v, st.streak));
             out.push(f.annotate("proven_by", proven_by));
         }
-        // Shares learn only while no shard is suspect and no alert is active, so the
-        // incident's redistribution does not become the new normal.
+        // Shares learn only while no shard is suspect (failing fast, drawing traffic or not
+        // yet) and no alert is active, so the incident's redistribution does not become the
+        // new normal.
         let frozen = !verdicts.is_empty()
+            || !failing.is_empty()
             || ctx
                 .alerts
                 .group_has_active(FastFailureSink::ALERTNAME, &g.group);
@@ -533,6 +592,35 @@ mod tests {
         );
         let ear: f64 = a["error_attraction_ratio"].parse().unwrap();
         assert!(ear > 1.4, "{ear}");
+    }
+
+    #[test]
+    fn the_traffic_may_follow_the_failure_a_window_later() {
+        // The cluster fails fast from window 41; the balancer, weighing answers it has already
+        // had, sends it more traffic from window 42. The failure has lasted three windows at
+        // the end of window 43: it fires there, not a window later.
+        let mut failing = fleet(6);
+        failing[2] = sink(200);
+        let mut drawing = fleet(6);
+        drawing[2] = sink(340);
+        let mut ws = vec![failing];
+        ws.extend(vec![drawing.clone(); 4]);
+        let (hits, _) = run(FastFailureSinkConfig::default(), &scenario(ws));
+        assert_eq!(hits, [43, 44, 45]);
+        // Drawing traffic for one window only is not enough, however long it has failed.
+        let mut ws = vec![fleet(6)];
+        ws.extend(vec![sink_among(200); 4]);
+        ws.push(drawing);
+        ws.push(sink_among(200));
+        let (hits, _) = run(FastFailureSinkConfig::default(), &scenario(ws));
+        assert!(hits.is_empty(), "{hits:?}");
+    }
+
+    /// Six healthy clusters but `c2`, which fails fast with `requests`.
+    fn sink_among(requests: u64) -> Vec<C> {
+        let mut ws = fleet(6);
+        ws[2] = sink(requests);
+        ws
     }
 
     #[test]

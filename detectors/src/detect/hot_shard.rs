@@ -164,6 +164,10 @@ pub struct ShardState {
     /// NB2 dispersion from every window expecting a request, for that evidence.
     #[serde(default)]
     quiet_dispersion: Ewma,
+    /// The group's requests in the window that gave the load baseline its first sample, until
+    /// the next window has judged it ([`learn`]).
+    #[serde(default)]
+    first_total: Option<f64>,
 }
 
 /// One shard's figures in one window, against its baseline.
@@ -561,6 +565,16 @@ fn cusum_step(cfg: &HotShardConfig, k: u32, sc: &Score) -> f64 {
 /// √(e + 2e²)/e² a window, swamps it); the evidence across windows' from every window expecting
 /// at least one request (noisy for one shard, but averaged over the group's shards it is
 /// steady, and quiet shards need one).
+///
+/// The expected count e rests on a baseline of k windows, so c − e varies by the window's
+/// variance and 1/k of it again: the squared deviation is divided by 1 + 1/k, or the dispersion
+/// learned in the first windows would be the baseline's own noise (twice the truth against a
+/// baseline of one window, and a running mean keeps that for an hour). A first window that
+/// was a sliver of one is dropped: the agent (or a fleet instance) starts inside a window, a
+/// shard appears inside one, and the ratio of the sliver it saw, far noisier than a whole
+/// window's, would be the whole baseline for the next window and a large part of it for many
+/// more. The second window tells: when its group saw more than twice the requests of the first,
+/// it replaces the first as the baseline's first sample.
 fn learn(
     st: &mut ShardState,
     (r, c): (f64, f64),
@@ -568,9 +582,23 @@ fn learn(
     cfg: &HotShardConfig,
     alpha: f64,
 ) {
+    match (st.load.samples(), st.first_total.take()) {
+        (0, _) => {
+            st.first_total = Some(total);
+            st.load.update(r, alpha);
+            return;
+        }
+        (1, Some(first)) if first < 0.5 * total => {
+            st.load = Ewma::default();
+            st.load.update(r, alpha);
+            return;
+        }
+        _ => {}
+    }
     if let Some(b) = st.load.raw() {
         let e = b / n * total;
-        let g = ((c - e).powi(2) - e) / (e * e);
+        let k = st.load.effective_samples(alpha);
+        let g = ((c - e).powi(2) / (1.0 + 1.0 / k) - e) / (e * e);
         if e >= cfg.min_mean_requests.max(1.0) {
             st.dispersion.update(g, alpha);
         }
@@ -979,6 +1007,51 @@ mod tests {
             "{pooled}"
         );
         assert_eq!(group_dispersion(std::iter::empty()), 0.0);
+    }
+
+    #[test]
+    fn the_dispersion_is_learned_unbiased_from_a_start_inside_a_window() {
+        // 16 Poisson shards (no over-dispersion) at about 300 requests a window, seen first
+        // by an agent that started with 5% of a window left. What the group's dispersion should
+        // learn is a shard's variance given the group's total, multinomial: e(1 − 1/n), so
+        // g = −1/(n·e) (−2.1e-4). The first window teaches nothing, and the baseline's own
+        // noise is taken out of the deviations.
+        let cfg = HotShardConfig::default();
+        let d = HotShard::new(cfg.clone(), 10.0);
+        let mut rng = crate::prng::SplitMix64::new(7);
+        // Normal approximation of Poisson(m): plenty at these means.
+        let mut poisson = |m: f64| {
+            let (u1, u2) = (rng.next_f64().max(1e-12), rng.next_f64());
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            (m + z * m.sqrt()).round().max(0.0)
+        };
+        let mut learned = Vec::new();
+        for _ in 0..20 {
+            let mut states: BTreeMap<usize, ShardState> = BTreeMap::new();
+            for w in 0..32 {
+                let m = if w == 0 { 15.0 } else { 300.0 };
+                let counts: Vec<f64> = (0..16).map(|_| poisson(m)).collect();
+                let total: f64 = counts.iter().sum();
+                let gw = GroupWindow {
+                    n: 16.0,
+                    total,
+                    z_star: hot_shard_z_threshold(16, cfg.family_alpha),
+                    dispersion: group_dispersion(states.values()),
+                    quiet_dispersion: 0.0,
+                };
+                for (i, c) in counts.iter().enumerate() {
+                    let st = states.entry(i).or_default();
+                    d.assess(st, &gw, *c as u64, (false, false));
+                }
+            }
+            learned.push(group_dispersion(states.values()));
+        }
+        let mean = learned.iter().sum::<f64>() / learned.len() as f64;
+        // One group's estimate over 31 windows of 16 shards spreads by about
+        // sqrt(2/496)/300 = 2e-4, 5e-5 over 20 trials. Without the correction for the baseline's
+        // noise the mean is 4e-4 higher; learned from the first window, 3e-3.
+        let truth = -1.0 / (16.0 * 300.0);
+        assert!((mean - truth).abs() < 1e-4, "{mean} {learned:?}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::evidence::baseline::{BOUND_Z, Ewma, Ratio, alpha_for};
 use crate::evidence::cusum::{Binomial, wilson_upper};
 use crate::evidence::ratio::{Hypotheses, Proof, RatioEvidence, RatioSettings, RatioTests};
 use crate::evidence::shape::{Persistence, StreakShape};
-use crate::observation::quote;
+use crate::observation::{Outcome, quote};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 
 /// The peers' quantile whose latency bucket marks a request as slow: their p99.
@@ -180,6 +180,8 @@ pub struct ShardState {
 struct Pool {
     buckets: Vec<u64>,
     total: u64,
+    /// Timed-out requests with a latency among them ([`timed_out`]).
+    timeouts: u64,
     /// p99s of the shards with samples, sorted.
     p99s: Vec<f64>,
 }
@@ -188,7 +190,9 @@ impl Pool {
     fn of(g: &GroupSnapshot) -> Pool {
         let mut buckets: Vec<u64> = Vec::new();
         let mut p99s = Vec::new();
+        let mut timeouts = 0;
         for s in g.tracked_shards() {
+            timeouts += timed_out(s);
             if buckets.len() < s.latency_buckets.len() {
                 buckets.resize(s.latency_buckets.len(), 0);
             }
@@ -203,6 +207,7 @@ impl Pool {
         Pool {
             total: buckets.iter().sum(),
             buckets,
+            timeouts,
             p99s,
         }
     }
@@ -227,11 +232,17 @@ impl Pool {
             if below as f64 >= quantile * peers as f64 {
                 let own_n: u64 = s.latency_buckets.iter().sum();
                 let own_below: u64 = (0..=i).map(own).sum();
+                // Timed-out requests are errors, `ShardFailing`'s to judge: they wait for
+                // the deadline, so they sit in the slowest buckets, and are taken from the
+                // slow ones of the shard and of its peers alike.
+                let own_t = timed_out(s).min(own_n);
+                let peer_t = (self.timeouts - timed_out(s)).min(peers);
+                let (own_slow, peers_slow) = (own_n - own_below, peers - below);
                 return Some(Split {
-                    peers,
-                    peers_slow: peers - below,
-                    samples: own_n,
-                    slow: own_n - own_below,
+                    peers: peers - peer_t,
+                    peers_slow: peers_slow - peers_slow.min(peer_t),
+                    samples: own_n - own_t,
+                    slow: own_slow - own_slow.min(own_t),
                 });
             }
         }
@@ -401,8 +412,9 @@ impl LatencySkew {
             let labels = [("group", g.group.as_str()), ("shard", s.shard.as_str())];
             let active = ctx.alerts.is_active(LatencySkew::ALERTNAME, &labels);
             let ratio = cfg.slow_share_ratio;
-            let tested = st.slow.weigh(&self.tests, split.own(), |seen| {
-                let r = seen.upper().max(split.peers_upper());
+            // Before its baseline is warm the peers in the window are the reference alone.
+            let tested = st.slow.weigh_from_start(&self.tests, split.own(), |seen| {
+                let r = seen.map_or(0.0, |s| s.upper()).max(split.peers_upper());
                 let null = ratio.sqrt() * r;
                 Some(Hypotheses {
                     reference: r,
@@ -454,20 +466,29 @@ impl LatencySkew {
     }
 
     /// Adds the window's requests past its peers' median ([`BULK_QUANTILE`]) to the bulk's
-    /// evidence, once its baseline is warm: the test of the reference share (the higher of
+    /// evidence (against its peers alone while its baseline is cold): the test of the reference share (the higher of
     /// its own baseline share and its peers' share in the window, each at its upper bound)
     /// whose crossover is halfway from the reference to every request. Returns the reference.
     fn weigh_bulk(&self, st: &mut ShardState, split: Split) -> Option<f64> {
-        let tested = st.bulk.weigh(&self.bulk_tests, split.own(), |seen| {
-            let r = seen.upper().max(split.peers_upper());
-            Some(Hypotheses {
-                reference: r,
-                rise: Binomial::with_crossover(r, (1.0 + r) / 2.0),
-                severe: None,
-            })
-        });
+        let tested = st
+            .bulk
+            .weigh_from_start(&self.bulk_tests, split.own(), |seen| {
+                let r = seen.map_or(0.0, |s| s.upper()).max(split.peers_upper());
+                Some(Hypotheses {
+                    reference: r,
+                    rise: Binomial::with_crossover(r, (1.0 + r) / 2.0),
+                    severe: None,
+                })
+            });
         tested.map(|h| h.reference)
     }
+}
+
+/// The requests of `s` that timed out and carried a latency: its timeouts, at most its errors
+/// with a latency.
+fn timed_out(s: &ShardSnapshot) -> u64 {
+    let with_latency = s.error_latency.map_or(0, |l| l.count);
+    s.traffic.outcome(Outcome::Timeout).min(with_latency)
 }
 
 /// Mean latency of all responses of `s`, ms (0 without any).
@@ -775,6 +796,40 @@ mod tests {
         assert_eq!(first, Some(10));
     }
 
+    #[test]
+    fn timeouts_are_shard_failings_not_a_slow_shard() {
+        // From the agent's first window, a shard whose 5% of requests, then half of them, time
+        // out at a 150 ms deadline while its successes are as fast as its peers': its slow
+        // requests are its timeouts, `ShardFailing`'s to report. The same shard with its
+        // successes slow is reported.
+        let run = |ok_ms: f64| {
+            let mut rig = Rig::with_defaults();
+            (1..=60)
+                .filter(|w| {
+                    for i in 0..8 {
+                        let name = format!("s{i}");
+                        for j in 0..20 {
+                            let mut o = ObservationRef::new("db", &name);
+                            let spread = 0.2 + 3.8 * (j as f64 / 20.0).powi(4);
+                            o.latency_ms = Some(if i == 0 { ok_ms } else { 10.0 } * spread);
+                            rig.record(&o);
+                        }
+                    }
+                    // Beside its 20 successes, 1 timeout (5%), then 20 (half).
+                    for _ in 0..if *w > 30 { 20 } else { 1 } {
+                        let mut o = ObservationRef::new("db", "s0");
+                        o.latency_ms = Some(150.0);
+                        o.outcome = Outcome::Timeout;
+                        rig.record(&o);
+                    }
+                    !rig.close().is_empty()
+                })
+                .count()
+        };
+        assert_eq!(run(10.0), 0);
+        assert!(run(100.0) > 40);
+    }
+
     /// One window of 16 requests per shard of 8 as behind a cache: 15 hits from 0.5 to 1.5 ms
     /// and one miss at 20 ms (the peers' p99), every latency of shard `s0` times `factor`.
     fn cached(rig: &mut Rig, factor: f64) -> Vec<Finding> {
@@ -828,12 +883,18 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_slow_throughout_from_the_start_is_its_own_normal() {
+    fn a_shard_slow_throughout_from_the_start_is_judged_against_its_peers() {
+        // Its peers are a reference from the first window: slow from the agent's start, it is
+        // proven as soon as its evidence allows (the bulk's burst-proof six windows), and the
+        // slowness is never learned as its normal.
         let mut rig = Rig::with_defaults();
-        for w in 0..400 {
-            let f = cached(&mut rig, 10.0);
-            assert!(f.is_empty(), "window {w}: {f:?}");
-        }
+        let hits: Vec<usize> = (1..=400)
+            .filter(|_| !cached(&mut rig, 10.0).is_empty())
+            .collect();
+        assert_eq!(hits.first(), Some(&6), "{:?}", &hits[..hits.len().min(5)]);
+        assert_eq!(hits.len(), 395);
+        // Back to normal, it drains at once.
+        assert!(cached(&mut rig, 1.0).is_empty());
     }
 
     #[test]
@@ -860,13 +921,17 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_that_is_always_slow_is_its_own_baseline() {
+    fn a_shard_that_is_always_slow_is_reported_from_the_start() {
+        // Eight times its peers' latency from the first window: without a baseline of its
+        // own it is judged against its peers, and reported to the end.
         let mut rig = Rig::with_defaults();
         let mut scale = vec![10.0; 6];
         scale[2] = 80.0;
-        for _ in 0..200 {
-            assert!(rig.window(&scale, 100).is_empty());
-        }
+        let hits: Vec<usize> = (1..=200)
+            .filter(|_| !rig.window(&scale, 100).is_empty())
+            .collect();
+        // The fourth window: the quick path allows slow requests half a window to drain.
+        assert_eq!((hits.first(), hits.len()), (Some(&4), 197), "{hits:?}");
     }
 
     #[test]

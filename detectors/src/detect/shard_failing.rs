@@ -114,8 +114,8 @@ struct Measured {
     error_ratio: f64,
     /// The peers' pooled error ratio in the window.
     peer_error_ratio: f64,
-    /// The shard's own baseline ratio.
-    baseline: f64,
+    /// The shard's own baseline ratio, once it has one: before, its peers are the reference.
+    baseline: Option<f64>,
     /// The reference `p0` the window was tested against.
     reference: f64,
     /// The evidence gathered, as a fraction of the threshold.
@@ -154,7 +154,9 @@ pub struct ShardFailing {
 impl ShardFailing {
     /// Adds shard `s`'s window to its evidence, given the errors and requests of the whole
     /// group's tracked shards: the reference `p0` is the higher of the upper bounds of its
-    /// baseline and its peers' ratio. `None` while its baseline is cold.
+    /// baseline and its peers' ratio; before its baseline is warm, its peers' alone (they are a
+    /// reference from the first window). `None` when the window was not tested (no peers with
+    /// requests and no baseline).
     fn weigh(&self, s: &ShardSnapshot, st: &mut ShardState, group: Ratio<u64>) -> Option<Measured> {
         let window = Ratio::of(s.traffic.errors, s.requests);
         let peers = Ratio {
@@ -162,15 +164,21 @@ impl ShardFailing {
             trials: group.trials - window.trials,
         };
         let m = self.cfg.margin_points;
-        let h = st.errors.weigh(&self.tests, window, |seen| {
-            let reference = seen.upper().max(peers_upper(peers));
+        let h = st.errors.weigh_from_start(&self.tests, window, |seen| {
+            // Without a baseline the peers alone are the reference, and they must have spoken:
+            // an upper bound of nothing is no reference.
+            if seen.is_none() && peers.trials == 0 {
+                return None;
+            }
+            let own = seen.map_or(0.0, |r| r.upper());
+            let reference = own.max(peers_upper(peers));
             Some(Hypotheses {
                 reference,
                 rise: Binomial::new(reference + m / 2.0, reference + m),
                 severe: Binomial::new(reference + m / 2.0, severe_ratio(reference, m)),
             })
         })?;
-        let baseline = st.errors.seen(&self.tests)?.share();
+        let baseline = st.errors.seen(&self.tests).map(|r| r.share());
         Some(Measured {
             error_ratio: if window.trials > 0 {
                 window.share()
@@ -238,7 +246,10 @@ fn render(cfg: &ShardFailingConfig, group: &str, shard: &str, fig: &Figures) -> 
         &[("group", group), ("shard", shard)],
     )
     .annotate("error_ratio", pct(v.error_ratio))
-    .annotate("baseline_error_ratio", pct(v.baseline))
+    .annotate(
+        "baseline_error_ratio",
+        v.baseline.map_or_else(|| "none".to_owned(), pct),
+    )
     .annotate("peer_error_ratio", pct(v.peer_error_ratio))
     .annotate("reference_error_ratio", pct(v.reference))
     .annotate("evidence", format!("{:.2}", v.evidence))
@@ -272,10 +283,20 @@ fn description(group: &str, shard: &str, fig: &Figures) -> String {
         .iter()
         .map(|(c, r)| format!("{} {}", c.as_str(), pct(*r)))
         .collect();
+    let reference = match v.baseline {
+        Some(b) => format!(
+            "the higher of its baseline {} and its peers' {}, each at its upper bound",
+            pct(b),
+            pct(v.peer_error_ratio)
+        ),
+        None => format!(
+            "its peers' {} at its upper bound; it has no baseline of its own yet",
+            pct(v.peer_error_ratio)
+        ),
+    };
     format!(
         "Shard {} of {} failed {} of {} requests ({}) in the last window; its evidence has \
-         built up over {} windows against a reference of {} (the higher of its baseline {} and \
-         its peers' {}, each at its upper bound). By class: {}. It carries {} of the group's \
+         built up over {} windows against a reference of {} ({}). By class: {}. It carries {} of the group's \
          load (fair share {}), so the group's error ratio is only {}: a group-wide alert would \
          not see it. Find why this shard fails: a dead or misconfigured replica, a full disk, a \
          failed deploy; drain it or fail it over if it does not recover.",
@@ -286,8 +307,7 @@ fn description(group: &str, shard: &str, fig: &Figures) -> String {
         pct(v.error_ratio),
         fig.windows,
         pct(v.reference),
-        pct(v.baseline),
-        pct(v.peer_error_ratio),
+        reference,
         classes.join(", "),
         pct(fig.share),
         pct(fig.fair_share),
@@ -557,12 +577,14 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_that_always_fails_half_has_that_as_its_baseline() {
-        // Warm (30 windows) at 55%, then 70%: under baseline + 25 points. At 85% it fires.
+    fn a_shard_whose_baseline_fails_half_fires_only_beyond_it() {
+        // The baseline of 55% is learned while every shard fails that much (a failure of the
+        // whole group is ErrorSurge's); then the peers recover and shard 2 goes on at 55%, its
+        // normal, then 70%: under baseline + 25 points. At 85% it fires.
         let at = |later: u64| -> Vec<Vec<S>> {
             (1..=60)
                 .map(|i| {
-                    let mut v = vec![ok(100); 8];
+                    let mut v = vec![if i > 30 { ok(100) } else { failing(100, 55) }; 8];
                     v[2] = failing(100, if i > 40 { later } else { 55 });
                     v
                 })
@@ -576,17 +598,32 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_judged_during_warm_up() {
-        // A shard born failing learns that as its normal, as ErrorSurge's groups do; from
-        // then on only a further 25 points would fire.
-        let ws: Vec<Vec<S>> = (1..=60)
-            .map(|_| {
+    fn a_shard_born_failing_is_judged_against_its_peers_and_not_learned_as_normal() {
+        // Failing every request from the agent's first window while its peers fail 2%: its
+        // peers are the reference before it has a baseline, so it is proven on the third
+        // window (the quick path, as a step on a window boundary), and the failure is never
+        // taught to its baseline: it fires to the end, and after it recovers its baseline
+        // rests on the healthy windows alone.
+        let ws: Vec<Vec<S>> = (1..=90)
+            .map(|i| {
                 let mut v = vec![ok(100); 8];
-                v[1] = failing(100, 100);
+                if i <= 60 {
+                    v[1] = failing(100, 100);
+                }
                 v
             })
             .collect();
+        let (hits, _) = run(ShardFailingConfig::default(), &ws[..60]);
+        assert_eq!(hits, (3..=60).collect::<Vec<_>>());
+        let (_, first) = run(ShardFailingConfig::default(), &ws[..3]);
+        assert_eq!(first.unwrap().annotations["proven_by"], "quick_cusum");
+        let (_, last) = run(ShardFailingConfig::default(), &ws[..45]);
+        assert_eq!(last.unwrap().annotations["baseline_error_ratio"], "none");
         let (hits, _) = run(ShardFailingConfig::default(), &ws);
+        assert_eq!(hits.last(), Some(&60), "it recovers at once");
+        // A shard born failing as much as its peers is the group's failure, not its own.
+        let group: Vec<Vec<S>> = (1..=60).map(|_| vec![failing(100, 100); 8]).collect();
+        let (hits, _) = run(ShardFailingConfig::default(), &group);
         assert!(hits.is_empty(), "{hits:?}");
     }
 

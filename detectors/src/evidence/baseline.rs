@@ -61,6 +61,18 @@ impl Ewma {
     pub fn samples(&self) -> u32 {
         self.samples
     }
+
+    /// How many independent samples of equal weight the average's variance equals: the samples
+    /// seen while it is their running mean, then (2 − α)/α for the fixed weight `alpha`
+    /// (0 before the first).
+    pub fn effective_samples(&self, alpha: f64) -> f64 {
+        let fixed = if alpha > 0.0 {
+            (2.0 - alpha) / alpha
+        } else {
+            f64::INFINITY
+        };
+        f64::from(self.samples).min(fixed)
+    }
 }
 
 /// Events among trials: failures among requests, slow responses among timed ones, a key's

@@ -215,7 +215,20 @@ impl RatioEvidence {
         window: Ratio<u64>,
         hypotheses: impl FnOnce(Ratio<f64>) -> Option<Hypotheses>,
     ) -> Option<Hypotheses> {
-        let h = self.seen(tests).and_then(hypotheses);
+        self.weigh_from_start(tests, window, |seen| seen.and_then(hypotheses))
+    }
+
+    /// As [`RatioEvidence::weigh`], for a detector that has a reference without history (a
+    /// shard's peers in the window): `hypotheses` is asked from the first window, with `None`
+    /// while the baseline is cold. The CUSUMs and their thresholds are the same, so the stated
+    /// false-alarm bound holds against whatever reference the hypotheses rest on.
+    pub fn weigh_from_start(
+        &mut self,
+        tests: &RatioTests,
+        window: Ratio<u64>,
+        hypotheses: impl FnOnce(Option<Ratio<f64>>) -> Option<Hypotheses>,
+    ) -> Option<Hypotheses> {
+        let h = hypotheses(self.seen(tests));
         if let Some(h) = h {
             let llr = |t: Option<Binomial>| t.map_or(0.0, |t| t.llr(window.trials, window.events));
             let rise = llr(h.rise);
@@ -368,6 +381,39 @@ mod tests {
                 .is_some()
         );
         assert!(e.fraction(&tests) > 0.0);
+    }
+
+    #[test]
+    fn a_reference_without_history_is_weighed_from_the_first_window() {
+        // The hypotheses are asked while the baseline is cold (with `None`); what they build
+        // goes into the same CUSUMs, so a strong rise is proven in as many windows as on a warm
+        // baseline, and its windows are not taught.
+        let tests = RatioTests::new(settings(1));
+        let mut e = RatioEvidence::default();
+        let mut asked = Vec::new();
+        for _ in 0..5 {
+            e.weigh_from_start(&tests, Ratio::of(100, 100), |seen| {
+                asked.push(seen.is_some());
+                rise(0.01, 0.2)(Ratio {
+                    events: 0.0,
+                    trials: 0.0,
+                })
+            });
+            e.learn(
+                &tests,
+                Ratio::of(100, 100),
+                e.proven(&tests, false).is_some(),
+            );
+        }
+        assert_eq!(asked, [false; 5]);
+        assert_eq!(e.proven(&tests, false), Some(Proof::Cusum));
+        assert_eq!(e.baseline().trials.samples(), 0);
+        // `weigh` asks nothing of a cold baseline.
+        let mut cold = RatioEvidence::default();
+        assert_eq!(
+            cold.weigh(&tests, Ratio::of(100, 100), |_| panic!("asked")),
+            None
+        );
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct Incident {
     pub magnitudes: [f64; 3],
     /// Shard `i`'s behaviour after the onset at magnitude `m`, given its normal rate.
     pub after: fn(m: f64, i: usize, shard_rate: f64) -> Slice,
+    /// True when the agent starts mid-incident: the onset is the run's start, so the agent's
+    /// first window is inside the fault and no detector has a baseline from before it.
+    pub from_start: bool,
 }
 
 /// A scenario family of the benchmark.
@@ -63,8 +66,9 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "HotShard",
             target: Target::Shard,
+            from_start: false,
             unit: "load ×",
-            magnitudes: [2.0, 5.0, 10.0],
+            magnitudes: HOT_MAGNITUDES,
             after: shard0_load,
         }),
         weights: equal,
@@ -76,6 +80,7 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "HotKey",
             target: Target::Key,
+            from_start: false,
             unit: "key rate ÷ shard rate",
             magnitudes: [1.0, 3.0, 10.0],
             after: |m, i, rate| {
@@ -105,17 +110,10 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "LatencySkew",
             target: Target::Shard,
+            from_start: false,
             unit: "latency ×",
-            magnitudes: [3.0, 10.0, 30.0],
-            after: |m, i, _| {
-                shard0(
-                    i,
-                    Slice {
-                        latency_factor: m,
-                        ..Slice::normal()
-                    },
-                )
-            },
+            magnitudes: SLOW_MAGNITUDES,
+            after: shard0_slow,
         }),
         weights: equal,
         before: steady,
@@ -126,6 +124,7 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "ErrorSurge",
             target: Target::Group,
+            from_start: false,
             unit: "error ratio",
             magnitudes: [0.03, 0.1, 0.3],
             after: |m, _, _| Slice {
@@ -143,6 +142,7 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "CacheHitCollapse",
             target: Target::Group,
+            from_start: false,
             unit: "hit ratio",
             magnitudes: [0.8, 0.5, 0.2],
             after: |m, _, _| Slice {
@@ -160,6 +160,7 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "FastFailureSink",
             target: Target::Shard,
+            from_start: false,
             unit: "load ×",
             magnitudes: [1.5, 2.0, 4.0],
             after: |m, i, _| {
@@ -184,18 +185,10 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "ShardFailing",
             target: Target::Shard,
+            from_start: false,
             unit: "error ratio",
-            magnitudes: [0.3, 0.8, 1.0],
-            after: |m, i, _| {
-                shard0(
-                    i,
-                    Slice {
-                        error_ratio: m,
-                        error: Outcome::Unavailable,
-                        ..Slice::normal()
-                    },
-                )
-            },
+            magnitudes: FAILING_MAGNITUDES,
+            after: shard0_failing,
         }),
         weights: equal,
         before: steady,
@@ -206,6 +199,7 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "DeadlinePileUp",
             target: Target::Group,
+            from_start: false,
             unit: "timeout ratio",
             magnitudes: [0.02, 0.05, 0.2],
             after: |m, _, _| Slice {
@@ -225,8 +219,53 @@ pub const FAMILIES: &[Family] = &[
         incident: Some(Incident {
             detector: "CapacityHeadroom",
             target: Target::Shard,
+            from_start: false,
             unit: "load ×",
             magnitudes: [1.5, 1.8, 2.5],
+            after: shard0_load,
+        }),
+        weights: equal,
+        before: steady,
+    },
+    // Mid-incident: the agent starts while the fault is already on (a new pod, a rollout, an
+    // engineer who deploys it to look at a live incident).
+    Family {
+        name: "failing_shard_from_start",
+        about: "failing_shard, the agent started while shard 0 already fails",
+        incident: Some(Incident {
+            detector: "ShardFailing",
+            target: Target::Shard,
+            from_start: true,
+            unit: "error ratio",
+            magnitudes: FAILING_MAGNITUDES,
+            after: shard0_failing,
+        }),
+        weights: equal,
+        before: steady,
+    },
+    Family {
+        name: "slow_shard_from_start",
+        about: "slow_shard, the agent started while shard 0 is already slow",
+        incident: Some(Incident {
+            detector: "LatencySkew",
+            target: Target::Shard,
+            from_start: true,
+            unit: "latency ×",
+            magnitudes: SLOW_MAGNITUDES,
+            after: shard0_slow,
+        }),
+        weights: equal,
+        before: steady,
+    },
+    Family {
+        name: "hot_shard_from_start",
+        about: "hot_shard, the agent started while shard 0 is already hot",
+        incident: Some(Incident {
+            detector: "HotShard",
+            target: Target::Shard,
+            from_start: true,
+            unit: "load ×",
+            magnitudes: HOT_MAGNITUDES,
             after: shard0_load,
         }),
         weights: equal,
@@ -321,6 +360,13 @@ fn noise(t: f64, i: usize, seed: u64) -> f64 {
     (0.5 * z - 0.125).exp()
 }
 
+/// Magnitudes of the hot shard families: its load times m.
+const HOT_MAGNITUDES: [f64; 3] = [2.0, 5.0, 10.0];
+/// Magnitudes of the slow shard families: its latency times m.
+const SLOW_MAGNITUDES: [f64; 3] = [3.0, 10.0, 30.0];
+/// Magnitudes of the failing shard families: the share of its requests that fail.
+const FAILING_MAGNITUDES: [f64; 3] = [0.3, 0.8, 1.0];
+
 /// Seconds between two bursts of `short_bursts`.
 const BURST_EVERY_SECS: f64 = 120.0;
 /// Keys of the `steady_zipf` family.
@@ -342,6 +388,29 @@ fn shard0_load(m: f64, i: usize, _: f64) -> Slice {
         i,
         Slice {
             load: m,
+            ..Slice::normal()
+        },
+    )
+}
+
+/// Shard 0 answers `m` times slower, every response.
+fn shard0_slow(m: f64, i: usize, _: f64) -> Slice {
+    shard0(
+        i,
+        Slice {
+            latency_factor: m,
+            ..Slice::normal()
+        },
+    )
+}
+
+/// Shard 0 fails a share `m` of its requests (`unavailable`), at its usual load.
+fn shard0_failing(m: f64, i: usize, _: f64) -> Slice {
+    shard0(
+        i,
+        Slice {
+            error_ratio: m,
+            error: Outcome::Unavailable,
             ..Slice::normal()
         },
     )

@@ -12,8 +12,9 @@
 //! factors at the reference. A trial warms the detectors up for [`WARM_WINDOWS`] windows,
 //! starts the incident at a random whole second in the next [`ONSET_SPREAD_SECS`] seconds and
 //! runs until the last horizon of [`HORIZONS_SECS`] has passed (or the detector fired). A
-//! benign run lasts [`Plan::benign_secs`] after the same warm-up; firings in it are false
-//! alarms. Every trial has its own seed derived from the plan's, so a seed gives the same
+//! benign run lasts [`Plan::benign_secs`] after the same warm-up; firings in it, the warm-up's
+//! included, are false alarms. A family that starts mid-incident ([`families::Incident`]'s
+//! `from_start`) has its onset at the run's start instead. Every trial has its own seed derived from the plan's, so a seed gives the same
 //! figures on every machine; [`report`] renders them.
 //!
 //! With [`Plan::diy`] set, the trials of every family that has a hand-written PromQL rule
@@ -213,9 +214,9 @@ pub struct FalseAlarmRow {
     pub family: &'static Family,
     /// The condition.
     pub condition: Condition,
-    /// Shard-hours judged (shards × judged hours).
+    /// Shard-hours judged (shards × judged hours, the warm-up included).
     pub shard_hours: f64,
-    /// Firing transitions after the warm-up, by alert name.
+    /// Firing transitions from the run's start, the warm-up included, by alert name.
     pub firings: BTreeMap<String, u64>,
     /// The DIY rules' firing transitions after the warm-up, by alert name, when the baseline
     /// ran.
@@ -252,8 +253,12 @@ fn diy_rules(f: &Family) -> Vec<&'static Rule> {
     }
 }
 
-/// When a trial of `c` starts being judged: after the warm-up.
-fn judged_from(c: &Condition) -> f64 {
+/// When a trial of family `f` at `c` starts being judged: after the warm-up, or at the start
+/// for a family that starts mid-incident.
+fn judged_from(f: &Family, c: &Condition) -> f64 {
+    if f.incident.is_some_and(|i| i.from_start) {
+        return START;
+    }
     START + f64::from(WARM_WINDOWS) * f64::from(c.window_secs)
 }
 
@@ -333,7 +338,9 @@ pub fn run(plan: &Plan, mut progress: impl FnMut(&str)) -> Result<Figures, diy::
             figures.false_alarms.push(FalseAlarmRow {
                 family,
                 condition,
-                shard_hours: condition.shards as f64 * plan.benign_secs / 3600.0,
+                shard_hours: condition.shards as f64
+                    * (judged_from(family, &condition) - START + plan.benign_secs)
+                    / 3600.0,
                 firings: done.first().map(|t| t.firings.clone()).unwrap_or_default(),
                 diy_firings: None,
             });
@@ -366,7 +373,7 @@ fn judge_diy(
         if rules.is_empty() {
             continue;
         }
-        let from = judged_from(&c);
+        let from = judged_from(family, &c);
         let to = match family.incident {
             Some(_) => from + ONSET_SPREAD_SECS as f64 + LAST_HORIZON_SECS,
             None => from + plan.benign_secs,
@@ -411,7 +418,7 @@ fn judge_diy(
             None => {
                 let mut counts = BTreeMap::new();
                 for f in fired.into_iter().flatten() {
-                    if jobs.contains(&f.trial) && f.ts > judged_from(&c) {
+                    if jobs.contains(&f.trial) && f.ts > judged_from(family, &c) {
                         *counts.entry(f.alert.to_owned()).or_default() += 1;
                     }
                 }
@@ -494,7 +501,7 @@ pub struct Trial {
     /// Onset to the first firing of the family's detector naming its target (incident
     /// families), within the last horizon.
     pub delay: Option<f64>,
-    /// Firing transitions after the warm-up, by alert name.
+    /// Firing transitions from the run's start, by alert name.
     pub firings: BTreeMap<String, u64>,
     /// The onset (incident families), run time.
     pub onset: Option<f64>,
@@ -514,8 +521,9 @@ pub fn run_trial(
     let mut rng = Rng::new(seed);
     let traffic = Traffic::new(c.rate, &(family.weights)(c.shards, &mut rng));
     let w = f64::from(c.window_secs);
-    let judged_from = judged_from(c);
+    let judged_from = judged_from(family, c);
     let (onset, end) = match family.incident {
+        Some(inc) if inc.from_start => (START, START + LAST_HORIZON_SECS + w),
         Some(_) => {
             let onset = judged_from + (rng.next_u64() % ONSET_SPREAD_SECS) as f64;
             (onset, onset + LAST_HORIZON_SECS + w)
@@ -535,7 +543,8 @@ pub fn run_trial(
         onset: onset.is_finite().then_some(onset),
         ..Trial::default()
     };
-    let sample_from = judged_from - diy::RANGE_SECS - w;
+    // A DIY Prometheus started with the agent has no samples from before it.
+    let sample_from = (judged_from - diy::RANGE_SECS - w).max(START);
     let mut t = START;
     while t < end && (out.delay.is_none() || tap.is_some()) {
         let secs = u64::from(c.window_secs);
@@ -551,7 +560,9 @@ pub fn run_trial(
         }
         for ev in engine.advance(t) {
             for tr in ev.transitions {
-                if tr.state != TransitionState::Firing || tr.ts <= judged_from {
+                // Every firing counts, from the agent's first window: detectors with a reference
+                // without history speak during their warm-up too.
+                if tr.state != TransitionState::Firing {
                     continue;
                 }
                 *out.firings.entry(tr.alertname.clone()).or_default() += 1;

@@ -52,7 +52,7 @@ fn parameters(out: &mut String, f: &Figures) {
     );
     let _ = writeln!(
         out,
-        "Shipped configuration (rules/skewwatch.yaml) but the window length; capacity {CAPACITY_FACTOR}× the busiest shard's normal rate, and at least its highest sustained normal rate over the warning line. Warm-up {WARM_WINDOWS} windows; onset at a random second within {ONSET_SPREAD_SECS} s after it; at most {PARTS} records per shard, class and window stretch.",
+        "Shipped configuration (rules/skewwatch.yaml) but the window length; capacity {CAPACITY_FACTOR}× the busiest shard's normal rate, and at least its highest sustained normal rate over the warning line. Warm-up {WARM_WINDOWS} windows; onset at a random second within {ONSET_SPREAD_SECS} s after it (at the agent's start for the families `_from_start`, whose delays run from it); benign firings counted from the start; at most {PARTS} records per shard, class and window stretch.",
     );
     if p.diy.is_some() {
         let _ = writeln!(

@@ -58,12 +58,23 @@ fn a_ten_fold_hot_shard_at_1000_rps_is_always_caught_within_two_minutes() {
 }
 
 #[test]
+fn a_shard_failing_when_the_agent_starts_is_caught_within_a_minute() {
+    // The agent's first window is inside the fault: the failing shard's peers are its
+    // reference, so no warm-up stands between the start and the verdict.
+    let figures = run(&tiny(&["failing_shard_from_start"], 4, 1.0), |_| {}).unwrap();
+    for row in &figures.detection {
+        assert_eq!(row.p_within(60.0), 1.0, "{:?}", row.delays);
+    }
+}
+
+#[test]
 fn steady_zipf_traffic_raises_no_alert_and_the_report_has_its_tables() {
     let figures = run(&tiny(&["hot_shard", "steady_zipf"], 1, 20.0), |_| {}).unwrap();
     assert_eq!(figures.false_alarms.len(), 1);
     for r in &figures.false_alarms {
         assert!(r.firings.is_empty(), "{}: {:?}", r.family.name, r.firings);
-        assert_eq!(r.shard_hours, 64.0 * 20.0 / 60.0);
+        // Judged from the start: the 32 warm-up windows of 10 s count too.
+        assert_eq!(r.shard_hours, 64.0 * (20.0 * 60.0 + 320.0) / 3600.0);
     }
     let md = render(&figures);
     let lines: Vec<&str> = md.lines().collect();
@@ -91,7 +102,7 @@ fn steady_zipf_traffic_raises_no_alert_and_the_report_has_its_tables() {
         assert!(lines[fa].contains(alertname), "{}", lines[fa]);
     }
     let zipf = lines[fa + 2];
-    assert!(zipf.starts_with("| steady_zipf | 1 | 21 |"), "{zipf}");
+    assert!(zipf.starts_with("| steady_zipf | 1 | 27 |"), "{zipf}");
     assert_eq!(
         zipf.matches("| 0.0").count(),
         DetectorsConfig::KINDS.len(),
