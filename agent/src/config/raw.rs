@@ -226,6 +226,14 @@ pub struct RawState {
     pub max_age_secs: Option<f64>,
 }
 
+/// `shutdown:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// Longest wait for a scrape of the last counts once ingest has stopped.
+    pub final_scrape_grace_secs: Option<f64>,
+}
+
 /// `ui:` section.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -345,6 +353,8 @@ pub struct RawConfig {
     pub http: Option<RawHttp>,
     /// State kept across restarts.
     pub state: Option<RawState>,
+    /// How the agent stops.
+    pub shutdown: Option<RawShutdown>,
     /// Detector thresholds and alert timing.
     pub detectors: Option<DetectorsConfig>,
     /// Alert delivery.
