@@ -158,6 +158,8 @@ pub struct RawFleet {
     pub lookback_secs: Option<f64>,
     /// How long before a window closes its query is made.
     pub query_lead_secs: Option<f64>,
+    /// How long before it is made a query is evaluated (the TSDB's latency offset).
+    pub evaluation_delay_secs: Option<f64>,
     /// Time one query may take.
     pub timeout_secs: Option<f64>,
     /// History read at start-up to learn baselines; 0 reads none.
