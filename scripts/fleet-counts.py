@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Measures, on a real Prometheus, a fleet window's request count by two queries: the exact
-growth the fleet input asks for (last_over_time now and one window ago) and
-sum(increase(x[W])), against what three real sidecars were sent (docs/adr/007).
+growth the fleet input asks for (last_over_time now and one window ago; the binary prints it,
+`skewwatch fleet-query`) and sum(increase(x[W])), against what three real sidecars were sent
+(docs/adr/007).
 
     scripts/fleet-counts.py FLEET_WINDOW_SECS SIDECAR_WINDOW_SECS SCRAPE_INTERVAL RUN_SECS
     scripts/fleet-counts.py 6 2 3s 160
 
 One NDJSON post per sidecar window, in its middle, so each sidecar window holds a known count;
-halfway through, one sidecar restarts (SIGTERM, same port). Prints the median and largest
+halfway through, one sidecar restarts (SIGTERM, same port; it waits for one more scrape before
+it exits, shutdown.final_scrape_grace_secs). Prints the median and largest
 per-window error of each query away from the restart, and both counts around it. Needs
 `prometheus` on PATH and a release build (SKEWWATCH_BIN, default target/release/skewwatch);
 works in a temporary directory, ports 9711-9713 and 9790.
@@ -38,9 +40,17 @@ def q(expr,t):
     r=json.load(urllib.request.urlopen("http://127.0.0.1:9790/api/v1/query",data=d))
     return sum(float(x["value"][1]) for x in r["data"]["result"])
 sel='skewwatch_shard_requests_total'
-# cur - prev where it counted on, cur where it went down or is new, and, where it went down, what it
-# counted before the restart since the previous query (its highest sample since, less prev).
-exact=lambda w:f"sum(({{c}} - {{p}}) >= 0 or {{c}} < {{p}} or {{c}} unless {{p}}) + (sum(clamp_min(max_over_time({sel}[{int(w*1000)}ms]) - ({{p}} > {{c}}), 0)) or vector(0))".replace("{c}",f"last_over_time({sel}[600s])").replace("{p}",f"last_over_time({sel}[600s] offset {int(w*1000)}ms)")
+# The fleet input's own growth expression, as the binary prints it (`skewwatch fleet-query`): three
+# parts per label set, the growth cur - prev + lost, never below zero (query::net).
+GROWTH=subprocess.run([BIN,"fleet-query","--family","requests","--since-secs",f"{W:g}"],capture_output=True,text=True,check=True).stdout.strip()
+def q_growth(t):
+    d=urllib.parse.urlencode({"query":GROWTH,"time":f"{t:.3f}"}).encode()
+    r=json.load(urllib.request.urlopen("http://127.0.0.1:9790/api/v1/query",data=d))
+    net={}
+    for x in r["data"]["result"]:
+        m=dict(x["metric"]); part=m.pop("part"); k=tuple(sorted(m.items()))
+        net[k]=net.get(k,0.0)+{"cur":1,"prev":-1,"lost":1}[part]*float(x["value"][1])
+    return sum(max(v,0.0) for v in net.values())
 inc=lambda w:f"sum(increase({sel}[{int(w*1000)}ms]))"
 sw=float(SIDE); t0=time.time(); results=[]; restarted=False
 nextq=(int(time.time()/W)+2)*W-1.0
@@ -55,7 +65,7 @@ while time.time()-t0<DUR:
         sides[0].send_signal(signal.SIGTERM); sides[0].wait(); sides[0]=start_side(0,ports[0]); time.sleep(0.3); restarted=True; rt=time.time()
     if time.time()>=nextq:
         t=nextq; nextq+=W
-        results.append((t,q(exact(W),t),q(inc(W),t)))
+        results.append((t,q_growth(t),q(inc(W),t)))
 truth=3*8*per*(W/sw)
 print(f"W={W} sidecar={SIDE}s scrape={SCRAPE} truth/window={truth} restart at {rt-t0:.0f}s")
 import statistics

@@ -29,6 +29,9 @@ agent_pid=
 stop_agent() {
   if [ -n "$agent_pid" ]; then
     kill "$agent_pid" 2>/dev/null || true
+    # A scraped agent waits for one more scrape before it exits: this is it.
+    sleep 0.2
+    curl -s -o /dev/null "http://$HTTP/metrics" || true
     wait "$agent_pid" 2>/dev/null || true
     agent_pid=
   fi

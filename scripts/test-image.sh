@@ -255,8 +255,14 @@ EOF
 fi
 
 kill -TERM "$agent_pid"
+# It was scraped, so it waits for one more scrape (shutdown.final_scrape_grace_secs): play
+# Prometheus until it exits.
+for _ in $(seq 300); do
+  kill -0 "$agent_pid" 2>/dev/null || break
+  curl -fsS -o /dev/null "http://$http/metrics" 2>/dev/null || true
+  sleep 0.1
+done
 code=0
-timeout 30 tail --pid="$agent_pid" -f /dev/null || true
 wait "$agent_pid" || code=$?
 agent_pid=
 check "SIGTERM ends the agent with exit code 0 (got $code)" [ "$code" -eq 0 ]

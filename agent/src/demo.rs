@@ -304,6 +304,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     compress_time(&mut config, args.window_secs);
     config.startup.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.startup.statsd_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    // No TSDB keeps a demo's counters: a `curl` of its page must not hold its exit.
+    config.startup.shutdown.final_scrape_grace = std::time::Duration::ZERO;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

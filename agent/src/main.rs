@@ -1,4 +1,6 @@
-//! The `skewwatch` command line: `run`, `check-config`, `replay`, `demo`, `top`, `bench`.
+//! The `skewwatch` command line: `run`, `check-config`, `replay`, `demo`, `top`, `bench`, and
+//! the hidden `fleet-query`, which prints the fleet input's growth expression for the tools
+//! that measure it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use skewwatch::app::Config;
+use skewwatch::ingest::fleet::query::{Family, growth_expr};
 use tokio_util::sync::CancellationToken;
 
 /// What `--version` prints after the name: the package version, the commit built and the build
@@ -68,6 +71,36 @@ enum Command {
     Top(skewwatch::top::Args),
     /// Send StatsD or HTTP load at a target rate and report sent, accepted and dropped.
     Bench(skewwatch::loadgen::Args),
+    /// Print the PromQL expression a fleet instance asks a family's growth with, for tools
+    /// that measure it (scripts/fleet-counts.py, labs/fleet), so they ask what the product
+    /// asks. Its answer holds three parts per label set (`part` = cur, prev, lost): the growth
+    /// is cur - prev + lost, never below zero.
+    #[command(hide = true)]
+    FleetQuery {
+        /// The family: requests, cache, buckets, keys, keys_unlisted or keys_overcount.
+        #[arg(long, default_value = "requests", value_parser = family)]
+        family: Family,
+        /// Label matchers, as `fleet.selector`.
+        #[arg(long, default_value = "")]
+        selector: String,
+        /// `fleet.lookback_secs`.
+        #[arg(long, default_value_t = 600)]
+        lookback_secs: u64,
+        /// The time since the previous query (the fleet window), in seconds.
+        #[arg(long)]
+        since_secs: f64,
+    },
+}
+
+/// A family of the fleet input by its name.
+fn family(name: &str) -> Result<Family, String> {
+    Family::ALL
+        .into_iter()
+        .find(|f| f.as_str() == name)
+        .ok_or_else(|| {
+            let names: Vec<_> = Family::ALL.iter().map(|f| f.as_str()).collect();
+            format!("one of {}", names.join(", "))
+        })
 }
 
 fn init_logging(format: LogFormat) {
@@ -101,6 +134,31 @@ fn main() -> ExitCode {
         Command::Demo(args) => exit(skewwatch::demo::run(args)),
         Command::Bench(args) => exit(skewwatch::loadgen::run(args)),
         Command::Top(args) => exit(skewwatch::top::run(args, &skewwatch::config::process_env)),
+        Command::FleetQuery {
+            family,
+            selector,
+            lookback_secs,
+            since_secs,
+        } => {
+            if let Err(why) = skewwatch::ingest::fleet::config::check_selector(&selector) {
+                eprintln!("skewwatch: --selector: {why}");
+                return ExitCode::FAILURE;
+            }
+            if !(since_secs.is_finite() && since_secs > 0.0) {
+                eprintln!("skewwatch: --since-secs: {since_secs} is not a positive time");
+                return ExitCode::FAILURE;
+            }
+            println!(
+                "{}",
+                growth_expr(
+                    family,
+                    &selector,
+                    std::time::Duration::from_secs(lookback_secs),
+                    std::time::Duration::from_secs_f64(since_secs),
+                )
+            );
+            ExitCode::SUCCESS
+        }
         Command::Run {
             config,
             http_listen,

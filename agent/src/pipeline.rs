@@ -151,6 +151,9 @@ pub struct PipelineChannels {
 /// What [`Pipeline::on_evaluation`] registers.
 pub type EvaluationHook = Box<dyn FnMut(&Evaluation) + Send>;
 
+/// What [`Pipeline::on_window`] registers.
+pub type WindowHook = Box<dyn FnMut(&WindowSnapshot) + Send>;
+
 /// Changes to the pipeline while it runs (a configuration reload).
 pub enum Control {
     /// New detector settings; the reply is sent once they are in force.
@@ -180,8 +183,11 @@ pub struct Pipeline<C: Clock> {
     control: mpsc::Receiver<Control>,
     /// Alert delivery's hook; replaced when a reload rebuilds delivery.
     delivery: Option<EvaluationHook>,
-    /// Other hooks (the cumulative counters), called after delivery's, in the order added.
+    /// Other hooks (the live view's history), called after delivery's, in the order added.
     observers: Vec<EvaluationHook>,
+    /// What every closed window's counts go to (the cumulative counters), the window cut
+    /// short at shutdown included.
+    counters: Vec<WindowHook>,
     /// Where the engine's state is saved, if anywhere.
     state: Option<StateStore>,
     windows_since_save: u32,
@@ -218,6 +224,7 @@ impl<C: Clock> Pipeline<C> {
                 control: crx,
                 delivery: None,
                 observers: Vec::new(),
+                counters: Vec::new(),
                 state,
                 windows_since_save: 0,
                 saving: None,
@@ -271,6 +278,14 @@ impl<C: Clock> Pipeline<C> {
         self.observers.push(Box::new(f));
     }
 
+    /// Adds a hook called with every closed window, judged or not: every window an evaluation
+    /// is published for, and the open window that [`Pipeline::run`] cuts short when it stops,
+    /// which no detector judges. For the cumulative counters, so that what the agent counted
+    /// before it stopped reaches `/metrics` for a last scrape.
+    pub fn on_window(&mut self, f: impl FnMut(&WindowSnapshot) + Send + 'static) {
+        self.counters.push(Box::new(f));
+    }
+
     /// Runs until `cancel` fires and the queue is drained.
     ///
     /// Windows are closed on a monotonic schedule: the pipeline sleeps until the wall clock
@@ -303,6 +318,12 @@ impl<C: Clock> Pipeline<C> {
         self.batches.close();
         while let Ok(q) = self.batches.try_recv() {
             self.engine.record_batch(&q.batch);
+        }
+        // The open window's counts go to the counters, unjudged; the state saved below is
+        // that of the last judged window.
+        let cut = self.engine.close_unjudged(self.clock.now());
+        for f in &mut self.counters {
+            f(&cut);
         }
         self.save_state().await;
         tracing::info!("Pipeline stopped.");
@@ -381,6 +402,9 @@ impl<C: Clock> Pipeline<C> {
         self.alerts.send_replace(ev.alerts.clone());
         if let Some(f) = &mut self.delivery {
             f(&ev);
+        }
+        for f in &mut self.counters {
+            f(&ev.snapshot);
         }
         for f in &mut self.observers {
             f(&ev);

@@ -169,6 +169,18 @@ impl Engine {
         self.evaluate(snap)
     }
 
+    /// Closes the open window early, at `now` (kept within the window), without judging it:
+    /// no detector sees it and no alert moves. For an agent that stops: what the window
+    /// counted so far still reaches the cumulative counters, while a window cut short, which
+    /// holds less traffic than its length promises, neither fires nor resolves anything and
+    /// teaches no baseline. The next window starts at the cut.
+    pub fn close_unjudged(&mut self, now: f64) -> Arc<WindowSnapshot> {
+        let start = self.windows.start();
+        // A window of no length would divide its counts by zero in its rates.
+        let end = now.clamp(start + 1e-3, self.window_end().max(start + 1e-3));
+        Arc::new(self.windows.close(end))
+    }
+
     /// The wall clock stepped: the current window now starts at `start` (aligned by the
     /// caller to the new time). Alert times move by the same step, so `for` and
     /// `keep_firing_for` keep measuring the time that really passed; detectors forget what
@@ -340,6 +352,27 @@ mod tests {
             e.record(&o);
         }
         e.close_window()
+    }
+
+    #[test]
+    fn a_window_cut_short_at_shutdown_is_counted_but_not_judged() {
+        let mut e = surge_engine(0.0);
+        for _ in 0..3 {
+            window(&mut e, 0);
+        }
+        let saved = e.save_state();
+        // A surge in the open window: judged, it would fire at once.
+        let mut o = ObservationRef::new("db", "s");
+        o.count = 50;
+        o.outcome = crate::observation::Outcome::Timeout;
+        e.record(&o);
+        let cut = e.close_unjudged(34.0);
+        assert_eq!((cut.start, cut.end), (30.0, 34.0));
+        assert_eq!(cut.groups[0].requests, 50);
+        assert_eq!(e.alerts().active().count(), 0, "the cut window was judged");
+        // Nothing learned from it: the state is that of the last judged window.
+        assert_eq!(e.save_state(), saved);
+        assert_eq!(e.window_start(), 34.0);
     }
 
     #[test]

@@ -46,7 +46,8 @@ JOB = "skewwatch-sidecars"  # contains "skewwatch": the shipped SkewwatchTargetD
 RULES = os.path.join(labkit.REPO, "rules", "prometheus", "skewwatch.rules.yml")
 HOT, FAIL = drv.shard(drv.HOT_SHARD), drv.shard(drv.FAILING_SHARD)
 TSDBS = ("prometheus", "victoriametrics")
-VM_LATENCY_OFFSET = 1.0  # seconds: VictoriaMetrics' -search.latencyOffset (start_victoria_metrics)
+VM_LATENCY_OFFSET = 3.0  # seconds: VictoriaMetrics' -search.latencyOffset (start_victoria_metrics)
+SCRAPE_TIMEOUT = 2  # seconds: both TSDBs' scrape_timeout (scrape_cfg)
 # Requests per second per shard per sidecar at or under which no sidecar may name the 2x shard
 # (issue 38: "no single sidecar does"). Replayed through `skewwatch replay` (5 s windows, 8
 # warm-up windows, 80 s before the step), a sidecar at 0.39 (32 sidecars at 400/s) named it
@@ -127,10 +128,24 @@ def agent_cfg(port, window, warmup, p, extra=""):
             + extra + detectors(warmup, p["fair_share_multiple"]))
 
 
-def fleet_cfg(port, tsdb_url, p, backfill):
+def eval_delay(tsdb):
+    """fleet.evaluation_delay_secs for a TSDB. Prometheus stamps a scrape's samples with the
+    time the scrape began and makes them visible once it has appended them, up to the scrape
+    timeout later: a query of a time inside a scrape in flight misses that scrape's samples,
+    and the next window's `prev` then holds them, so their growth is lost (at 20 sidecars,
+    four windows a run lost a sidecar window each). VictoriaMetrics moves a query of a time
+    within its -search.latencyOffset of now to now less the offset, which wanders with the
+    query's own delay (windows would overlap or leave gaps), and makes a written sample
+    searchable a second or two later. Evaluated that far back, both keep the time asked and
+    see every sample up to it."""
+    return VM_LATENCY_OFFSET if tsdb.startswith("victoriametrics") else SCRAPE_TIMEOUT
+
+
+def fleet_cfg(port, tsdb_url, p, backfill, delay=0.0):
     return agent_cfg(port, p["fleet_window"], p["warmup_fleet"], p,
                      f"fleet:\n  url: \"{tsdb_url}\"\n  selector: 'job=\"{JOB}\"'\n"
                      f"  lookback_secs: {p['lookback']}\n  query_lead_secs: {p['query_lead']}\n"
+                     f"  evaluation_delay_secs: {delay:g}\n"
                      f"  timeout_secs: 5\n  backfill_secs: {backfill}\n")
 
 
@@ -140,7 +155,7 @@ KEEP = ("skewwatch_(shard_requests_total|shard_cache_requests_total|shard_reques
 
 def scrape_cfg(targets, p, rules=None):
     t = ", ".join(f"'{a}'" for a in targets)
-    out = f"global:\n  scrape_interval: {p['scrape']}s\n  scrape_timeout: 2s\n"
+    out = f"global:\n  scrape_interval: {p['scrape']}s\n  scrape_timeout: {SCRAPE_TIMEOUT}s\n"
     if rules:
         out += f"  evaluation_interval: {p['evaluation']}s\nrule_files: ['{rules}']\n"
     # Keep what the fleet input and the shipped rules read (the cumulative series, the ingest
@@ -218,8 +233,10 @@ class Skewwatch:
             self.proc = self.lab.start(self.name, [self.binary, "run", "--config", self.cfg])
 
     def stop(self):
+        """SIGTERM, and the time it takes: a scraped skewwatch waits for one more scrape
+        before it exits (shutdown.final_scrape_grace_secs, 20 s at most, plus 2 s)."""
         if self.proc is not None:
-            self.lab.procs.stop(self.proc)
+            self.lab.procs.stop(self.proc, timeout=30)
             self.proc = None
 
 
@@ -258,8 +275,12 @@ def start_victoria_metrics(lab, targets, p):
         f.write(scrape_cfg(targets, p))
     port = free_port()
     # -search.latencyOffset: VM hides the newest 30 s of samples from queries by default (to
-    # let late writes land); its own scraper writes at once, so 1 s is enough, and the fleet
-    # input sees what Prometheus would. No -dedup.minScrapeInterval: every sample counts.
+    # let late writes land). Its own scraper writes at once, but a written sample becomes
+    # searchable only when its buffer is flushed, every second or two: at 1 s a few of each
+    # window's samples were not yet searchable when queried, and moved to the next window
+    # (0.2-0.65% of a window, both ways). The fleet instance evaluates its queries that far
+    # back (fleet.evaluation_delay_secs, `eval_delay`), a time VM keeps. No
+    # -dedup.minScrapeInterval: every sample counts.
     lab.start("victoriametrics", [binary, f"-storageDataPath={lab.tmp}/vm-data",
                                   f"-httpListenAddr=127.0.0.1:{port}", f"-promscrape.config={cfg}",
                                   f"-search.latencyOffset={VM_LATENCY_OFFSET:g}s", "-retentionPeriod=1d",
@@ -275,17 +296,12 @@ def prom_query(url, expr):
     return [(s["metric"], float(s["value"][1])) for s in r["data"]["result"]]
 
 
-def growth_expr(metric, label, lookback, offset):
-    """What the fleet input asks per family (agent/src/ingest/fleet/query.rs), for timing."""
-    series = f'{metric}{{job="{JOB}"}}'
-    cur = f"last_over_time({series}[{lookback}s])"
-    prev = f"last_over_time({series}[{lookback}s] offset {offset}s)"
-    since = f"max_over_time({series}[{offset}s])"
-    by = f"group, shard, {label}"
-    return (f'label_replace(sum by ({by}) ({cur}), "part", "cur", "", "") or '
-            f'label_replace(sum by ({by}) ({prev} <= {cur}), "part", "prev", "", "") or '
-            f'label_replace(sum by ({by}) (clamp_min({since} - ({prev} > {cur}), 0)), '
-            f'"part", "lost", "", "")')
+def growth_expr(binary, lookback, offset):
+    """What the fleet input asks for the requests family, as the binary prints it
+    (`skewwatch fleet-query`), for timing."""
+    return subprocess.run([binary, "fleet-query", "--family", "requests", "--selector", f'job="{JOB}"',
+                           "--lookback-secs", str(lookback), "--since-secs", str(offset)],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def query_seconds(url, expr, repeat=3):
@@ -400,33 +416,55 @@ def scrape_times(tsdb_url, since, until):
 
 def exact_truth(d, scrapes, ports, kills, p, offset):
     """(end, group) -> what the sidecars counted in the sidecar windows that the fleet window
-    ending at `end` read: per sidecar, the windows that closed between its last scrape before
-    the previous query and its last scrape before this one (the query's evaluation time is the
-    window's end less the lead, and on VictoriaMetrics less its -search.latencyOffset too:
-    `offset`). A request counts where its sidecar's window exported it: one the sidecar held
-    in its open window when it stopped never reached /metrics. The driver sends 0.25 s into
-    each second, so every request's sidecar window is plain."""
+    ending at `end` read: per sidecar, what its counters held at its last scrape before the
+    previous query and do not at its last scrape before this one (the query's evaluation time
+    is the window's end less the lead, and less fleet.evaluation_delay_secs, `offset`: on
+    VictoriaMetrics its -search.latencyOffset). A scrape holds the sidecar windows closed by then; a stopping sidecar's
+    final scrape (one between the signal and the exit: it waits for one, `shutdown:` in
+    docs/configuration.md) holds everything it accepted, its open window included. A stopped
+    sidecar that was not scraped again before it exited took what it accepted after its last
+    scrape with it. The driver sends 0.25 s into each second, so every request's sidecar
+    window is plain."""
     sw, w = p["sidecar_window"], p["fleet_window"]
-    lost = {}  # client -> [(open window's start, stop time)]
-    for client, _, stopped in kills:
-        lost.setdefault(client, []).append((math.floor(stopped / sw) * sw, stopped))
+    lost = {}  # client -> [(from, to)]: accepted, never scraped
 
-    def closed(ts, at):  # the end of the last sidecar window the last scrape at or before `at` held
-        i = bisect.bisect_right(ts, at)
-        return None if i == 0 else math.floor((ts[i - 1] - PUBLISH_SECS) / sw) * sw
+    def held_by(ts, finals):
+        """[(scrape time, the send time before which its counters hold every request)], the
+        latter never moving back (a restarted sidecar's first scrapes hold less than the
+        final scrape of the one before it, which counted on to its exit)."""
+        out, top = [], -math.inf
+        for x in ts:
+            cut = next((exited for signalled, exited in finals if signalled <= x <= exited),
+                       math.floor((x - PUBLISH_SECS) / sw) * sw)
+            top = max(top, cut)
+            out.append((x, top))
+        return out
+
+    held = {}
+    for client, port in enumerate(ports):
+        ts = scrapes.get(f"127.0.0.1:{port}", [])
+        finals = [(sig, ex) for c, _, sig, ex in kills if c == client]
+        held[client] = held_by(ts, finals)
+        for sig, ex in finals:
+            if not any(sig <= x <= ex for x in ts):
+                before = [cut for x, cut in held[client] if x < sig]
+                lost.setdefault(client, []).append((before[-1] if before else -math.inf, ex))
+
+    def cut_at(hs, at):  # what the last scrape at or before `at` held
+        i = bisect.bisect_right([x for x, _ in hs], at)
+        return None if i == 0 else hs[i - 1][1]
 
     def truth(end, group):
         a = end - p["query_lead"] - offset
         total = 0
-        for client, port in enumerate(ports):
-            ts = scrapes.get(f"127.0.0.1:{port}", [])
-            hi = closed(ts, a)
+        for client in range(len(ports)):
+            hi = cut_at(held[client], a)
             if hi is None:
                 continue
-            lo = closed(ts, a - w)
+            lo = cut_at(held[client], a - w)
             lo = -math.inf if lo is None else lo
             for t, _, _, _, pc, _ in d.ticks:
-                if lo <= t < hi and client in pc and not any(s <= t < k for s, k in lost.get(client, [])):
+                if lo <= t < hi and client in pc and not any(f <= t < k for f, k in lost.get(client, [])):
                     total += pc[client][group]
         return total
     return truth
@@ -514,7 +552,7 @@ def run(lab, p, n, tsdbs, args):
     if "victoriametrics" in tsdbs:
         tsdb_url["victoriametrics"] = start_victoria_metrics(lab, targets, p)
         lab.event("setup", f"VictoriaMetrics {tsdb_url['victoriametrics']} (own scraper, "
-                  f"{p['scrape']} s, -search.latencyOffset=1s)")
+                  f"{p['scrape']} s, -search.latencyOffset={VM_LATENCY_OFFSET:g}s)")
 
     def sleep_checking(secs):
         end = time.monotonic() + secs
@@ -550,7 +588,8 @@ def run(lab, p, n, tsdbs, args):
     if fleet_ok:
         sleep_until(start_at + w - p["query_lead"] + 1)
         for t in tsdbs:
-            fleets[t] = Skewwatch(lab, binary, f"fleet-{t}", lambda x, u=tsdb_url[t]: fleet_cfg(x, u, p, 0),
+            fleets[t] = Skewwatch(lab, binary, f"fleet-{t}",
+                                  lambda x, u=tsdb_url[t], t=t: fleet_cfg(x, u, p, 0, eval_delay(t)),
                                   free_port()).start()
             fleet_url[t] = fleets[t].url
             lab.event("setup", f"fleet instance on {t}: {fleet_url[t]} (window {w} s, "
@@ -566,7 +605,8 @@ def run(lab, p, n, tsdbs, args):
     if fleet_ok and p["late"]:
         key = f"{tsdbs[0]}-late"
         late = Skewwatch(lab, binary, f"fleet-{key}",
-                         lambda x, u=tsdb_url[tsdbs[0]]: fleet_cfg(x, u, p, late_backfill[0]), free_port())
+                         lambda x, u=tsdb_url[tsdbs[0]]: fleet_cfg(x, u, p, late_backfill[0],
+                                                                   eval_delay(tsdbs[0])), free_port())
         fleet_url[key] = late.url
         instances.append(key)
     sources = {f"fleet@{t}": u + "/api/v1/alerts" for t, u in fleet_url.items()}
@@ -579,7 +619,7 @@ def run(lab, p, n, tsdbs, args):
 
     restart_i = n // 3 if n >= 2 else None
     remove_i = (2 * n) // 3 if n >= 3 else None
-    kills = []  # (client, port, unix time stopped): their last unscraped counts are lost
+    kills = []  # (client, port, unix time of SIGTERM, unix time it exited)
 
     late_start = None
     if late is not None:
@@ -606,16 +646,19 @@ def run(lab, p, n, tsdbs, args):
         sleep_checking(max(0.0, lab.onset + at - lab.now()))
         s = sidecars[i]
         if what == "restart":
-            kills.append((i, s.port, time.time()))
+            signalled = time.time()
             s.stop()
-            lab.event("fault", f"{s.name} stopped (SIGTERM); its client keeps sending (refused)")
+            kills.append((i, s.port, signalled, time.time()))
+            lab.event("fault", f"{s.name} stopped (SIGTERM; exited {time.time() - signalled:.1f} s later, "
+                      "after its final scrape); its client keeps sending (refused)")
             time.sleep(p["restart_down"])
             s.start()
             lab.event("fault", f"{s.name} started again on port {s.port}: its counters start from 0")
         else:
             d.remove(i)
-            kills.append((i, s.port, time.time()))
+            signalled = time.time()
             s.stop()
+            kills.append((i, s.port, signalled, time.time()))
             lab.event("fault", f"{s.name} and its client removed (the TSDBs keep the target: up=0)")
     sleep_checking(max(0.0, lab.onset + p["observe"] - lab.now()))
     end_unix = time.time()
@@ -624,7 +667,7 @@ def run(lab, p, n, tsdbs, args):
     d.join(timeout=5)
 
     r = types.SimpleNamespace(
-        args=args, n=n, tsdbs=tsdbs, instances=instances, sidecars=sidecars, whole=whole,
+        args=args, n=n, binary=binary, tsdbs=tsdbs, instances=instances, sidecars=sidecars, whole=whole,
         tsdb_url=tsdb_url, fleet_url=fleet_url, fleet_ok=fleet_ok, fleet_check=why, late=late,
         late_start=late_start, d=d, kills=kills, driver_start=driver_start, end_unix=end_unix,
         onset_unix=onset_unix, watcher=watcher, sw_version=sw_version, cpu0=cpu0,
@@ -650,8 +693,8 @@ def measure_counts(r, p):
     for t in r.tsdbs:
         try:
             scrapes = scrape_times(r.tsdb_url[t], r.driver_start - 10, r.end_unix + 5)
-            # VictoriaMetrics evaluates a query for "now" at now less -search.latencyOffset.
-            offset = VM_LATENCY_OFFSET if t == "victoriametrics" else 0.0
+            # The fleet instance on VictoriaMetrics evaluates its queries that far back.
+            offset = eval_delay(t)
             exact[t] = exact_truth(d, scrapes, ports, r.kills, p, offset)
         except Exception as e:  # the figure is missing, not the run
             print(f"labs: no scrape times from {t} ({e}); per-window agreement by lag only")
@@ -661,15 +704,15 @@ def measure_counts(r, p):
         agreement[t] = {g: count_agreement(u, d.sent_between, g, lag, start, r.end_unix, exact.get(tsdb))
                         for g in drv.GROUPS}
     # What no one could count: a stopped sidecar's requests after the TSDB's last scrape of it
-    # (its open window, and counts not yet scraped). Per TSDB (they scrape at their own
-    # phases): what its sidecar accepted before it stopped, less its counters' last value.
+    # (nothing, when a final scrape came before it exited). Per TSDB (they scrape at their own
+    # phases): what its sidecar accepted before it exited, less its counters' last value.
     for t in r.tsdbs:
         lost = {g: 0 for g in drv.GROUPS}
-        for client, port, stopped in r.kills:
+        for client, port, _, stopped in r.kills:
             got = d.accepted_by(client, 0, stopped)
             expr = (f'sum by (group) (last_over_time(skewwatch_shard_requests_total{{job="{JOB}",'
                     f'instance="127.0.0.1:{port}"}}[{p["lookback"]}s]))')
-            q = urllib.parse.urlencode({"query": expr, "time": f"{stopped + 2:.3f}"})
+            q = urllib.parse.urlencode({"query": expr, "time": f"{stopped + 1:.3f}"})
             try:
                 last = {x["metric"]["group"]: float(x["value"][1]) for x in
                         get_json(f"{r.tsdb_url[t]}/api/v1/query?{q}", timeout=30)["data"]["result"]}
@@ -730,7 +773,7 @@ def measure_costs(lab, r, p):
     for t, u in r.tsdb_url.items():
         for lb in sorted({p["lookback"]} if r.args.short else {p["lookback"], 60}):
             out["query_seconds"][f"{t} lookback {lb}s"] = query_seconds(
-                u, growth_expr("skewwatch_shard_requests_total", "outcome", lb, p["fleet_window"]),
+                u, growth_expr(r.binary, lb, p["fleet_window"]),
                 repeat=1 if r.args.short else 3)
     out["tsdb_series"] = {}
     for t, u in r.tsdb_url.items():
@@ -897,6 +940,13 @@ def judge(lab, watcher, tsdbs, fleet_url, agreement, n, p):
             a = agreement.get(t, {}).get(group)
             check(f"fleet counts of {group} within 2% of what was sent",
                   bool(a) and a["span_error"] is not None and abs(a["span_error"]) <= 0.02)
+            # Each window against the sidecar windows it read (`exact_truth`): exact but for
+            # what the TSDB never had (a stopped sidecar's counts when no final scrape came).
+            if a and a.get("exact_window_error_max") is not None:
+                check(f"every fleet window of {group} within 2% of the sidecar windows it read "
+                      f"(max {a['exact_window_error_max']:.2%}; "
+                      f"{len(a['exact_windows_over_2pct'])} over 2%)",
+                      a["exact_window_error_max"] <= 0.02)
             check(f"the fleet instance judged at least 90% of the windows "
                   f"({a['windows'] if a else 0}/{a['windows_in_span'] if a else '?'})",
                   bool(a) and a["windows"] >= 0.9 * a["windows_in_span"])

@@ -274,14 +274,19 @@ impl Agent {
         }
     }
 
-    /// Sends SIGTERM and waits for the exit status.
+    /// Sends SIGTERM and waits for the exit status, scraping `/metrics` meanwhile as
+    /// Prometheus would (see [`Agent::stop_timed`]).
     pub fn stop(&mut self) -> std::process::ExitStatus {
         self.stop_timed().0
     }
 
     /// Sends SIGTERM and waits for the exit status (killing the agent after 15 s); also
-    /// returns how long the agent took to exit.
+    /// returns how long the agent took to exit. Meanwhile it plays the scraper: an agent that
+    /// was scraped waits for one more scrape after SIGTERM (`shutdown.final_scrape_grace_secs`),
+    /// and here that scrape comes at once, so a test that read `/metrics` stops as quickly as
+    /// one that did not.
     pub fn stop_timed(&mut self) -> (std::process::ExitStatus, Duration) {
+        // Not `signal`: this runs from `Drop`, where a failed assertion would abort.
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -294,7 +299,24 @@ impl Agent {
                 let _ = self.child.kill();
                 return (self.child.wait().unwrap(), sent.elapsed());
             }
+            // Refused or cut off once the server stops; only the exit counts.
+            let _ = client::get(self.http, "/metrics", Duration::from_secs(1));
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits up to `timeout` for the agent to exit by itself (after a signal the test sent):
+    /// its exit status, or `None` while it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

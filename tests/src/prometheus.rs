@@ -126,6 +126,19 @@ fn spawn(binary: &Path, dir: &Path) -> Option<(Child, SocketAddr, Log)> {
 }
 
 impl Prometheus {
+    /// The configuration of a fleet instance that reads the series of scrape job `job` from
+    /// this Prometheus on `window_secs` windows, with a query lead of 1 s and two minutes of
+    /// backfill: one place for the `fleet:` section the fleet tests share. Append other
+    /// sections (`detectors:`) to it.
+    pub fn fleet_instance_config(&self, job: &str, window_secs: f64) -> String {
+        format!(
+            "window:\n  window_secs: {window_secs}\n\
+             fleet:\n  url: http://{}\n  selector: 'job=\"{job}\"'\n  query_lead_secs: 1\n  \
+             backfill_secs: 120\n",
+            self.addr
+        )
+    }
+
     /// Prometheus' log so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")

@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use skewwatch_detectors::detect::DetectorsConfig;
 use skewwatch_detectors::engine::EngineConfig;
@@ -14,6 +15,7 @@ use skewwatch_detectors::window::WindowConfig;
 
 use crate::alerting::AlertingConfig;
 use crate::config::part::{self, Part};
+use crate::config::raw::RawShutdown;
 use crate::config::validate::{Check, exposure_problems};
 use crate::config::{
     ConfigError, DEFAULT_CONFIG_YAML, EnvLookup, Problem, RawConfig, Secret, process_env,
@@ -95,6 +97,8 @@ crate::config_part! {
         pub otlp: otlp::Mapping => "otlp",
         /// The live view at `GET /`; its history ring is sized once.
         pub ui: UiConfig => "ui.history_windows",
+        /// How the agent stops: the wait for a last scrape.
+        pub shutdown: ShutdownConfig => "shutdown",
     }
 }
 
@@ -110,6 +114,34 @@ crate::config_part! {
         pub detectors: DetectorsConfig => "detectors",
         /// Alert delivery: receivers are rebuilt, the old ones finish what they owe.
         pub alerting: AlertingConfig => "alerting",
+    }
+}
+
+/// The `shutdown:` section, the assembly's own: how long a stopping agent that has been
+/// scraped keeps `/metrics` up for a scrape of its last counts ([`super::Running::shutdown`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShutdownConfig {
+    /// Longest wait, from the signal, for a scrape that began after the last counts were
+    /// published; zero never waits.
+    pub final_scrape_grace: Duration,
+}
+
+impl ShutdownConfig {
+    /// Longest `shutdown.final_scrape_grace_secs`: a scrape interval is seconds to a minute,
+    /// and the supervisor's stop timeout has to cover the wait.
+    pub const MAX_FINAL_SCRAPE_GRACE_SECS: f64 = 300.0;
+
+    /// The section validated, its problems pushed to `c`.
+    fn validate(raw: RawShutdown, c: &mut Check<'_>) -> ShutdownConfig {
+        ShutdownConfig {
+            final_scrape_grace: c.secs(
+                "shutdown.final_scrape_grace_secs",
+                raw.final_scrape_grace_secs,
+                Duration::from_secs(20),
+                0.0,
+                Self::MAX_FINAL_SCRAPE_GRACE_SECS,
+            ),
+        }
     }
 }
 
@@ -369,6 +401,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     let state = crate::state::StateStore::validate(raw.state.unwrap_or_default(), &mut c);
     let ui = crate::outputs::config::validate_ui(&mut c, raw.ui.unwrap_or_default());
     let otlp = otlp::config::validate(&mut c, raw.otlp.unwrap_or_default());
+    let shutdown = ShutdownConfig::validate(raw.shutdown.unwrap_or_default(), &mut c);
 
     let problems = c.into_problems();
     if !problems.is_empty() {
@@ -390,6 +423,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
             exposition,
             otlp,
             ui,
+            shutdown,
         },
         live: Live {
             token,

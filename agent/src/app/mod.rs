@@ -7,14 +7,20 @@
 //! fleet input), the outputs (the HTTP server). It returns a [`Running`] agent that owns the
 //! bound addresses and the four stages, so callers (the CLI, `demo`, tests) ask it where it
 //! listens instead of reading logs. [`Running::shutdown`] stops the agent in the
-//! reverse order, every step bounded by one grace time:
+//! order the data flows, every step bounded:
 //!
 //! 1. readiness turns false;
-//! 2. ingest stops: the StatsD thread hands over its last batch, the HTTP server stops
-//!    accepting and lets in-flight requests finish for at most [`INGEST_DRAIN`];
-//! 3. the pipeline takes what ingest queued and stops, which ends the dispatcher;
-//! 4. alert delivery sends what it owes (each receiver for at most [`DELIVERY_FLUSH`]);
-//! 5. whatever is still running when the grace time ends is aborted.
+//! 2. ingest stops: the StatsD thread hands over its last batch, the scrape jobs and the fleet
+//!    input are cancelled, and the HTTP ingest endpoints let the bodies being read finish for
+//!    at most [`INGEST_DRAIN`], then answer 503;
+//! 3. the pipeline takes what ingest queued, adds its open window to the cumulative counters
+//!    (unjudged), writes the state file and stops, which ends the dispatcher;
+//! 4. alert delivery sends what it owes (each receiver for at most [`DELIVERY_FLUSH`]) while,
+//!    if the agent was scraped before the signal, `/metrics` waits for a scrape that began
+//!    after step 3, for at most `shutdown.final_scrape_grace_secs` from the signal (the
+//!    [`FinalScrape`] of the report);
+//! 5. the HTTP server stops accepting and lets in-flight requests finish for at most
+//!    [`INGEST_DRAIN`]; whatever is still running is aborted.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -42,6 +48,7 @@ use crate::ingest::fleet::{self, PreparedFleet};
 use crate::ingest::scrape::{self, ScrapeMetrics};
 use crate::ingest::statsd::receiver::{BoundStatsd, StatsdError, StatsdMetrics};
 use crate::outputs::history::Recorder;
+use crate::outputs::metrics::Scrapes;
 use crate::outputs::totals::{Accumulator, TotalsConfig};
 use crate::pipeline::{Control, EvaluationHook, Pipeline, PipelineChannels, PipelineMetrics};
 use crate::stage::Stage;
@@ -51,15 +58,18 @@ use crate::telemetry::{IngestMetrics, Registrar};
 pub mod config;
 pub mod reload;
 
-pub use config::{Config, Live, ReloadClass, Startup};
+pub use config::{Config, Live, ReloadClass, ShutdownConfig, Startup};
 
 use reload::ReloadMetrics;
 
-/// How long shutdown may take in all, from the signal to the last task.
+/// How long ingest, the pipeline and alert delivery may take to stop, from the signal; the
+/// wait for a final scrape (`shutdown.final_scrape_grace_secs`) runs beside delivery, and the
+/// HTTP server's [`INGEST_DRAIN`] comes after both.
 pub const GRACE: Duration = Duration::from_secs(10);
 
-/// How long in-flight HTTP requests may take to finish once ingest stops; within [`GRACE`],
-/// leaving the rest to the pipeline and alert delivery.
+/// How long the HTTP ingest bodies being read may take to be handed over once ingest stops
+/// (within [`GRACE`], leaving the rest to the pipeline and alert delivery), and how long
+/// in-flight requests may take to finish once the HTTP server stops, at the end.
 pub const INGEST_DRAIN: Duration = Duration::from_secs(2);
 
 /// How long alert delivery keeps delivering what it owes after the pipeline stopped; within
@@ -235,6 +245,10 @@ pub struct Running {
     views: Views,
     /// What a reload changes.
     control: Controls,
+    /// Closes the HTTP ingest endpoints when ingest stops.
+    http_ingest: http::IngestCloser,
+    /// The reads of `/metrics`, which shutdown waits on for a last scrape.
+    scrapes: Scrapes,
 }
 
 /// How each stage ended in [`Running::shutdown`].
@@ -246,6 +260,34 @@ pub struct ShutdownReport {
     pub pipeline_drained: bool,
     /// Alert delivery tasks still running at the deadline, aborted.
     pub delivery_aborted: usize,
+    /// Whether `/metrics` was read after the last counts were published.
+    pub final_scrape: FinalScrape,
+}
+
+/// How the wait for a scrape of the last counts ended (step 4 of [`Running::shutdown`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalScrape {
+    /// `shutdown.final_scrape_grace_secs` is 0: no wait.
+    Disabled,
+    /// Nobody had read `/metrics` before the signal: nobody is expected to, no wait.
+    NeverScraped,
+    /// A scrape that began after the last counts were published was served.
+    Scraped,
+    /// No such scrape came within the grace; what was counted since the last scrape is lost
+    /// to the TSDB.
+    GraceExpired,
+}
+
+impl FinalScrape {
+    /// How the log says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalScrape::Disabled => "disabled",
+            FinalScrape::NeverScraped => "never scraped",
+            FinalScrape::Scraped => "scraped",
+            FinalScrape::GraceExpired => "grace expired",
+        }
+    }
 }
 
 /// Binds every listener of a validated configuration and prepares what the tasks need
@@ -342,6 +384,7 @@ impl Bound {
             spawn_ingest(&config.startup, statsd, fleet, &channels.queue, &metrics)?;
 
         let ready = Arc::new(AtomicBool::new(false));
+        let scrapes = views.scrapes.clone();
         let (token_tx, token) = watch::channel(config.live.token.clone());
         let (reload_tx, reload_rx) = mpsc::channel(4);
         let startup = &config.startup;
@@ -361,6 +404,7 @@ impl Bound {
                 fleet: fleet_status,
             },
         };
+        let http_ingest = state.ingest.closer();
         let outputs = http::spawn(&startup.http, http, state, metrics.server.clone())
             .map_err(StartError::Http)?;
         ready.store(true, Ordering::Release);
@@ -382,6 +426,8 @@ impl Bound {
                 ready,
                 metrics,
             },
+            http_ingest,
+            scrapes,
         })
     }
 }
@@ -478,7 +524,7 @@ fn build_pipeline(
         &config.startup.window,
         &config.startup.exposition,
     ));
-    pipeline.on_evaluation(move |ev| totals.add(&ev.snapshot));
+    pipeline.on_window(move |snap| totals.add(snap));
     let (mut recorder, history) = Recorder::new(
         config.startup.ui.history_windows,
         config.startup.window.dispersion_alpha,
@@ -497,6 +543,7 @@ fn build_pipeline(
         history,
         exported_keys: config.startup.window.top_keys,
         window_secs,
+        scrapes: Scrapes::default(),
     };
     Built {
         pipeline,
@@ -608,33 +655,86 @@ impl Running {
         reload::apply(self, source).await
     }
 
-    /// Stops the agent in order (see the module documentation), within `grace` in all.
+    /// Stops the agent in order (see the module documentation): ingest, the pipeline and
+    /// delivery within `grace`, `/metrics` kept up for a last scrape within
+    /// `shutdown.final_scrape_grace_secs` (both from now), then the HTTP server within
+    /// [`INGEST_DRAIN`].
     pub async fn shutdown(self, grace: Duration) -> ShutdownReport {
-        let deadline = Instant::now() + grace;
+        let signalled = Instant::now();
+        let deadline = signalled + grace;
+        let final_grace = self.control.config.startup.shutdown.final_scrape_grace;
+        // A scrape during the shutdown itself does not count: only a scraper that was there
+        // before is expected to come back.
+        let scraped_before = self.scrapes.begun() > 0;
         self.control.ready.store(false, Ordering::Release);
 
         // Ingest first, so the pipeline drains everything it will ever get. A scrape in flight
-        // is abandoned: its data stays in the target for the next run to read.
+        // is abandoned: its data stays in the target for the next run to read. The HTTP server
+        // keeps serving the read endpoints; only its ingest endpoints close.
         let ingest = self.ingest.stop(deadline);
-        let http = self
-            .outputs
-            .stop(deadline.min(Instant::now() + INGEST_DRAIN));
-        let (ingest, http) = tokio::join!(ingest, http);
-        let http = Stopped::of(http);
+        let bodies = self
+            .http_ingest
+            .close(deadline.min(Instant::now() + INGEST_DRAIN));
+        let (ingest, ()) = tokio::join!(ingest, bodies);
         if ingest.aborted > 0 {
             tracing::warn!(tasks = ingest.aborted, "Ingest did not stop in time.");
         }
 
         let pipeline = self.pipeline.stop(deadline).await;
-        let delivery = self.delivery.stop(deadline).await;
+        // The pipeline has published its last counts: a read numbered from here on has them.
+        let first = self.scrapes.begun();
+        let wait = wait_for_final_scrape(
+            &self.scrapes,
+            first,
+            final_grace,
+            scraped_before,
+            signalled + final_grace,
+        );
+        let (delivery, final_scrape) = tokio::join!(self.delivery.stop(deadline), wait);
+        let http = Stopped::of(self.outputs.stop(Instant::now() + INGEST_DRAIN).await);
         let report = ShutdownReport {
             http,
             pipeline_drained: pipeline.aborted == 0,
             delivery_aborted: delivery.aborted,
+            final_scrape,
         };
         tracing::info!(?report, "Stopped.");
         report
     }
+}
+
+/// Step 4 of [`Running::shutdown`]: waits, until `until`, for a read of `/metrics` numbered
+/// `first` or later, when one is owed: the agent was scraped before the signal and the
+/// grace is not zero. Logs the wait's start and end.
+async fn wait_for_final_scrape(
+    scrapes: &Scrapes,
+    first: u64,
+    grace: Duration,
+    scraped_before: bool,
+    until: Instant,
+) -> FinalScrape {
+    if grace.is_zero() {
+        return FinalScrape::Disabled;
+    }
+    if !scraped_before {
+        tracing::info!("Not waiting for a final scrape: /metrics was never read.");
+        return FinalScrape::NeverScraped;
+    }
+    let started = Instant::now();
+    tracing::info!(
+        grace_secs = grace.as_secs_f64(),
+        "Waiting for a final scrape of the last counts; /readyz answers 503, /metrics answers."
+    );
+    let ended = match tokio::time::timeout_at(until, scrapes.served_since(first)).await {
+        Ok(()) => FinalScrape::Scraped,
+        Err(_) => FinalScrape::GraceExpired,
+    };
+    tracing::info!(
+        ended = ended.as_str(),
+        waited_secs = started.elapsed().as_secs_f64(),
+        "Final scrape wait over."
+    );
+    ended
 }
 
 /// Where the configuration comes from, so that a reload reads it the way start-up did: the
@@ -796,7 +896,8 @@ mod tests {
             ShutdownReport {
                 http: Stopped::Drained,
                 pipeline_drained: true,
-                delivery_aborted: 0
+                delivery_aborted: 0,
+                final_scrape: FinalScrape::NeverScraped,
             }
         );
     }

@@ -158,6 +158,8 @@ pub struct RawFleet {
     pub lookback_secs: Option<f64>,
     /// How long before a window closes its query is made.
     pub query_lead_secs: Option<f64>,
+    /// How long before it is made a query is evaluated (the TSDB's latency offset).
+    pub evaluation_delay_secs: Option<f64>,
     /// Time one query may take.
     pub timeout_secs: Option<f64>,
     /// History read at start-up to learn baselines; 0 reads none.
@@ -224,6 +226,14 @@ pub struct RawState {
     pub save_every_windows: Option<u32>,
     /// Oldest state restored.
     pub max_age_secs: Option<f64>,
+}
+
+/// `shutdown:` section.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawShutdown {
+    /// Longest wait for a scrape of the last counts once ingest has stopped.
+    pub final_scrape_grace_secs: Option<f64>,
 }
 
 /// `ui:` section.
@@ -345,6 +355,8 @@ pub struct RawConfig {
     pub http: Option<RawHttp>,
     /// State kept across restarts.
     pub state: Option<RawState>,
+    /// How the agent stops.
+    pub shutdown: Option<RawShutdown>,
     /// Detector thresholds and alert timing.
     pub detectors: Option<DetectorsConfig>,
     /// Alert delivery.

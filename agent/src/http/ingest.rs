@@ -127,6 +127,7 @@ mod tests {
         let state = IngestState {
             queue,
             permits: Arc::new(Semaphore::new(4)),
+            max_bodies: 4,
             body_limit: 1 << 20,
             metrics: source.clone(),
             otlp: OtlpState::new(&Mapping::default(), OtlpMetrics::new(&m)),

@@ -71,8 +71,10 @@ pub struct AppState {
 pub struct IngestState {
     /// Where ingested batches go.
     pub queue: IngestQueue,
-    /// Ingest bodies read and parsed at once.
+    /// Ingest bodies read and parsed at once; closed when the agent stops taking bodies.
     pub permits: Arc<Semaphore>,
+    /// How many permits there are: all of them back means no body is being read.
+    pub max_bodies: usize,
     /// Largest request body.
     pub body_limit: usize,
     /// The `source="http"` ingest counters (NDJSON bodies); OTLP counts in [`otlp::OtlpState`].
@@ -99,6 +101,8 @@ pub struct ViewState {
     pub exported_keys: usize,
     /// Window length, reported by the status and history endpoints.
     pub window_secs: f64,
+    /// The reads of `/metrics`, which a stopping agent waits on.
+    pub scrapes: metrics::Scrapes,
 }
 
 /// What the guards, the health endpoints and `POST /-/reload` share.
@@ -128,6 +132,7 @@ impl IngestState {
         IngestState {
             queue,
             permits: Arc::new(Semaphore::new(config.max_concurrent_ingest)),
+            max_bodies: config.max_concurrent_ingest,
             body_limit: config.body_limit_bytes,
             metrics: ingest.source(Source::Http).clone(),
             otlp: otlp::OtlpState::new(mapping, crate::ingest::otlp::OtlpMetrics::new(ingest)),
@@ -158,6 +163,36 @@ pub fn spawn(
         &mut stage,
     )?;
     Ok(stage)
+}
+
+impl IngestState {
+    /// What stops the ingest endpoints at shutdown while the server goes on.
+    pub fn closer(&self) -> IngestCloser {
+        IngestCloser {
+            permits: self.permits.clone(),
+            max_bodies: self.max_bodies,
+        }
+    }
+}
+
+/// Closes the HTTP ingest endpoints while the server goes on serving the read endpoints (a
+/// stopping agent that waits for its last scrape).
+#[derive(Debug, Clone)]
+pub struct IngestCloser {
+    permits: Arc<Semaphore>,
+    max_bodies: usize,
+}
+
+impl IngestCloser {
+    /// Waits until the bodies being read have been handed to the queue, until `deadline` at
+    /// most, then answers every later one 503, so that nothing is taken after the pipeline
+    /// has drained the queue. A body still being read at the deadline is handed over or
+    /// refused whole (a closed queue refuses it), never counted without being taken.
+    pub async fn close(&self, deadline: tokio::time::Instant) {
+        let all = u32::try_from(self.max_bodies).unwrap_or(u32::MAX);
+        let _ = tokio::time::timeout_at(deadline, self.permits.acquire_many(all)).await;
+        self.permits.close();
+    }
 }
 
 impl FromRef<AppState> for IngestState {
@@ -238,10 +273,13 @@ fn health_routes() -> Router<AppState> {
 
 /// `GET /metrics`: the page [`metrics::render`] writes from the latest views.
 async fn metrics(State(v): State<ViewState>) -> Response {
+    // Numbered before any view is read: see `Scrapes`.
+    let read = v.scrapes.begin();
     let snap = v.snapshots.borrow().clone();
     let alerts = v.alerts.borrow().clone();
     let totals = v.totals.borrow().clone();
     let body = metrics::render(&v.registry, &snap, &alerts, &totals, v.exported_keys);
+    v.scrapes.served(read);
     (
         [(
             header::CONTENT_TYPE,

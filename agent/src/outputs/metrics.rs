@@ -10,11 +10,18 @@
 //!
 //! The cumulative counters and the latency histogram that add up across sidecars come from the
 //! totals the pipeline publishes after each window ([`super::totals`]).
+//!
+//! [`Scrapes`] numbers the page's reads, so a stopping agent can wait for one that read its
+//! last counts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::{Encoder, Registry, TextEncoder};
 use skewwatch_detectors::alert::{Alert, AlertState};
 use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
+use tokio::sync::watch;
 
 use super::config::Profile;
 use super::text_format::{escape_into, group_label, header, shard_label, write_value};
@@ -22,6 +29,60 @@ use super::totals::{self, Totals};
 
 /// The content type of text format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The reads of the page, numbered in the order they began: what a stopping agent asks to
+/// know that a scraper has read the counters it published last ([`Scrapes::served_since`]).
+///
+/// A read takes its number ([`Scrapes::begin`]) before it reads the views, and reports it once
+/// the page is written ([`Scrapes::served`]). So a read whose number is at least what
+/// [`Scrapes::begun`] said after a view was published read that view, whatever the order in
+/// which reads finish.
+#[derive(Debug, Clone)]
+pub struct Scrapes {
+    /// Reads begun so far; the next read's number.
+    begun: Arc<AtomicU64>,
+    /// One more than the highest number of a read that has been written.
+    served: Arc<watch::Sender<u64>>,
+}
+
+impl Default for Scrapes {
+    fn default() -> Self {
+        Scrapes {
+            begun: Arc::new(AtomicU64::new(0)),
+            served: Arc::new(watch::Sender::new(0)),
+        }
+    }
+}
+
+impl Scrapes {
+    /// A read begins, before it reads any view: its number.
+    pub fn begin(&self) -> u64 {
+        self.begun.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// The read numbered `n` has written its page.
+    pub fn served(&self, n: u64) {
+        self.served.send_if_modified(|highest| {
+            let modified = n + 1 > *highest;
+            if modified {
+                *highest = n + 1;
+            }
+            modified
+        });
+    }
+
+    /// Reads begun so far: nonzero once anyone has read the page.
+    pub fn begun(&self) -> u64 {
+        self.begun.load(Ordering::Acquire)
+    }
+
+    /// Waits until a read numbered `first` or later has written its page.
+    pub async fn served_since(&self, first: u64) {
+        let mut rx = self.served.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = rx.wait_for(|highest| *highest > first).await;
+    }
+}
 
 /// Renders the whole `/metrics` page: the skew series of `snapshot` (with at most
 /// `exported_keys` keys per group), `skewwatch_alert_firing`, the self-metrics of `registry`,
@@ -299,6 +360,31 @@ mod tests {
     use super::*;
     use skewwatch_detectors::observation::{ObservationRef, ReadingKind, ReadingRef};
     use skewwatch_detectors::window::{WindowConfig, Windows};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_began_before_the_last_counts_does_not_end_the_wait() {
+        let scrapes = Scrapes::default();
+        assert_eq!(scrapes.begun(), 0);
+        let early = scrapes.begin();
+        // The last counts are published here; reads numbered from `first` on see them.
+        let first = scrapes.begun();
+        let waiting = tokio::spawn({
+            let s = scrapes.clone();
+            async move { s.served_since(first).await }
+        });
+        let late = scrapes.begin();
+        scrapes.served(early);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a read of the earlier counts ended the wait"
+        );
+        scrapes.served(late);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiting)
+            .await
+            .expect("the read of the last counts did not end the wait")
+            .unwrap();
+    }
 
     #[test]
     fn label_values_are_escaped_and_the_empty_key_is_rendered() {

@@ -1,5 +1,6 @@
 //! The command line as users meet it: `check-config` names every problem with file, field and
-//! why; `run` refuses a bad configuration before binding any port; `demo` tells the incident.
+//! why; `run` refuses a bad configuration before binding any port; `demo` tells the incident;
+//! the hidden `fleet-query` prints the fleet input's own growth expression.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -162,4 +163,38 @@ fn check_config_reads_secrets_as_run_does() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("auth.bearer_token_file"), "{err}");
+}
+
+#[test]
+fn fleet_query_prints_the_growth_expression_the_fleet_input_asks() {
+    // The measuring tools (scripts/fleet-counts.py, labs/fleet) ask what the product asks.
+    use skewwatch::ingest::fleet::query::{Family, growth_expr};
+    use std::time::Duration;
+    for family in Family::ALL {
+        let out = Command::new(binary())
+            .args(["fleet-query", "--family", family.as_str()])
+            .args(["--selector", "job=\"sidecars\"", "--lookback-secs", "300"])
+            .args(["--since-secs", "7.5"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap().trim_end(),
+            growth_expr(
+                family,
+                "job=\"sidecars\"",
+                Duration::from_secs(300),
+                Duration::from_millis(7500)
+            )
+        );
+    }
+    let bad = Command::new(binary())
+        .args(["fleet-query", "--selector", "job", "--since-secs", "10"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
 }

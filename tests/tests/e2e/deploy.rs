@@ -209,6 +209,45 @@ fn the_sidecar_configuration_is_valid_and_fits_the_pod() {
 }
 
 #[test]
+fn the_pod_gives_the_sidecar_time_for_its_final_scrape() {
+    // A stopping sidecar waits for one more scrape, up to shutdown.final_scrape_grace_secs
+    // from SIGTERM, and exits within the longer of that and GRACE, plus INGEST_DRAIN.
+    let cm = yaml(&format!("{DIR}/configmap.yaml"));
+    let text = cm["data"]["skewwatch.yaml"].as_str().unwrap();
+    let cfg: Value = serde_saphyr::from_str(text).unwrap();
+    let grace = cfg["shutdown"]["final_scrape_grace_secs"]
+        .as_f64()
+        .map(std::time::Duration::from_secs_f64)
+        .unwrap_or_else(|| {
+            skewwatch::app::Config::embedded()
+                .startup
+                .shutdown
+                .final_scrape_grace
+        });
+    let needed = grace.max(skewwatch::app::GRACE) + skewwatch::app::INGEST_DRAIN;
+    let d = deployment();
+    let pod = d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_f64()
+        .expect("terminationGracePeriodSeconds is set");
+    // Room beside it for the application, which a native sidecar outlives.
+    assert!(
+        pod >= needed.as_secs_f64() + 5.0,
+        "terminationGracePeriodSeconds {pod} leaves the sidecar less than the {needed:?} it \
+         may take to stop, plus 5 s"
+    );
+    let pm = yaml(&format!("{DIR}/podmonitor.yaml"));
+    let interval = pm["spec"]["podMetricsEndpoints"][0]["interval"]
+        .as_str()
+        .and_then(|i| i.strip_suffix('s'))
+        .and_then(|i| i.parse::<f64>().ok())
+        .expect("an interval in seconds");
+    assert!(
+        grace.as_secs_f64() > interval,
+        "the final-scrape grace {grace:?} does not cover one scrape interval ({interval} s)"
+    );
+}
+
+#[test]
 fn the_pod_monitor_scrapes_the_sidecars_metrics_port() {
     let pm = yaml(&format!("{DIR}/podmonitor.yaml"));
     assert_eq!(pm["apiVersion"], "monitoring.coreos.com/v1");

@@ -228,10 +228,8 @@ fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
     // History for the backfill: 40 s, ten fleet windows.
     std::thread::sleep(Duration::from_secs(40));
     let fleet_config = format!(
-        "window:\n  window_secs: {FLEET_WINDOW}\n\
-         fleet:\n  url: http://{}\n  selector: 'job=\"sidecars\"'\n  query_lead_secs: 1\n  backfill_secs: 120\n\
-         detectors:\n  hot_shard:\n    warmup_windows: 8\n",
-        prom.addr
+        "{}detectors:\n  hot_shard:\n    warmup_windows: 8\n",
+        prom.fleet_instance_config("sidecars", FLEET_WINDOW)
     );
     let fleet = Agent::start(&fleet_config);
     let (status, ready) = fleet.request("GET", "/readyz", &[], b"");
@@ -382,11 +380,7 @@ fn a_class_that_first_appears_on_fleet_profile_sidecars_is_counted_whole() {
         return;
     };
     std::thread::sleep(Duration::from_secs(6));
-    let fleet = Agent::start(&format!(
-        "window:\n  window_secs: {FLEET_WINDOW}\n\
-         fleet:\n  url: http://{}\n  selector: 'job=\"sidecars\"'\n  query_lead_secs: 1\n  backfill_secs: 120\n",
-        prom.addr
-    ));
+    let fleet = Agent::start(&prom.fleet_instance_config("sidecars", FLEET_WINDOW));
     std::thread::sleep(Duration::from_secs(12));
     // The fleet profile: no timeout series yet, no _sum or _count, no per-shard gauge.
     let page = sidecars[0].scrape().text;

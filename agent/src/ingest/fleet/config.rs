@@ -63,6 +63,10 @@ pub struct FleetConfig {
     pub lookback: Duration,
     /// How long before a window closes its query is made.
     pub lead: Duration,
+    /// How long before it is made a query is evaluated: a TSDB that moves a query of a recent
+    /// time to a time of its own (VictoriaMetrics' `-search.latencyOffset`) evaluates one this
+    /// far back at the time asked, so consecutive windows meet.
+    pub delay: Duration,
     /// Time one query may take.
     pub timeout: Duration,
     /// History read at start-up to learn baselines (zero: none).
@@ -87,8 +91,8 @@ pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<Fl
     if let Err(why) = check_selector(&selector) {
         c.fail("fleet.selector", why);
     }
-    // The four durations: (field, value, default, lowest, highest), seconds.
-    let [lookback, lead, timeout, backfill] = [
+    // The five durations: (field, value, default, lowest, highest), seconds.
+    let [lookback, lead, delay, timeout, backfill] = [
         (
             "fleet.lookback_secs",
             raw.lookback_secs,
@@ -100,6 +104,13 @@ pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<Fl
             "fleet.query_lead_secs",
             raw.query_lead_secs,
             2.0,
+            0.0,
+            3600.0,
+        ),
+        (
+            "fleet.evaluation_delay_secs",
+            raw.evaluation_delay_secs,
+            0.0,
             0.0,
             3600.0,
         ),
@@ -121,6 +132,19 @@ pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<Fl
             format!(
                 "{} s is not under half the window ({window_secs} s): the query would read the \
                  previous window's growth",
+                lead.as_secs_f64()
+            ),
+        );
+    }
+    if lead + delay >= Duration::from_secs_f64(window_secs) {
+        c.fail(
+            "fleet.evaluation_delay_secs",
+            format!(
+                "{} s with the query lead of {} s is not under the window ({window_secs} s): \
+                 a window's queries would be evaluated in the window before it; lower the \
+                 TSDB's latency offset (VictoriaMetrics: -search.latencyOffset) or lengthen the \
+                 window",
+                delay.as_secs_f64(),
                 lead.as_secs_f64()
             ),
         );
@@ -172,6 +196,7 @@ pub fn validate(c: &mut Check<'_>, raw: RawFleet, window_secs: f64) -> Option<Fl
         selector,
         lookback,
         lead,
+        delay,
         timeout,
         backfill,
         max_response_bytes,
@@ -293,6 +318,31 @@ mod tests {
         ] {
             assert!(check_selector(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_evaluation_delay_and_the_lead_fit_in_the_window() {
+        let read = |delay: f64| {
+            let mut c = Check::new(&|_| None);
+            let raw = RawFleet {
+                url: Some("http://vm:8428".into()),
+                query_lead_secs: Some(4.0),
+                evaluation_delay_secs: Some(delay),
+                ..RawFleet::default()
+            };
+            let got = validate(&mut c, raw, 10.0);
+            (got, c.into_problems())
+        };
+        let (got, problems) = read(1.0);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(got.unwrap().delay, Duration::from_secs(1));
+        let (got, problems) = read(6.0);
+        assert!(got.is_none());
+        assert_eq!(
+            problems[0].field, "fleet.evaluation_delay_secs",
+            "{problems:?}"
+        );
+        assert!(problems[0].why.contains("latencyOffset"), "{problems:?}");
     }
 
     #[test]

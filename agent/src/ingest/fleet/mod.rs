@@ -248,7 +248,8 @@ pub async fn backfill(
         status.set_backfill("no backfill (fleet.backfill_secs: 0); baselines warm up live".into());
         return Backfill::default();
     }
-    let lead = config.lead.as_secs_f64();
+    // Evaluated where the live queries are: `lead` before each window's end, less the delay.
+    let lead = (config.lead + config.delay).as_secs_f64();
     let last_end = align(now, window_secs);
     let first_end = last_end - (windows - 1.0) * window_secs;
     let started = tokio::time::Instant::now();
@@ -434,6 +435,7 @@ async fn run<C: Clock>(config: FleetConfig, cx: Context<C>, cancel: Cancellation
     };
     let w = cx.window_secs;
     let lead = config.lead.as_secs_f64();
+    let delay = config.delay.as_secs_f64();
     let mut prev = cx.last_eval;
     let mut failing = false;
     loop {
@@ -447,17 +449,20 @@ async fn run<C: Clock>(config: FleetConfig, cx: Context<C>, cancel: Cancellation
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs_f64((at - now).max(0.0))) => {}
         }
+        // Evaluated at a time of our choosing, one window after the previous evaluation, so
+        // consecutive windows meet: never at "now", which a TSDB may move (see `delay`).
+        let eval = at - delay;
         // Growth since the previous query. A first query, or one after a gap (a backfill that
         // ended early, a clock step), reads one window: a gap's growth crammed into one window
         // would read as a burst.
         let since = prev
-            .map(|p| at - p)
+            .map(|p| eval - p)
             .filter(|d| *d > 0.0 && *d <= 1.5 * w)
             .unwrap_or(w);
-        prev = Some(at);
+        prev = Some(eval);
         let answer = tokio::select! {
             _ = cancel.cancelled() => return,
-            a = read_window(&api, &config, &cx.counters, at, Duration::from_secs_f64(since)) => a,
+            a = read_window(&api, &config, &cx.counters, eval, Duration::from_secs_f64(since)) => a,
         };
         let result = answer.and_then(|growth| {
             if cx.clock.now() >= end {
