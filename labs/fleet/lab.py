@@ -48,15 +48,17 @@ HOT, FAIL = drv.shard(drv.HOT_SHARD), drv.shard(drv.FAILING_SHARD)
 TSDBS = ("prometheus", "victoriametrics")
 VM_LATENCY_OFFSET = 3.0  # seconds: VictoriaMetrics' -search.latencyOffset (start_victoria_metrics)
 SCRAPE_TIMEOUT = 2  # seconds: both TSDBs' scrape_timeout (scrape_cfg)
-# Requests per second per shard per sidecar at or under which no sidecar may name the 2x shard
-# (issue 38: "no single sidecar does"). Replayed through `skewwatch replay` (5 s windows, 8
-# warm-up windows, 80 s before the step), a sidecar at 0.39 (32 sidecars at 400/s) named it
-# within 100 s in 5 of 1,500 draws of its traffic, while at 0.62 (20 sidecars) 22% of them did
-# within 130 s, so that one of 20 nearly always does: a slice that thick is not thin. The lab's
-# traffic is one fixed draw (driver.py's seed) and its windows hold whole seconds, so a run
-# repeats its sidecars' verdicts; with another seed about one run in ten would see one of 32
-# sidecars name it (docs/labs.md).
+# Requests per second per shard per sidecar at or under which a slice is thin (issue 38: "no
+# single sidecar does"). Replayed through `skewwatch replay` (5 s windows, 8 warm-up windows, 80 s
+# before the step), a sidecar at 0.39 (32 sidecars at 400/s) named it within 100 s in 5 of 1,500
+# draws of its traffic, while at 0.62 (20 sidecars) 22% of them did within 130 s, so that one of
+# 20 nearly always does: a slice that thick is not thin. Since HotShard learns its dispersion
+# without the baseline's own noise (issue 40), a thin sidecar proves a 2x step more often, late:
+# in this lab's draw sidecar-11 of 32 at +96 s, the fleet verdict at +41/+51 s. So at thin slices
+# the lab checks that the fleet verdict comes first and that at most THIN_SLICE_SIDECARS of the
+# sidecars name the shard at all; at thicker slices, that the fleet verdict comes first.
 THIN_SLICE = 0.4
+THIN_SLICE_SIDECARS = 0.1  # of the sidecars, at most
 # (label, group, the fleet alerts expected (any of), their shard, the shipped PromQL rules that
 # stand for them); no alert expected where the tuple is empty.
 SCENARIOS = [
@@ -924,8 +926,11 @@ def judge(lab, watcher, tsdbs, fleet_url, agreement, n, p):
                 wrong = [a for a in fa if a[2].get("shard") not in (None, HOT, FAIL)]
                 check(f"no fleet alert names another shard {wrong[:3]}", have and not wrong)
                 if names == ("HotShard",) and p["rate"] / n / drv.SHARDS <= THIN_SLICE:
-                    check(f"no sidecar names {shard} ({at(s_first, True) if s_first else 'none'})",
-                          s_first is None)
+                    check(f"the fleet verdict before any sidecar's, and at most "
+                          f"{THIN_SLICE_SIDECARS:.0%} of the sidecars name {shard} "
+                          f"({len(fired)}/{n}; first {at(s_first, True) if s_first else 'none'})",
+                          hit is not None and (s_first is None or hit[3] <= s_first[3])
+                          and len(fired) <= THIN_SLICE_SIDECARS * n)
                 elif names == ("HotShard",) and n >= 20:
                     # Thicker slices: a few sidecars prove the step by evidence across windows,
                     # after the whole traffic's agent. What must hold: the fleet verdict first.
