@@ -10,6 +10,7 @@ use std::path::Path;
 
 use skewwatch_detectors::detect::DetectorsConfig;
 use skewwatch_detectors::engine::EngineConfig;
+use skewwatch_detectors::whatif::WhatIfConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 use crate::alerting::AlertingConfig;
@@ -95,6 +96,8 @@ crate::config_part! {
         pub otlp: otlp::Mapping => "otlp",
         /// The live view at `GET /`; its history ring is sized once.
         pub ui: UiConfig => "ui.history_windows",
+        /// The what-if simulations of the look-aside cache: they size their memory once.
+        pub whatif: WhatIfConfig => "whatif",
     }
 }
 
@@ -244,6 +247,7 @@ impl Config {
         EngineConfig {
             window: self.startup.window.clone(),
             detectors: self.live.detectors.clone(),
+            whatif: self.startup.whatif.clone(),
         }
     }
 }
@@ -369,6 +373,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     let state = crate::state::StateStore::validate(raw.state.unwrap_or_default(), &mut c);
     let ui = crate::outputs::config::validate_ui(&mut c, raw.ui.unwrap_or_default());
     let otlp = otlp::config::validate(&mut c, raw.otlp.unwrap_or_default());
+    let whatif = c.whatif(raw.whatif.unwrap_or_default());
 
     let problems = c.into_problems();
     if !problems.is_empty() {
@@ -390,6 +395,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
             exposition,
             otlp,
             ui,
+            whatif,
         },
         live: Live {
             token,

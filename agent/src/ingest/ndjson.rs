@@ -11,7 +11,8 @@
 //! A body is one JSON object per line (blank lines skipped), or a single JSON array of objects
 //! (told apart by the first non-whitespace byte being `[`). The fields follow the data model of
 //! the external interface: `ts`, `group`, `shard`, `key`, `count`, `latency_ms`, `outcome`,
-//! `cache`, and the shard's saturation readings `inflight` (requests in flight, 0..=1e9) and
+//! `cache`, `cache_key` (the look-aside cache's key, 1..=1024 bytes, kept only as its hash),
+//! and the shard's saturation readings `inflight` (requests in flight, 0..=1e9) and
 //! `utilisation` (0..=1); unknown fields are ignored, a JSON `null` counts as an absent field,
 //! and a field given twice takes its last value.
 //!
@@ -24,7 +25,7 @@
 //! bad one are still taken. When a record breaks several rules, the first of this order is
 //! reported: `Malformed` (not JSON, not UTF-8, not an object), `MissingGroup`, `MissingShard`
 //! (or `WrongType` for either), then per field in the order `key`, `count`, `latency_ms`,
-//! `outcome`, `cache`, `ts`, `inflight`, `utilisation` (`WrongType` for a JSON type that field
+//! `outcome`, `cache`, `cache_key`, `ts`, `inflight`, `utilisation` (`WrongType` for a JSON type that field
 //! never takes, else its own reason), then the data-model rules of
 //! [`ObservationRef::validate`] and [`ReadingRef::validate`].
 //!
@@ -39,7 +40,8 @@ use std::ops::ControlFlow;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, ObservationRef, Outcome, ReadingKind, ReadingRef, RejectReason, Rejections,
+    Batch, CacheKeyHash, CacheResult, ObservationRef, Outcome, ReadingKind, ReadingRef,
+    RejectReason, Rejections, hash_cache_key,
 };
 
 use crate::clock;
@@ -84,6 +86,8 @@ pub struct Record<'a> {
     latency_ms: Option<f64>,
     outcome: Outcome,
     cache: Option<CacheResult>,
+    /// The hash of `cache_key`: the key itself is not kept.
+    cache_key: Option<CacheKeyHash>,
     /// The `inflight` and `utilisation` readings, in the order of [`ReadingKind::ALL`];
     /// boxed, so a record without readings carries 8 bytes for them rather than 32.
     readings: Option<Box<[Option<f64>; 2]>>,
@@ -318,6 +322,7 @@ impl Record<'_> {
             latency_ms: self.latency_ms,
             outcome: self.outcome,
             cache: self.cache,
+            cache_key: self.cache_key,
         }
     }
 
@@ -378,6 +383,7 @@ struct RawRecord<'a> {
     latency_ms: Option<Json<'a>>,
     outcome: Option<Json<'a>>,
     cache: Option<Json<'a>>,
+    cache_key: Option<Json<'a>>,
 }
 
 /// A record's raw `inflight` and `utilisation` fields, in the order of [`ReadingKind::ALL`].
@@ -442,6 +448,11 @@ impl<'a> RawRecord<'a> {
             Some(Json::Str(s)) => Some(CacheResult::parse(&s).ok_or(RejectReason::BadCache)?),
             Some(_) => return Err(RejectReason::WrongType),
         };
+        let cache_key = match present(self.cache_key) {
+            None => None,
+            Some(Json::Str(s)) => Some(hash_cache_key(s.as_bytes())?),
+            Some(_) => return Err(RejectReason::WrongType),
+        };
         let ts = match present(self.ts) {
             None => None,
             Some(Json::Str(s)) => Some(parse_rfc3339(&s)?),
@@ -456,6 +467,7 @@ impl<'a> RawRecord<'a> {
             latency_ms,
             outcome,
             cache,
+            cache_key,
             readings: None,
         })
     }
@@ -504,6 +516,7 @@ enum Field {
     LatencyMs,
     Outcome,
     Cache,
+    CacheKey,
     Inflight,
     Utilisation,
     Unknown,
@@ -534,6 +547,7 @@ impl Visitor<'_> for FieldVisitor {
             "latency_ms" => Field::LatencyMs,
             "outcome" => Field::Outcome,
             "cache" => Field::Cache,
+            "cache_key" => Field::CacheKey,
             "inflight" => Field::Inflight,
             "utilisation" => Field::Utilisation,
             _ => Field::Unknown,
@@ -651,6 +665,7 @@ impl<'de> Visitor<'de> for RawSeed<'_, 'de> {
                 Field::LatencyMs => &mut raw.latency_ms,
                 Field::Outcome => &mut raw.outcome,
                 Field::Cache => &mut raw.cache,
+                Field::CacheKey => &mut raw.cache_key,
                 Field::Inflight => &mut readings[ReadingKind::Inflight as usize],
                 Field::Utilisation => &mut readings[ReadingKind::Utilisation as usize],
                 Field::Unknown => {

@@ -500,6 +500,7 @@ pub fn emit(
         latency_ms: call.latency_ms,
         outcome: call.outcome,
         cache,
+        cache_key: None,
     };
     match obs.validate() {
         Ok(()) => {

@@ -213,6 +213,7 @@ impl Mapper {
             latency_ms,
             outcome,
             cache,
+            cache_key: None,
         };
         obs.validate()?;
         Ok(obs)
