@@ -111,6 +111,8 @@ pub struct RawMapping {
     pub outcome: Option<String>,
     /// Cache result template.
     pub cache: Option<String>,
+    /// Template of the look-aside cache's key (kept only as its hash).
+    pub cache_key: Option<String>,
     /// How the rendered outcome translates into an outcome class, first matching row wins.
     pub outcomes: Option<Vec<RawOutcomeRow>>,
 }
@@ -340,6 +342,8 @@ pub struct RawOtlp {
     pub key_attributes: Option<Vec<String>>,
     /// Entries giving the cache result, first match wins.
     pub cache_attributes: Option<Vec<String>>,
+    /// Entries naming the look-aside cache's key, first match wins.
+    pub cache_key_attributes: Option<Vec<String>>,
     /// Take only spans of kind CLIENT.
     pub client_spans_only: Option<bool>,
     /// Metrics taken from `POST /v1/metrics`; empty takes all.

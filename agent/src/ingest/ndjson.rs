@@ -788,8 +788,44 @@ mod tests {
                 latency_ms: Some(12.5),
                 outcome: Outcome::Throttled,
                 cache: Some(CacheResult::Hit),
+                cache_key: None,
             }
         );
+    }
+
+    #[test]
+    fn a_cache_key_is_kept_as_its_hash_on_both_paths_and_checked() {
+        let fast = ok(r#"{"group":"db","shard":"s1","cache_key":"user:42"}"#);
+        // An escape sends the record to the serde path, which hashes the unescaped key.
+        let serde = ok(r#"{"group":"db","shard":"s1","cache_key":"user:42"}"#);
+        let want = Some(hash_cache_key(b"user:42").unwrap());
+        assert_eq!((fast.cache_key, serde.cache_key), (want, want));
+        for (line, reason) in [
+            (
+                r#"{"group":"g","shard":"s","cache_key":""}"#,
+                RejectReason::FieldLength,
+            ),
+            (
+                r#"{"group":"g","shard":"s","cache_key":7}"#,
+                RejectReason::WrongType,
+            ),
+            (
+                r#"{"group":"g","shard":"s","cache_key":["a"]}"#,
+                RejectReason::WrongType,
+            ),
+        ] {
+            assert_eq!(parse_record(line.as_bytes()).unwrap_err(), reason, "{line}");
+        }
+        let long = format!(
+            r#"{{"group":"g","shard":"s","cache_key":"{}"}}"#,
+            "k".repeat(1025)
+        );
+        assert_eq!(
+            parse_record(long.as_bytes()).unwrap_err(),
+            RejectReason::FieldLength
+        );
+        let absent = ok(r#"{"group":"g","shard":"s","cache_key":null}"#);
+        assert_eq!(absent.cache_key, None);
     }
 
     #[test]
