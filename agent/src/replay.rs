@@ -419,7 +419,23 @@ fn record_batch(
     out: &mut impl Write,
     summary: &mut Summary,
 ) -> Result<(), ReplayError> {
-    let mut records = batch.iter_with_cache_keys();
+    // A batch without cache keys takes the plain iterator, so a trace without them pays
+    // nothing for the cursor that finds them.
+    if batch.cache_keyed_len() == 0 {
+        record_each(engine, batch.iter(), config, out, summary)
+    } else {
+        record_each(engine, batch.iter_with_cache_keys(), config, out, summary)
+    }
+}
+
+/// [`record_batch`] over the batch's records as `records` yields them.
+fn record_each<'b>(
+    engine: &mut Option<Engine>,
+    mut records: impl Iterator<Item = ObservationRef<'b>>,
+    config: &Config,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
     let Some(first) = records.next() else {
         return Ok(());
     };

@@ -138,9 +138,16 @@ impl Engine {
     pub fn record(&mut self, obs: &ObservationRef<'_>) {
         self.windows.record(obs);
         if obs.cache_key.is_some() {
-            let now = self.windows.start();
-            self.whatif_mut().record(obs, now);
+            self.simulate(obs);
         }
+    }
+
+    /// [`Engine::record`]'s what-if half, out of line: a record without a cache key carries
+    /// only the test of the field.
+    #[inline(never)]
+    fn simulate(&mut self, obs: &ObservationRef<'_>) {
+        let now = self.windows.start();
+        self.whatif_mut().record(obs, now);
     }
 
     /// Adds one validated saturation reading to the current window.

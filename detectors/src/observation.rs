@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::num::NonZeroU64;
 
 use crate::keys::same_key;
 
@@ -316,8 +317,26 @@ pub struct ObservationRef<'a> {
 /// Computed by [`hash_cache_key`], the same on every platform and in every build (FNV-1a,
 /// then the splitmix64 mix so every bit depends on every byte), so a replayed trace samples
 /// the same keys as the live agent did.
+///
+/// Never zero, so `Option<CacheKeyHash>` is 8 bytes: an observation without a cache key is
+/// only that much wider than before cache keys existed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheKeyHash(pub u64);
+pub struct CacheKeyHash(NonZeroU64);
+
+impl CacheKeyHash {
+    /// The hash `h` (0 is taken as 1: one value in 2⁶⁴ shares a hash with another).
+    pub const fn new(h: u64) -> Self {
+        match NonZeroU64::new(h) {
+            Some(n) => CacheKeyHash(n),
+            None => CacheKeyHash(NonZeroU64::MIN),
+        }
+    }
+
+    /// The 64 bits.
+    pub const fn get(self) -> u64 {
+        self.0.get()
+    }
+}
 
 /// Checks a cache key's length (1..=[`MAX_CACHE_KEY_BYTES`] bytes) and hashes it; every input
 /// path calls this, so the rules and the hash are the same whichever way the key came.
@@ -326,7 +345,9 @@ pub fn hash_cache_key(key: &[u8]) -> Result<CacheKeyHash, RejectReason> {
     if key.is_empty() || key.len() > MAX_CACHE_KEY_BYTES {
         return Err(RejectReason::FieldLength);
     }
-    Ok(CacheKeyHash(crate::prng::mix(crate::prng::fnv1a64(key))))
+    Ok(CacheKeyHash::new(crate::prng::mix(crate::prng::fnv1a64(
+        key,
+    ))))
 }
 
 impl<'a> ObservationRef<'a> {
@@ -646,14 +667,16 @@ impl Batch {
     /// a consumer that reads cache keys record by record (replay) iterates; the windows'
     /// recording loops use [`Batch::iter`], which does not look for them.
     pub fn iter_with_cache_keys(&self) -> impl ExactSizeIterator<Item = ObservationRef<'_>> + '_ {
-        let mut next = 0;
+        // The index of the next record with a cache key (`u32::MAX` when none is left): one
+        // compare per record, none of whose records pays more when the batch has no key.
+        let at = |i: usize| self.cache_keys.get(i).map_or(u32::MAX, |c| c.0);
+        let (mut next, mut next_at) = (0, at(0));
         self.records.iter().enumerate().map(move |(i, p)| {
             let mut obs = self.unpack(p);
-            if let Some(&(at, h)) = self.cache_keys.get(next)
-                && at as usize == i
-            {
-                obs.cache_key = Some(h);
+            if i as u32 == next_at {
+                obs.cache_key = Some(self.cache_keys[next].1);
                 next += 1;
+                next_at = at(next);
             }
             obs
         })

@@ -222,11 +222,11 @@ impl GroupSim {
             }
             None => {}
         }
-        if self.threshold.is_some_and(|th| key.0 >= th) {
+        if self.threshold.is_some_and(|th| key.get() >= th) {
             return;
         }
         let now = self.tick(t);
-        let (slot, new) = self.slot(key.0, now);
+        let (slot, new) = self.slot(key.get(), now);
         self.sampled_requests = self.sampled_requests.saturating_add(obs.count);
         let rate = self.rate();
         for (p, policy) in policies.iter().enumerate() {

@@ -19,7 +19,7 @@ fn config(policies: Vec<Policy>) -> WhatIfConfig {
 /// One request of key `id` at `t` with `outcome`.
 fn request(w: &mut WhatIf, group: &str, shard: &str, id: u64, t: f64, outcome: Outcome) {
     let mut o = ObservationRef::new(group, shard);
-    o.cache_key = Some(CacheKeyHash(mix(id)));
+    o.cache_key = Some(CacheKeyHash::new(mix(id)));
     o.ts = Some(t);
     o.outcome = outcome;
     w.record(&o, t);
@@ -107,7 +107,7 @@ fn the_observed_policy_is_checked_against_the_caches_own_answers() {
     let mut w = WhatIf::new(config(vec![observed]));
     for s in 0..300u32 {
         let mut o = ObservationRef::new("g", "s");
-        o.cache_key = Some(CacheKeyHash(mix(9)));
+        o.cache_key = Some(CacheKeyHash::new(mix(9)));
         o.cache = Some(if s % 30 == 0 {
             CacheResult::Miss
         } else {
@@ -188,11 +188,11 @@ impl Trace {
         self
     }
 
-    /// `keys` keys all asked in the first second, then uniformly: under a TTL their
-    /// entries expire together, and the misses come in waves a TTL apart.
+    /// `keys` keys all asked in the first second, then uniformly until `secs`: under a TTL
+    /// their entries expire together, and the misses come in waves a TTL apart.
     fn synchronised(keys: u64, qps: u32, secs: u32) -> Trace {
         let mut rng = SplitMix64::new(13);
-        let n = u64::from(qps) * u64::from(secs);
+        let n = u64::from(qps) * u64::from(secs - 1);
         let warm = (0..keys).map(|k| (k as f64 / keys as f64, k, (mix(k) % 8) as u32));
         let rest = (0..n).map(|i| {
             let k = rng.below(keys as usize) as u64;

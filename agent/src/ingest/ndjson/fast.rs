@@ -31,7 +31,7 @@ use std::borrow::Cow;
 
 use skewwatch_detectors::observation::{CacheKeyHash, CacheResult, Outcome, hash_cache_key};
 
-use super::{Json, Record};
+use super::{Json, Record, Ts};
 use crate::clock;
 
 /// Digits of a decimal the fast path reads: below 2^53, so the digits are exact in an `f64`.
@@ -133,7 +133,7 @@ impl<'a> Fields<'a> {
     #[inline(always)]
     fn record(self) -> Option<Record<'a>> {
         Some(Record {
-            ts: self.ts,
+            ts: Ts::new(self.ts),
             group: Cow::Borrowed(self.group?),
             shard: Cow::Borrowed(self.shard?),
             key: self.key.map(Cow::Borrowed),
