@@ -36,7 +36,7 @@ fn batch(keys: Option<u64>, start: f64, rng: &mut SplitMix64, cdf: &[f64]) -> Ba
             let u = rng.next_f64() * cdf.last().copied().unwrap_or(1.0);
             let k = cdf.partition_point(|&c| c < u) as u64;
             o.cache_key = Some(CacheKeyHash::new(mix(k)));
-            o.cache = Some(if r % 10 == 0 {
+            o.cache = Some(if r.is_multiple_of(10) {
                 CacheResult::Miss
             } else {
                 CacheResult::Hit
