@@ -654,6 +654,64 @@ mod tests {
         })
     }
 
+    /// A trace of one key asked every second for two minutes, the cache storing it for 30 s.
+    fn cached_trace() -> String {
+        (0..120)
+            .map(|i| {
+                let cache = if i % 30 == 0 { "miss" } else { "hit" };
+                format!(
+                    "{{\"ts\":{},\"group\":\"db\",\"shard\":\"s1\",\"cache_key\":\"user:1\",\"cache\":\"{cache}\"}}\n",
+                    1_700_000_000 + i
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_if_writes_each_windows_predictions_exact_and_sampled_beside_what_happened() {
+        let mut config = Config::embedded();
+        config.startup.whatif.policies[0].ttl_secs = 30.0;
+        config.startup.whatif =
+            what_if_config(config.startup.whatif, "ttl=1h,serve-stale").unwrap();
+        let trace = cached_trace();
+        let (out, _) = run_with(&trace, |t, out, s| replay(t, &config, 86_400.0, out, s)).unwrap();
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &serde_json::Value| v.get("whatif").is_some())
+            .collect();
+        assert_eq!(lines.len(), 12, "{out}");
+        // The window holding the second store of the key: the cache missed once in 10
+        // requests, as the simulation of it did; an hour's TTL would not have.
+        let w = &lines[3]["whatif"];
+        assert_eq!(w["actual"], 0.1);
+        let policies: Vec<(&str, f64, f64)> = w["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["policy"].as_str().unwrap(),
+                    p["exact"].as_f64().unwrap(),
+                    p["sampled"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                ("observed", 0.1, 0.1),
+                ("ttl=1h", 0.0, 0.0),
+                ("serve-stale", 0.1, 0.1)
+            ]
+        );
+        assert_eq!(w["shards"][0]["shard"], "s1");
+        // Without --what-if, the same trace writes no what-if line.
+        let (plain, _) = run_str(&trace).unwrap();
+        assert!(!plain.contains("whatif"), "{plain}");
+        assert!(what_if_config(Config::embedded().startup.whatif, "ttl=forever").is_err());
+    }
+
     #[test]
     fn a_bad_line_stops_with_its_line_number() {
         let t = "{\"ts\":1,\"group\":\"g\",\"shard\":\"s\"}\n\n{\"ts\":2,\"group\":\"g\"}\n";
