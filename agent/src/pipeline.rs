@@ -304,7 +304,7 @@ impl<C: Clock> Pipeline<C> {
                     next = self.next_tick();
                 }
                 batch = self.batches.recv() => match batch {
-                    Some(q) => self.engine.record_batch(&q.batch),
+                    Some(q) => self.engine.record_batch_at(&q.batch, || self.clock.now()),
                     None => break,
                 },
                 Some(c) = self.control.recv() => {

@@ -2,6 +2,10 @@
 //! driven by a recorded NDJSON trace in *trace time*, as fast as the machine allows.
 //!
 //! Output is one JSON line per alert transition on stdout, and a one-line summary on stderr.
+//! With `--what-if POLICY[,POLICY…]`, each window also writes one JSON line per group whose
+//! records named a cache key (`{"ts": …, "whatif": {…}}`): per policy the predicted backend
+//! calls per request of the group and of each shard, exact (every key simulated) and sampled
+//! (as the agent samples), beside what the cache reported ([`WhatIfLine`]).
 //! Deterministic: the same trace and configuration give byte-identical output.
 //!
 //! Two threads: a reader thread reads the trace in blocks of `READ_BYTES`, parses each
@@ -26,8 +30,10 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use anyhow::Context as _;
+use serde::Serialize;
 use skewwatch_detectors::engine::{Engine, Evaluation};
 use skewwatch_detectors::observation::{Batch, ObservationRef};
+use skewwatch_detectors::whatif::{GroupWhatIf, Policy, PolicyFigures, WhatIfConfig, WhatIfWindow};
 
 use crate::app::Config;
 use crate::ingest::ndjson::{self, Record};
@@ -45,6 +51,12 @@ pub struct Args {
     /// late and the replay silently empty.
     #[arg(long, default_value_t = 86_400.0)]
     pub max_future_secs: f64,
+    /// Cache policies to simulate beside the cache as configured (`whatif:`), comma-separated:
+    /// `ttl=20m`, `serve-stale`, `negative=1m`, `capacity=N`, joined by `+` to combine
+    /// (`ttl=20m+serve-stale`). Each window then writes each group's predicted backend calls
+    /// per request under each policy, exact and sampled, beside what happened.
+    #[arg(long = "what-if", value_name = "POLICY[,POLICY…]")]
+    pub what_if: Option<String>,
 }
 
 /// Exit code for a bad trace line.
@@ -81,10 +93,13 @@ impl Summary {
 
 /// Runs the replay; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(p) => Config::load(p)?,
         None => Config::embedded(),
     };
+    if let Some(specs) = &args.what_if {
+        config.startup.whatif = what_if_config(config.startup.whatif, specs)?;
+    }
     let name = args.trace.display().to_string();
     let input: Box<dyn Read + Send> = if name == "-" {
         Box::new(io::stdin())
@@ -122,6 +137,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         summary.records as f64 / secs.max(1e-9)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `whatif:` settings with the candidates `specs` names in place of the configured ones,
+/// and the exact simulation beside the sampled one.
+pub fn what_if_config(whatif: WhatIfConfig, specs: &str) -> anyhow::Result<WhatIfConfig> {
+    let observed = whatif.policies[0].clone();
+    let policies = Policy::parse_list(specs.split(','), &observed)
+        .with_context(|| format!("--what-if {specs}"))?;
+    Ok(WhatIfConfig {
+        policies,
+        exact_beside: true,
+        ..whatif
+    })
 }
 
 /// Why a replay stopped.
@@ -369,7 +397,7 @@ fn take_batch(
         let ts = first.ts.expect("the reader sets every reading's ts");
         let e = reach(engine, config, ts, out, summary)?;
         batch.readings().for_each(|r| e.read(&r));
-        for obs in batch.iter() {
+        for obs in batch.iter_with_cache_keys() {
             e.record(&obs);
         }
         summary.records += 1;
@@ -391,7 +419,23 @@ fn record_batch(
     out: &mut impl Write,
     summary: &mut Summary,
 ) -> Result<(), ReplayError> {
-    let mut records = batch.iter();
+    // A batch without cache keys takes the plain iterator, so a trace without them pays
+    // nothing for the cursor that finds them.
+    if batch.cache_keyed_len() == 0 {
+        record_each(engine, batch.iter(), config, out, summary)
+    } else {
+        record_each(engine, batch.iter_with_cache_keys(), config, out, summary)
+    }
+}
+
+/// [`record_batch`] over the batch's records as `records` yields them.
+fn record_each<'b>(
+    engine: &mut Option<Engine>,
+    mut records: impl Iterator<Item = ObservationRef<'b>>,
+    config: &Config,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> Result<(), ReplayError> {
     let Some(first) = records.next() else {
         return Ok(());
     };
@@ -474,7 +518,118 @@ fn emit(out: &mut impl Write, ev: &Evaluation, summary: &mut Summary) -> io::Res
         out.write_all(b"\n")?;
         summary.transitions += 1;
     }
+    if let Some(w) = &ev.snapshot.whatif {
+        write_what_if(out, ev.snapshot.end, w)?;
+    }
     Ok(())
+}
+
+/// One group's what-if line of one window.
+#[derive(Debug, Serialize)]
+pub struct WhatIfLine<'a> {
+    /// The window's end, unix seconds of trace time.
+    pub ts: f64,
+    /// The figures.
+    pub whatif: WhatIfGroupLine<'a>,
+}
+
+/// A group's what-if figures as replay writes them.
+#[derive(Debug, Serialize)]
+pub struct WhatIfGroupLine<'a> {
+    /// The group.
+    pub group: &'a str,
+    /// Requests with a cache key in the window.
+    pub requests: u64,
+    /// What happened: the cache's reported misses per request that reported a result
+    /// (`null` when none did).
+    pub actual: Option<f64>,
+    /// The share of keys the sampled simulation held at the window's end.
+    pub sample_rate: f64,
+    /// Per policy, the observed cache first.
+    pub policies: Vec<WhatIfPolicyLine<'a>>,
+    /// The busiest shards, busiest first (the first is the hot shard).
+    pub shards: Vec<WhatIfShardLine<'a>>,
+}
+
+/// One shard's what-if figures as replay writes them.
+#[derive(Debug, Serialize)]
+pub struct WhatIfShardLine<'a> {
+    /// The shard.
+    pub shard: &'a str,
+    /// Requests with a cache key in the window.
+    pub requests: u64,
+    /// What happened: the cache's reported misses per request.
+    pub actual: f64,
+    /// Per policy.
+    pub policies: Vec<WhatIfPolicyLine<'a>>,
+}
+
+/// One policy's predicted backend calls per request.
+#[derive(Debug, Serialize)]
+pub struct WhatIfPolicyLine<'a> {
+    /// The policy's name.
+    pub policy: &'a str,
+    /// Simulating every key.
+    pub exact: Option<f64>,
+    /// Simulating the sample, as the agent does.
+    pub sampled: f64,
+    /// The sample's stated error bound (about 95%).
+    pub error_bound: f64,
+}
+
+/// Shards written per group and window.
+const WHAT_IF_SHARDS: usize = 8;
+
+/// Writes one line per group of a window's what-if figures.
+fn write_what_if(out: &mut impl Write, end: f64, w: &WhatIfWindow) -> io::Result<()> {
+    // Only `--what-if` runs the exact simulation beside the sampled one: without it, a trace
+    // with cache keys writes what it always wrote.
+    for g in w.groups.iter().filter(|g| g.exact.is_some()) {
+        serde_json::to_writer(&mut *out, &what_if_line(end, &w.policies, g))?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// A group's line: its figures, paired with the policies' names.
+pub fn what_if_line<'a>(end: f64, names: &'a [String], g: &'a GroupWhatIf) -> WhatIfLine<'a> {
+    let policies = |sampled: &[PolicyFigures], exact: Option<&Vec<PolicyFigures>>| {
+        names
+            .iter()
+            .zip(sampled)
+            .enumerate()
+            .map(|(i, (name, f))| WhatIfPolicyLine {
+                policy: name,
+                exact: exact
+                    .and_then(|e| e.get(i))
+                    .map(|e| e.backend_calls_per_request),
+                sampled: f.backend_calls_per_request,
+                error_bound: f.error_bound,
+            })
+            .collect()
+    };
+    let reported = g.real_hits + g.real_misses;
+    WhatIfLine {
+        ts: end,
+        whatif: WhatIfGroupLine {
+            group: &g.group,
+            requests: g.requests,
+            actual: (reported > 0).then(|| g.real_misses as f64 / reported as f64),
+            sample_rate: g.sample_rate,
+            policies: policies(&g.policies, g.exact.as_ref()),
+            shards: g
+                .shards
+                .iter()
+                .take(WHAT_IF_SHARDS)
+                .map(|s| WhatIfShardLine {
+                    shard: &s.shard,
+                    requests: s.requests,
+                    actual: s.real_misses as f64 / s.requests.max(1) as f64,
+                    policies: policies(&s.policies, s.exact.as_ref()),
+                })
+                .collect(),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -497,6 +652,64 @@ mod tests {
         run_with(trace, |t, out, s| {
             replay(t, &Config::embedded(), 86_400.0, out, s)
         })
+    }
+
+    /// A trace of one key asked every second for two minutes, the cache storing it for 30 s.
+    fn cached_trace() -> String {
+        (0..120)
+            .map(|i| {
+                let cache = if i % 30 == 0 { "miss" } else { "hit" };
+                format!(
+                    "{{\"ts\":{},\"group\":\"db\",\"shard\":\"s1\",\"cache_key\":\"user:1\",\"cache\":\"{cache}\"}}\n",
+                    1_700_000_000 + i
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_if_writes_each_windows_predictions_exact_and_sampled_beside_what_happened() {
+        let mut config = Config::embedded();
+        config.startup.whatif.policies[0].ttl_secs = 30.0;
+        config.startup.whatif =
+            what_if_config(config.startup.whatif, "ttl=1h,serve-stale").unwrap();
+        let trace = cached_trace();
+        let (out, _) = run_with(&trace, |t, out, s| replay(t, &config, 86_400.0, out, s)).unwrap();
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &serde_json::Value| v.get("whatif").is_some())
+            .collect();
+        assert_eq!(lines.len(), 12, "{out}");
+        // The window holding the second store of the key: the cache missed once in 10
+        // requests, as the simulation of it did; an hour's TTL would not have.
+        let w = &lines[3]["whatif"];
+        assert_eq!(w["actual"], 0.1);
+        let policies: Vec<(&str, f64, f64)> = w["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["policy"].as_str().unwrap(),
+                    p["exact"].as_f64().unwrap(),
+                    p["sampled"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                ("observed", 0.1, 0.1),
+                ("ttl=1h", 0.0, 0.0),
+                ("serve-stale", 0.1, 0.1)
+            ]
+        );
+        assert_eq!(w["shards"][0]["shard"], "s1");
+        // Without --what-if, the same trace writes no what-if line.
+        let (plain, _) = run_str(&trace).unwrap();
+        assert!(!plain.contains("whatif"), "{plain}");
+        assert!(what_if_config(Config::embedded().startup.whatif, "ttl=forever").is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::detect::{Context, Detector, DetectorsConfig};
 use crate::observation::{Batch, ObservationRef, ReadingRef};
 use crate::parts::Recording;
 use crate::snapshot::WindowSnapshot;
+use crate::whatif::{WhatIf, WhatIfConfig};
 use crate::window::WindowConfig;
 
 /// Longest run of empty windows [`Engine::advance`] closes one by one after a gap in time; after
@@ -29,6 +30,8 @@ pub struct EngineConfig {
     pub window: WindowConfig,
     /// Detector thresholds and alert timing.
     pub detectors: DetectorsConfig,
+    /// The cache policies simulated for groups whose observations name a cache key.
+    pub whatif: WhatIfConfig,
 }
 
 /// One closed window and what it caused.
@@ -85,6 +88,10 @@ pub struct Engine {
     alerts: AlertBook,
     /// End of the last evaluated window.
     last_end: Option<f64>,
+    /// The what-if simulations' settings, and the simulations once an observation named a
+    /// cache key: without cache keys nothing is built and nothing runs.
+    whatif_config: WhatIfConfig,
+    whatif: Option<WhatIf>,
 }
 
 impl Engine {
@@ -98,6 +105,8 @@ impl Engine {
             windows: Recording::new(cfg.window, start),
             window_secs,
             last_end: None,
+            whatif_config: cfg.whatif,
+            whatif: None,
         }
     }
 
@@ -123,9 +132,22 @@ impl Engine {
         align(self.windows.start(), self.window_secs) + self.window_secs
     }
 
-    /// Adds one validated observation to the current window.
+    /// Adds one validated observation to the current window. One with a cache key and no
+    /// `ts` is simulated at the window's start; the live pipeline passes its time with
+    /// [`Engine::record_batch_at`].
     pub fn record(&mut self, obs: &ObservationRef<'_>) {
         self.windows.record(obs);
+        if obs.cache_key.is_some() {
+            self.simulate(obs);
+        }
+    }
+
+    /// [`Engine::record`]'s what-if half, out of line: a record without a cache key carries
+    /// only the test of the field.
+    #[inline(never)]
+    fn simulate(&mut self, obs: &ObservationRef<'_>) {
+        let now = self.windows.start();
+        self.whatif_mut().record(obs, now);
     }
 
     /// Adds one validated saturation reading to the current window.
@@ -133,9 +155,27 @@ impl Engine {
         self.windows.read(reading);
     }
 
-    /// Adds every observation and reading of a batch to the current window.
+    /// Adds every observation and reading of a batch to the current window; the cache keys
+    /// of records without a `ts` are simulated at the window's start.
     pub fn record_batch(&mut self, batch: &Batch) {
+        let start = self.windows.start();
+        self.record_batch_at(batch, || start);
+    }
+
+    /// [`Engine::record_batch`], with the time the batch was taken (`now`, asked only when
+    /// the batch carries a cache key) for the cache keys of records without a `ts`.
+    pub fn record_batch_at(&mut self, batch: &Batch, now: impl FnOnce() -> f64) {
         self.windows.record_batch(batch);
+        if batch.cache_keyed_len() > 0 {
+            let now = now();
+            self.whatif_mut().record_batch(batch, now);
+        }
+    }
+
+    /// The what-if simulations, built on first use.
+    fn whatif_mut(&mut self) -> &mut WhatIf {
+        self.whatif
+            .get_or_insert_with(|| WhatIf::new(self.whatif_config.clone()))
     }
 
     /// Closes every window that ended at or before `now`, oldest first, and evaluates each.
@@ -147,7 +187,11 @@ impl Engine {
             if empty_run >= MAX_EMPTY_WINDOWS {
                 // A long gap: one window covers the rest of it, unevaluated, so a trace with a
                 // day-long gap does not stall on thousands of empty windows.
-                let _ = self.windows.close(align(now, self.window_secs));
+                let end = align(now, self.window_secs);
+                let _ = self.windows.close(end);
+                if let Some(w) = &mut self.whatif {
+                    let _ = w.close(end);
+                }
                 break;
             }
             let ev = self.close_window();
@@ -165,8 +209,9 @@ impl Engine {
     /// agent calls this once per window, scheduled on a monotonic clock.
     pub fn close_window(&mut self) -> Evaluation {
         let end = self.window_end();
-        let snap = Arc::new(self.windows.close(end));
-        self.evaluate(snap)
+        let mut snap = self.windows.close(end);
+        snap.whatif = self.whatif.as_mut().map(|w| Arc::new(w.close(end)));
+        self.evaluate(Arc::new(snap))
     }
 
     /// Closes the open window early, at `now` (kept within the window), without judging it:

@@ -40,4 +40,5 @@ pub mod parts;
 pub mod prng;
 pub mod snapshot;
 pub mod stats;
+pub mod whatif;
 pub mod window;

@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::num::NonZeroU64;
 
 use crate::keys::same_key;
 
@@ -19,6 +20,10 @@ use crate::keys::same_key;
 pub const MAX_NAME_BYTES: usize = 128;
 /// Longest accepted `key` value, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
+/// Longest accepted `cache_key` value, in bytes: room for the longest keys caches take
+/// (memcached's 250 bytes) and for composite keys; the value is hashed on arrival, so its
+/// length costs nothing after parsing.
+pub const MAX_CACHE_KEY_BYTES: usize = 1024;
 /// Largest accepted `latency_ms`: one day. Longer values are almost surely unit mistakes.
 pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
 /// Largest accepted `count` for one record.
@@ -171,8 +176,12 @@ pub enum RejectReason {
     /// `shard` is absent.
     #[error("missing required field `shard`")]
     MissingShard,
-    /// `group` or `shard` is empty or longer than 128 bytes, or `key` longer than 256 bytes.
-    #[error("field too long or empty: group and shard take 1..=128 bytes, key 0..=256")]
+    /// `group` or `shard` is empty or longer than 128 bytes, `key` longer than 256 bytes, or
+    /// `cache_key` empty or longer than 1024 bytes.
+    #[error(
+        "field too long or empty: group and shard take 1..=128 bytes, key 0..=256, \
+         cache_key 1..=1024"
+    )]
     FieldLength,
     /// A field has the wrong JSON type (a number where a string belongs, say).
     #[error("field has the wrong type")]
@@ -297,6 +306,48 @@ pub struct ObservationRef<'a> {
     pub outcome: Outcome,
     /// Cache result, when the request went through a look-aside cache.
     pub cache: Option<CacheResult>,
+    /// The hash ([`hash_cache_key`]) of the look-aside cache's key for this request, when the
+    /// input named it. Only the hash is kept: the what-if simulation needs to tell keys apart
+    /// and to sample them, never to show them.
+    pub cache_key: Option<CacheKeyHash>,
+}
+
+/// The hash of a look-aside cache's key: all the agent keeps of it.
+///
+/// Computed by [`hash_cache_key`], the same on every platform and in every build (FNV-1a,
+/// then the splitmix64 mix so every bit depends on every byte), so a replayed trace samples
+/// the same keys as the live agent did.
+///
+/// Never zero, so `Option<CacheKeyHash>` is 8 bytes: an observation without a cache key is
+/// only that much wider than before cache keys existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CacheKeyHash(NonZeroU64);
+
+impl CacheKeyHash {
+    /// The hash `h` (0 is taken as 1: one value in 2⁶⁴ shares a hash with another).
+    pub const fn new(h: u64) -> Self {
+        match NonZeroU64::new(h) {
+            Some(n) => CacheKeyHash(n),
+            None => CacheKeyHash(NonZeroU64::MIN),
+        }
+    }
+
+    /// The 64 bits.
+    pub const fn get(self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// Checks a cache key's length (1..=[`MAX_CACHE_KEY_BYTES`] bytes) and hashes it; every input
+/// path calls this, so the rules and the hash are the same whichever way the key came.
+#[inline]
+pub fn hash_cache_key(key: &[u8]) -> Result<CacheKeyHash, RejectReason> {
+    if key.is_empty() || key.len() > MAX_CACHE_KEY_BYTES {
+        return Err(RejectReason::FieldLength);
+    }
+    Ok(CacheKeyHash::new(crate::prng::mix(crate::prng::fnv1a64(
+        key,
+    ))))
 }
 
 impl<'a> ObservationRef<'a> {
@@ -311,6 +362,7 @@ impl<'a> ObservationRef<'a> {
             latency_ms: None,
             outcome: Outcome::Ok,
             cache: None,
+            cache_key: None,
         }
     }
 
@@ -529,6 +581,9 @@ pub struct Batch {
     records: Vec<Packed>,
     readings: Vec<PackedReading>,
     key_counts: Vec<PackedKeyCount>,
+    /// The cache keys of the records that carry one, by record index, in record order: a side
+    /// list, so a record without a cache key is as narrow as before cache keys existed.
+    cache_keys: Vec<(u32, CacheKeyHash)>,
 }
 
 impl Batch {
@@ -538,6 +593,7 @@ impl Batch {
             + self.records.capacity() * std::mem::size_of::<Packed>()
             + self.readings.capacity() * std::mem::size_of::<PackedReading>()
             + self.key_counts.capacity() * std::mem::size_of::<PackedKeyCount>()
+            + self.cache_keys.capacity() * std::mem::size_of::<(u32, CacheKeyHash)>()
     }
 
     /// An empty batch with room for `records` records of about 48 string bytes each.
@@ -547,6 +603,7 @@ impl Batch {
             records: Vec::with_capacity(records),
             readings: Vec::new(),
             key_counts: Vec::new(),
+            cache_keys: Vec::new(),
         }
     }
 
@@ -569,6 +626,9 @@ impl Batch {
             Some(k) => self.append(k),
             None => (u32::MAX, 0),
         };
+        if let Some(h) = obs.cache_key {
+            self.push_cache_key(h);
+        }
         self.records.push(Packed {
             ts: obs.ts,
             group,
@@ -579,6 +639,47 @@ impl Batch {
             outcome: obs.outcome,
             cache: obs.cache,
         });
+    }
+
+    /// Notes the cache key of the record about to be pushed; out of line, so the records
+    /// without one carry no more code than a test of the field.
+    #[cold]
+    #[inline(never)]
+    fn push_cache_key(&mut self, h: CacheKeyHash) {
+        self.cache_keys.push((self.records.len() as u32, h));
+    }
+
+    /// How many observations carry a cache key.
+    pub fn cache_keyed_len(&self) -> usize {
+        self.cache_keys.len()
+    }
+
+    /// The observations that carry a cache key, in insertion order, each with its
+    /// `cache_key` set ([`Batch::iter`] leaves it `None`: the windows do not read it).
+    pub fn cache_keyed(&self) -> impl ExactSizeIterator<Item = ObservationRef<'_>> + '_ {
+        self.cache_keys.iter().map(move |&(i, h)| ObservationRef {
+            cache_key: Some(h),
+            ..self.unpack(&self.records[i as usize])
+        })
+    }
+
+    /// The observations, in insertion order, each with its `cache_key` where it has one: what
+    /// a consumer that reads cache keys record by record (replay) iterates; the windows'
+    /// recording loops use [`Batch::iter`], which does not look for them.
+    pub fn iter_with_cache_keys(&self) -> impl ExactSizeIterator<Item = ObservationRef<'_>> + '_ {
+        // The index of the next record with a cache key (`u32::MAX` when none is left): one
+        // compare per record, none of whose records pays more when the batch has no key.
+        let at = |i: usize| self.cache_keys.get(i).map_or(u32::MAX, |c| c.0);
+        let (mut next, mut next_at) = (0, at(0));
+        self.records.iter().enumerate().map(move |(i, p)| {
+            let mut obs = self.unpack(p);
+            if i as u32 == next_at {
+                obs.cache_key = Some(self.cache_keys[next].1);
+                next += 1;
+                next_at = at(next);
+            }
+            obs
+        })
     }
 
     /// Appends a copy of `reading`. The caller validates first.
@@ -658,6 +759,7 @@ impl Batch {
         self.records.clear();
         self.readings.clear();
         self.key_counts.clear();
+        self.cache_keys.clear();
     }
 
     /// The arena text a record's `(start, end)` span points at.
@@ -700,6 +802,7 @@ impl Batch {
             latency_ms: p.latency_ms,
             outcome: p.outcome,
             cache: p.cache,
+            cache_key: None,
         }
     }
 }
@@ -725,6 +828,35 @@ mod tests {
         assert_eq!(got[0].key, Some(""));
         assert_eq!(got[1].key, None);
         assert_eq!(b.requests(), 11);
+        assert_eq!(b.cache_keyed_len(), 0);
+    }
+
+    #[test]
+    fn cache_keys_ride_in_a_side_list_and_come_back_with_their_records() {
+        let mut b = Batch::default();
+        let plain = ObservationRef::new("db", "s1");
+        let mut keyed = ObservationRef::new("db", "s2");
+        keyed.cache_key = Some(hash_cache_key(b"user:1").unwrap());
+        for o in [plain, keyed, plain, keyed] {
+            b.push(&o);
+        }
+        assert_eq!(
+            b.iter_with_cache_keys().collect::<Vec<_>>(),
+            [plain, keyed, plain, keyed]
+        );
+        assert_eq!(b.cache_keyed().collect::<Vec<_>>(), [keyed, keyed]);
+        assert!(b.iter().all(|o| o.cache_key.is_none()));
+        b.clear();
+        assert_eq!(b.cache_keyed_len(), 0);
+    }
+
+    #[test]
+    fn a_cache_key_is_one_to_a_thousand_and_twenty_four_bytes() {
+        assert_eq!(hash_cache_key(b""), Err(RejectReason::FieldLength));
+        let long = vec![b'k'; MAX_CACHE_KEY_BYTES + 1];
+        assert_eq!(hash_cache_key(&long), Err(RejectReason::FieldLength));
+        assert!(hash_cache_key(&long[1..]).is_ok());
+        assert_ne!(hash_cache_key(b"a"), hash_cache_key(b"b"));
     }
 
     #[test]

@@ -188,8 +188,9 @@ impl Dealt {
 
 /// What the caller sends a recording thread.
 enum Message {
-    /// Record these.
-    Record(Dealt),
+    /// Record these. Boxed: two batches are much larger than the other messages, and the box
+    /// travels back with them ([`Reply::Spare`]), so dealing allocates nothing.
+    Record(Box<Dealt>),
     /// Forget a group evicted under the group cap.
     Forget(Box<str>),
     /// Say so once everything sent before is recorded.
@@ -199,7 +200,7 @@ enum Message {
 /// What a recording thread sends back.
 enum Reply {
     /// A recorded batch, emptied, to deal into again.
-    Spare(Dealt),
+    Spare(Box<Dealt>),
     /// Everything sent before the `Sync` is recorded.
     Synced,
 }
@@ -212,9 +213,13 @@ struct Worker {
     from: Receiver<Reply>,
     thread: Option<JoinHandle<()>>,
     /// Records dealt and not yet sent.
-    dealt: Dealt,
+    dealt: Box<Dealt>,
     /// Emptied batches returned by the thread.
-    spare: Vec<Dealt>,
+    #[expect(
+        clippy::vec_box,
+        reason = "the boxes travel to the thread and back, so dealing allocates nothing"
+    )]
+    spare: Vec<Box<Dealt>>,
 }
 
 impl std::fmt::Debug for Message {
@@ -242,7 +247,7 @@ impl Worker {
             to,
             from,
             thread: Some(thread),
-            dealt: Dealt::default(),
+            dealt: Box::default(),
             spare: Vec::new(),
         }
     }

@@ -1,10 +1,13 @@
 //! Immutable results of a closed window: what `/metrics`, `/api/v1/status`, the detectors and
 //! `replay` read. Produced by [`crate::window::Windows::close`]; never mutated afterwards.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::observation::Outcome;
 use crate::stats::SkewStats;
+use crate::whatif::WhatIfWindow;
 
 /// Percentiles of one latency histogram, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -231,6 +234,11 @@ pub struct WindowSnapshot {
     pub end: f64,
     /// Every group, sorted by name.
     pub groups: Vec<GroupSnapshot>,
+    /// The what-if simulations' predictions for the window, when any observation named a
+    /// cache key since the engine started ([`crate::whatif`]). Not serialised with the
+    /// snapshot: `/api/v1/status` writes it in its own shape.
+    #[serde(skip)]
+    pub whatif: Option<Arc<WhatIfWindow>>,
 }
 
 impl WindowSnapshot {
@@ -240,6 +248,7 @@ impl WindowSnapshot {
             start: at,
             end: at,
             groups: Vec::new(),
+            whatif: None,
         }
     }
 

@@ -211,6 +211,9 @@ def skewwatch_cfg(am, p, otel_defaults):
     return (f"listen:\n  http: \"@HTTP@\"\n  statsd: disabled\n"
             f"window:\n  window_secs: {p['window']}\n"
             f"ui:\n  history_windows: 200\n{otlp}"
+            # The cache as the service runs it, so the what-if simulation of it can be checked
+            # against the cache's own hit ratio (the service sends each lookup's cache key).
+            f"whatif:\n  ttl_secs: {p['ttl_secs']}\n"
             f"alerting:\n  resend_interval_secs: 5\n  alertmanagers:\n    - url: \"{am}\"\n"
             + labkit.warmup_detectors(p["warmup"], p["burst"]))
 

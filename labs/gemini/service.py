@@ -19,10 +19,12 @@ reads the entity.
 
 How the service reports to skewwatch (docs/labs.md): every backend call is psycopg's own
 CLIENT span (db.system, db.name, net.peer.name, net.peer.port, error status on a statement
-timeout), to which a small span processor adds `skewwatch.cache=miss` and `skewwatch.key=<index
-value>` while a lookup is in progress; a cache hit, which makes no backend call, is reported as
-a CLIENT span with the same database attributes for the shard the entity lives on and
-`skewwatch.cache=hit`.
+timeout), to which a small span processor adds `skewwatch.cache=miss`, `skewwatch.key=<index
+value>` and `skewwatch.cache_key=<entity id>` while a lookup is in progress; a cache hit, which
+makes no backend call, is reported as a CLIENT span with the same database attributes for the
+shard the entity lives on, `skewwatch.cache=hit` and the cache key. With the cache key the agent
+simulates the cache under other TTLs and serve-stale (docs/whatif.md); a throttled lookup
+carries none, as it reached neither the cache's decision nor the backend.
 """
 import bisect
 import contextvars
@@ -52,7 +54,8 @@ N_ENTITIES = CFG["entities"]
 FAULT_BASE = 1_000_000  # entities created without an index value: ids from here on
 FAULT_RANGE = CFG["fault_entities"]
 
-# The lookup in progress on this thread: (index value, "miss") while the backend is called.
+# The lookup in progress on this thread: (index value, "miss", cache key) while the backend is
+# called.
 current = contextvars.ContextVar("lookup", default=None)
 
 
@@ -65,6 +68,7 @@ class LookupAttributes(SpanProcessor):
         if cur is not None:
             span.set_attribute("skewwatch.key", cur[0])
             span.set_attribute("skewwatch.cache", cur[1])
+            span.set_attribute("skewwatch.cache_key", cur[2])
 
 
 provider = TracerProvider(resource=Resource.create({"service.name": "gemini"}))
@@ -111,7 +115,7 @@ was_miss = contextvars.ContextVar("was_miss", default=False)
 def backend_fetch(entity, idx):
     was_miss.set(True)
     s = shard_of(idx)
-    token = current.set((idx, "miss"))
+    token = current.set((idx, "miss", str(entity)))
     with lock:
         stats["backend_calls"] += 1
         stats["per_shard_calls"][s] += 1
@@ -186,7 +190,8 @@ def lookup(entity):
         if not was_miss.get():
             # Served from the cache: no backend call, one span saying so.
             tracer.start_span("cache hit", kind=SpanKind.CLIENT, start_time=t0,
-                              attributes={**peer, "skewwatch.cache": "hit"}).end()
+                              attributes={**peer, "skewwatch.cache": "hit",
+                                          "skewwatch.cache_key": str(entity)}).end()
         stale[entity] = value
         with lock:
             stats["lookups"] += 1

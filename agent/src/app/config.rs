@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use skewwatch_detectors::detect::DetectorsConfig;
 use skewwatch_detectors::engine::EngineConfig;
+use skewwatch_detectors::whatif::WhatIfConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 use crate::alerting::AlertingConfig;
@@ -99,6 +100,8 @@ crate::config_part! {
         pub ui: UiConfig => "ui.history_windows",
         /// How the agent stops: the wait for a last scrape.
         pub shutdown: ShutdownConfig => "shutdown",
+        /// The what-if simulations of the look-aside cache: they size their memory once.
+        pub whatif: WhatIfConfig => "whatif",
     }
 }
 
@@ -276,6 +279,7 @@ impl Config {
         EngineConfig {
             window: self.startup.window.clone(),
             detectors: self.live.detectors.clone(),
+            whatif: self.startup.whatif.clone(),
         }
     }
 }
@@ -402,6 +406,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
     let ui = crate::outputs::config::validate_ui(&mut c, raw.ui.unwrap_or_default());
     let otlp = otlp::config::validate(&mut c, raw.otlp.unwrap_or_default());
     let shutdown = ShutdownConfig::validate(raw.shutdown.unwrap_or_default(), &mut c);
+    let whatif = c.whatif(raw.whatif.unwrap_or_default());
 
     let problems = c.into_problems();
     if !problems.is_empty() {
@@ -424,6 +429,7 @@ fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Vec<Problem>> 
             otlp,
             ui,
             shutdown,
+            whatif,
         },
         live: Live {
             token,

@@ -29,6 +29,29 @@ pub struct RawWindow {
     pub record_threads: Option<usize>,
 }
 
+/// `whatif:` section: the look-aside cache as it runs, the candidates simulated beside it,
+/// and the memory the simulations may hold.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWhatIf {
+    /// The cache's TTL for answers, seconds.
+    pub ttl_secs: Option<f64>,
+    /// The cache's TTL for `not_found` answers, seconds; absent: not cached.
+    pub negative_ttl_secs: Option<f64>,
+    /// Whether the cache serves an expired copy when the backend fails.
+    pub stale_on_error: Option<bool>,
+    /// The cache's size in entries (LRU); absent: no limit.
+    pub capacity_entries: Option<u64>,
+    /// The candidate policies (`ttl=20m`, `serve-stale`, `ttl=20m+serve-stale`, ...).
+    pub candidates: Option<Vec<String>>,
+    /// The memory one group's simulation may hold, bytes.
+    pub memory_bytes_per_group: Option<usize>,
+    /// Groups simulated at once.
+    pub max_groups: Option<usize>,
+    /// Shards tallied per group.
+    pub max_shards_per_group: Option<usize>,
+}
+
 /// `limits:` section.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -88,6 +111,8 @@ pub struct RawMapping {
     pub outcome: Option<String>,
     /// Cache result template.
     pub cache: Option<String>,
+    /// Template of the look-aside cache's key (kept only as its hash).
+    pub cache_key: Option<String>,
     /// How the rendered outcome translates into an outcome class, first matching row wins.
     pub outcomes: Option<Vec<RawOutcomeRow>>,
 }
@@ -327,6 +352,8 @@ pub struct RawOtlp {
     pub key_attributes: Option<Vec<String>>,
     /// Entries giving the cache result, first match wins.
     pub cache_attributes: Option<Vec<String>>,
+    /// Entries naming the look-aside cache's key, first match wins.
+    pub cache_key_attributes: Option<Vec<String>>,
     /// Take only spans of kind CLIENT.
     pub client_spans_only: Option<bool>,
     /// Metrics taken from `POST /v1/metrics`; empty takes all.
@@ -369,4 +396,6 @@ pub struct RawConfig {
     pub scrape: Option<Vec<RawScrapeJob>>,
     /// The fleet input: the sidecars' cumulative series read from a PromQL API.
     pub fleet: Option<RawFleet>,
+    /// The what-if simulations of the look-aside cache.
+    pub whatif: Option<RawWhatIf>,
 }

@@ -8,10 +8,11 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use skewwatch_detectors::whatif::WhatIfConfig;
 use skewwatch_detectors::window::WindowConfig;
 
 use super::Problem;
-use super::raw::{RawAuth, RawLimits, RawListen, RawWindow};
+use super::raw::{RawAuth, RawLimits, RawListen, RawWhatIf, RawWindow};
 use super::secret::{EnvLookup, Secret, SecretSource};
 
 /// Default largest request body (`limits.http_body_limit_bytes`).
@@ -28,6 +29,9 @@ const DEFAULT_QUEUE_BATCHES: usize = 64;
 /// Default ingest queue size in bytes: what queued batches may hold while the pipeline is
 /// behind, part of the memory budget.
 const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
+
+/// The most candidate policies `whatif.candidates` takes: each costs every sampled key a cell.
+pub const MAX_CANDIDATES: usize = 16;
 
 /// The `limits:` fields that are not window sizes.
 pub(crate) struct Limits {
@@ -241,6 +245,81 @@ impl Check<'_> {
             latency_sigfig,
             record_threads,
             ..d
+        }
+    }
+
+    /// The `whatif:` section: the observed cache, its candidates (each spec parsed), the
+    /// memory bound and caps.
+    pub(crate) fn whatif(&mut self, raw: RawWhatIf) -> WhatIfConfig {
+        use skewwatch_detectors::whatif::{DEFAULT_CANDIDATES, MAX_TTL_SECS, Policy};
+        let d = WhatIfConfig::default();
+        let observed = &d.policies[0];
+        let ttl = |c: &mut Self, field: &str, v: Option<f64>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0 && x <= MAX_TTL_SECS) => {
+                c.fail(
+                    field,
+                    format!("{x} is out of range: use (0, {MAX_TTL_SECS}] seconds"),
+                );
+                None
+            }
+            v => v,
+        };
+        let ttl_secs = ttl(self, "whatif.ttl_secs", raw.ttl_secs).unwrap_or(observed.ttl_secs);
+        let negative = ttl(self, "whatif.negative_ttl_secs", raw.negative_ttl_secs);
+        if raw.capacity_entries == Some(0) {
+            self.fail(
+                "whatif.capacity_entries",
+                "0 entries: use at least 1, or leave it out",
+            );
+        }
+        let observed = Policy::observed(
+            ttl_secs,
+            negative,
+            raw.stale_on_error.unwrap_or(false),
+            raw.capacity_entries.filter(|&n| n > 0),
+        );
+        let specs: Vec<String> = raw
+            .candidates
+            .unwrap_or_else(|| DEFAULT_CANDIDATES.iter().map(|s| s.to_string()).collect());
+        if specs.len() > MAX_CANDIDATES {
+            self.fail(
+                "whatif.candidates",
+                format!(
+                    "{} candidates: simulate at most {MAX_CANDIDATES}",
+                    specs.len()
+                ),
+            );
+        }
+        let mut policies = vec![observed.clone()];
+        for (i, spec) in specs.iter().enumerate() {
+            match Policy::parse(spec, &observed) {
+                Ok(p) if !policies.iter().any(|q| q.name == p.name) => policies.push(p),
+                Ok(p) => self.fail(
+                    &format!("whatif.candidates[{i}]"),
+                    format!("`{}` is named twice (or is the observed cache)", p.name),
+                ),
+                Err(e) => self.fail(&format!("whatif.candidates[{i}]"), e.to_string()),
+            }
+        }
+        WhatIfConfig {
+            policies,
+            memory_bytes_per_group: self.range(
+                "whatif.memory_bytes_per_group",
+                raw.memory_bytes_per_group,
+                d.memory_bytes_per_group,
+                64 << 10,
+                1 << 30,
+            ),
+            max_groups: self.range("whatif.max_groups", raw.max_groups, d.max_groups, 0, 1024),
+            max_shards_per_group: self.range(
+                "whatif.max_shards_per_group",
+                raw.max_shards_per_group,
+                d.max_shards_per_group,
+                1,
+                4096,
+            ),
+            exact: false,
+            exact_beside: false,
         }
     }
 

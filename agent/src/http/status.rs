@@ -2,7 +2,9 @@
 //!
 //! Per group: every statistic, the top keys, and the `limit` busiest shards (default
 //! [`DEFAULT_SHARDS`], at most [`MAX_SHARDS`]) with how many were left out, so the answer's
-//! size does not grow with the number of shards. `group` selects one group.
+//! size does not grow with the number of shards. `group` selects one group. A group whose
+//! records named a cache key also carries `whatif`: each policy's predicted hit ratio and
+//! backend calls per request, for the group and its busiest shard.
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -10,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use skewwatch_detectors::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot};
 use skewwatch_detectors::stats::SkewStats;
+use skewwatch_detectors::whatif::{GroupWhatIf, PolicyFigures, WhatIfWindow};
 
 use super::ViewState;
 
@@ -65,10 +68,64 @@ struct GroupView<'a> {
     shards_total: usize,
     shards_omitted: usize,
     shards: Vec<&'a ShardSnapshot>,
+    /// The what-if simulation's predictions, when the group's records named a cache key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    whatif: Option<WhatIfView<'a>>,
+}
+
+/// A group's what-if figures: per policy, and for the busiest shard.
+#[derive(Serialize)]
+struct WhatIfView<'a> {
+    requests: u64,
+    cache_hit_ratio: Option<f64>,
+    check_error: Option<f64>,
+    sample_rate: f64,
+    sampled_keys: u64,
+    policies: Vec<PolicyView<'a>>,
+    hot_shard: Option<HotShardView<'a>>,
+}
+
+#[derive(Serialize)]
+struct PolicyView<'a> {
+    policy: &'a str,
+    #[serde(flatten)]
+    figures: &'a PolicyFigures,
+}
+
+#[derive(Serialize)]
+struct HotShardView<'a> {
+    shard: &'a str,
+    requests: u64,
+    policies: Vec<PolicyView<'a>>,
+}
+
+impl<'a> WhatIfView<'a> {
+    fn new(names: &'a [String], g: &'a GroupWhatIf) -> Self {
+        let policies = |figures: &'a [PolicyFigures]| {
+            names
+                .iter()
+                .zip(figures)
+                .map(|(policy, figures)| PolicyView { policy, figures })
+                .collect()
+        };
+        WhatIfView {
+            requests: g.requests,
+            cache_hit_ratio: g.real_hit_ratio(),
+            check_error: g.check_error(),
+            sample_rate: g.sample_rate,
+            sampled_keys: g.sampled_keys,
+            policies: policies(&g.policies),
+            hot_shard: g.hot_shard().map(|s| HotShardView {
+                shard: &s.shard,
+                requests: s.requests,
+                policies: policies(&s.policies),
+            }),
+        }
+    }
 }
 
 impl<'a> GroupView<'a> {
-    fn new(g: &'a GroupSnapshot, limit: usize) -> Self {
+    fn new(g: &'a GroupSnapshot, limit: usize, whatif: Option<&'a WhatIfWindow>) -> Self {
         let mut shards: Vec<&ShardSnapshot> = g.shards.iter().collect();
         // Busiest first; names break ties so the answer is stable.
         shards.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.shard.cmp(&b.shard)));
@@ -94,6 +151,7 @@ impl<'a> GroupView<'a> {
             shards_total: g.shards.len(),
             shards_omitted: g.shards.len() - shards.len(),
             shards,
+            whatif: whatif.and_then(|w| Some(WhatIfView::new(&w.policies, w.group(&g.group)?))),
         }
     }
 }
@@ -116,7 +174,7 @@ pub async fn status(
         .groups
         .iter()
         .filter(|g| q.group.as_deref().is_none_or(|want| g.group == want))
-        .map(|g| GroupView::new(g, limit))
+        .map(|g| GroupView::new(g, limit, snap.whatif.as_deref()))
         .collect();
     axum::Json(StatusReply {
         version: env!("CARGO_PKG_VERSION"),

@@ -11,7 +11,8 @@
 //! A body is one JSON object per line (blank lines skipped), or a single JSON array of objects
 //! (told apart by the first non-whitespace byte being `[`). The fields follow the data model of
 //! the external interface: `ts`, `group`, `shard`, `key`, `count`, `latency_ms`, `outcome`,
-//! `cache`, and the shard's saturation readings `inflight` (requests in flight, 0..=1e9) and
+//! `cache`, `cache_key` (the look-aside cache's key, 1..=1024 bytes, kept only as its hash),
+//! and the shard's saturation readings `inflight` (requests in flight, 0..=1e9) and
 //! `utilisation` (0..=1); unknown fields are ignored, a JSON `null` counts as an absent field,
 //! and a field given twice takes its last value.
 //!
@@ -24,7 +25,7 @@
 //! bad one are still taken. When a record breaks several rules, the first of this order is
 //! reported: `Malformed` (not JSON, not UTF-8, not an object), `MissingGroup`, `MissingShard`
 //! (or `WrongType` for either), then per field in the order `key`, `count`, `latency_ms`,
-//! `outcome`, `cache`, `ts`, `inflight`, `utilisation` (`WrongType` for a JSON type that field
+//! `outcome`, `cache`, `cache_key`, `ts`, `inflight`, `utilisation` (`WrongType` for a JSON type that field
 //! never takes, else its own reason), then the data-model rules of
 //! [`ObservationRef::validate`] and [`ReadingRef::validate`].
 //!
@@ -39,7 +40,8 @@ use std::ops::ControlFlow;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, ObservationRef, Outcome, ReadingKind, ReadingRef, RejectReason, Rejections,
+    Batch, CacheKeyHash, CacheResult, ObservationRef, Outcome, ReadingKind, ReadingRef,
+    RejectReason, Rejections, hash_cache_key,
 };
 
 use crate::clock;
@@ -76,7 +78,7 @@ pub struct LineError {
 /// [`Record::readings`] the saturation readings, when the record carries any.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record<'a> {
-    ts: Option<f64>,
+    ts: Ts,
     group: Cow<'a, str>,
     shard: Cow<'a, str>,
     key: Option<Cow<'a, str>>,
@@ -84,9 +86,31 @@ pub struct Record<'a> {
     latency_ms: Option<f64>,
     outcome: Outcome,
     cache: Option<CacheResult>,
+    /// The hash of `cache_key`: the key itself is not kept.
+    cache_key: Option<CacheKeyHash>,
     /// The `inflight` and `utilisation` readings, in the order of [`ReadingKind::ALL`];
     /// boxed, so a record without readings carries 8 bytes for them rather than 32.
     readings: Option<Box<[Option<f64>; 2]>>,
+}
+
+/// A record's `ts` in 8 bytes rather than an `Option<f64>`'s 16: the bits of the number, or
+/// [`Ts::NONE`], a NaN no JSON number reads as, when absent. It keeps [`Record`] as narrow as
+/// it was before `cache_key` joined it (a wider record is copied at a cost on every line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ts(u64);
+
+impl Ts {
+    const NONE: Ts = Ts(u64::MAX);
+
+    #[inline(always)]
+    fn new(ts: Option<f64>) -> Ts {
+        ts.map_or(Ts::NONE, |t| Ts(t.to_bits()))
+    }
+
+    #[inline(always)]
+    fn get(self) -> Option<f64> {
+        (self != Ts::NONE).then(|| f64::from_bits(self.0))
+    }
 }
 
 /// Parses a body of one JSON object per line, or a single JSON array of objects.
@@ -276,7 +300,7 @@ impl Record<'_> {
             .zip(values)
             .filter_map(move |(kind, value)| {
                 value.map(|value| ReadingRef {
-                    ts: self.ts,
+                    ts: self.ts.get(),
                     group: &self.group,
                     shard: &self.shard,
                     kind,
@@ -310,7 +334,7 @@ impl Record<'_> {
     /// The observation, borrowing from this record.
     pub fn observation(&self) -> ObservationRef<'_> {
         ObservationRef {
-            ts: self.ts,
+            ts: self.ts.get(),
             group: &self.group,
             shard: &self.shard,
             key: self.key.as_deref(),
@@ -318,12 +342,13 @@ impl Record<'_> {
             latency_ms: self.latency_ms,
             outcome: self.outcome,
             cache: self.cache,
+            cache_key: self.cache_key,
         }
     }
 
     /// The record's trace time in unix seconds, when it carried one.
     pub fn ts(&self) -> Option<f64> {
-        self.ts
+        self.ts.get()
     }
 }
 
@@ -378,6 +403,7 @@ struct RawRecord<'a> {
     latency_ms: Option<Json<'a>>,
     outcome: Option<Json<'a>>,
     cache: Option<Json<'a>>,
+    cache_key: Option<Json<'a>>,
 }
 
 /// A record's raw `inflight` and `utilisation` fields, in the order of [`ReadingKind::ALL`].
@@ -442,13 +468,18 @@ impl<'a> RawRecord<'a> {
             Some(Json::Str(s)) => Some(CacheResult::parse(&s).ok_or(RejectReason::BadCache)?),
             Some(_) => return Err(RejectReason::WrongType),
         };
+        let cache_key = match present(self.cache_key) {
+            None => None,
+            Some(Json::Str(s)) => Some(hash_cache_key(s.as_bytes())?),
+            Some(_) => return Err(RejectReason::WrongType),
+        };
         let ts = match present(self.ts) {
             None => None,
             Some(Json::Str(s)) => Some(parse_rfc3339(&s)?),
             Some(j) => Some(number(j).ok_or(RejectReason::WrongType)?),
         };
         Ok(Record {
-            ts,
+            ts: Ts::new(ts),
             group,
             shard,
             key,
@@ -456,6 +487,7 @@ impl<'a> RawRecord<'a> {
             latency_ms,
             outcome,
             cache,
+            cache_key,
             readings: None,
         })
     }
@@ -504,6 +536,7 @@ enum Field {
     LatencyMs,
     Outcome,
     Cache,
+    CacheKey,
     Inflight,
     Utilisation,
     Unknown,
@@ -534,6 +567,7 @@ impl Visitor<'_> for FieldVisitor {
             "latency_ms" => Field::LatencyMs,
             "outcome" => Field::Outcome,
             "cache" => Field::Cache,
+            "cache_key" => Field::CacheKey,
             "inflight" => Field::Inflight,
             "utilisation" => Field::Utilisation,
             _ => Field::Unknown,
@@ -651,6 +685,7 @@ impl<'de> Visitor<'de> for RawSeed<'_, 'de> {
                 Field::LatencyMs => &mut raw.latency_ms,
                 Field::Outcome => &mut raw.outcome,
                 Field::Cache => &mut raw.cache,
+                Field::CacheKey => &mut raw.cache_key,
                 Field::Inflight => &mut readings[ReadingKind::Inflight as usize],
                 Field::Utilisation => &mut readings[ReadingKind::Utilisation as usize],
                 Field::Unknown => {
@@ -773,8 +808,44 @@ mod tests {
                 latency_ms: Some(12.5),
                 outcome: Outcome::Throttled,
                 cache: Some(CacheResult::Hit),
+                cache_key: None,
             }
         );
+    }
+
+    #[test]
+    fn a_cache_key_is_kept_as_its_hash_on_both_paths_and_checked() {
+        let fast = ok(r#"{"group":"db","shard":"s1","cache_key":"user:42"}"#);
+        // An escape sends the record to the serde path, which hashes the unescaped key.
+        let serde = ok(r#"{"group":"db","shard":"s1","cache_key":"user:42"}"#);
+        let want = Some(hash_cache_key(b"user:42").unwrap());
+        assert_eq!((fast.cache_key, serde.cache_key), (want, want));
+        for (line, reason) in [
+            (
+                r#"{"group":"g","shard":"s","cache_key":""}"#,
+                RejectReason::FieldLength,
+            ),
+            (
+                r#"{"group":"g","shard":"s","cache_key":7}"#,
+                RejectReason::WrongType,
+            ),
+            (
+                r#"{"group":"g","shard":"s","cache_key":["a"]}"#,
+                RejectReason::WrongType,
+            ),
+        ] {
+            assert_eq!(parse_record(line.as_bytes()).unwrap_err(), reason, "{line}");
+        }
+        let long = format!(
+            r#"{{"group":"g","shard":"s","cache_key":"{}"}}"#,
+            "k".repeat(1025)
+        );
+        assert_eq!(
+            parse_record(long.as_bytes()).unwrap_err(),
+            RejectReason::FieldLength
+        );
+        let absent = ok(r#"{"group":"g","shard":"s","cache_key":null}"#);
+        assert_eq!(absent.cache_key, None);
     }
 
     #[test]

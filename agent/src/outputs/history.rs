@@ -367,6 +367,7 @@ mod tests {
             start,
             end: start + 10.0,
             groups: vec![g],
+            whatif: None,
         }
     }
 

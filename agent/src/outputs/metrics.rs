@@ -19,8 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::{Encoder, Registry, TextEncoder};
 use skewwatch_detectors::alert::{Alert, AlertState};
-use skewwatch_detectors::observation::{OTHER_LABEL, key_label};
+use std::borrow::Cow;
+
+use skewwatch_detectors::observation::{OTHER_LABEL, key_label, label_value};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
+use skewwatch_detectors::whatif::{GroupWhatIf, PolicyFigures, WhatIfWindow};
 use tokio::sync::watch;
 
 use super::config::Profile;
@@ -123,6 +126,12 @@ impl<'a> Family<'a> {
 
     fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
         self.out.push_str(self.name);
+        if labels.is_empty() {
+            self.out.push(' ');
+            write_value(self.out, value);
+            self.out.push('\n');
+            return;
+        }
         self.out.push('{');
         for (i, (k, v)) in labels.iter().enumerate() {
             if i > 0 {
@@ -285,6 +294,96 @@ pub fn render_snapshot(
         }
     }
     render_key_shares(out, snap, exported_keys);
+    if let Some(w) = &snap.whatif {
+        render_whatif(out, w);
+    }
+}
+
+type PolicyValue = fn(&PolicyFigures) -> f64;
+
+/// The what-if families per group and policy.
+const WHATIF_POLICY_GAUGES: &[(&str, &str, PolicyValue)] = &[
+    (
+        "skewwatch_whatif_cache_hit_ratio",
+        "Predicted cache hit ratio of the group's requests with a cache key in the last window, had the cache run the policy.",
+        |f| f.hit_ratio,
+    ),
+    (
+        "skewwatch_whatif_backend_call_ratio",
+        "Predicted backend calls per request of the group's requests with a cache key in the last window, had the cache run the policy.",
+        |f| f.backend_calls_per_request,
+    ),
+    (
+        "skewwatch_whatif_error_bound_ratio",
+        "About two standard errors (a 95% bound) of the predicted ratios due to sampling the cache keys; 0 when every key is simulated.",
+        |f| f.error_bound,
+    ),
+];
+
+/// Writes the what-if series: per group and policy the predictions, the hot shard's
+/// predicted backend calls, and how the simulation of the cache as configured fits it.
+fn render_whatif(out: &mut String, w: &WhatIfWindow) {
+    for &(name, help, value) in WHATIF_POLICY_GAUGES {
+        let mut f = Family::new(out, name, help);
+        for g in &w.groups {
+            let group = label_value(&g.group);
+            for (policy, figures) in w.policies.iter().zip(&g.policies) {
+                f.sample(&[("group", &group), ("policy", policy)], value(figures));
+            }
+        }
+    }
+    let mut f = Family::new(
+        out,
+        "skewwatch_whatif_hot_shard_backend_call_ratio",
+        "Predicted backend calls per request of the group's busiest shard in the last window, had the cache run the policy.",
+    );
+    for g in &w.groups {
+        let Some(hot) = g.hot_shard() else { continue };
+        let group = label_value(&g.group);
+        let shard = if hot.shard == OTHER_LABEL {
+            Cow::Borrowed(OTHER_LABEL)
+        } else {
+            label_value(&hot.shard)
+        };
+        for (policy, figures) in w.policies.iter().zip(&hot.policies) {
+            f.sample(
+                &[("group", &group), ("shard", &shard), ("policy", policy)],
+                figures.backend_calls_per_request,
+            );
+        }
+    }
+    type GroupValue = fn(&GroupWhatIf) -> Option<f64>;
+    const GROUP: &[(&str, &str, GroupValue)] = &[
+        (
+            "skewwatch_whatif_check_error_ratio",
+            "The simulated hit ratio of the cache as configured minus the hit ratio the cache reported, last window: near 0 when the whatif settings describe the cache.",
+            |g| g.check_error(),
+        ),
+        (
+            "skewwatch_whatif_sample_rate_ratio",
+            "Share of the group's cache keys the what-if simulation holds (1 until the memory bound lowers it).",
+            |g| Some(g.sample_rate),
+        ),
+        (
+            "skewwatch_whatif_sampled_keys",
+            "Cache keys the group's what-if simulation holds.",
+            |g| Some(g.sampled_keys as f64),
+        ),
+    ];
+    for &(name, help, value) in GROUP {
+        let mut f = Family::new(out, name, help);
+        for g in &w.groups {
+            if let Some(v) = value(g) {
+                f.sample(&[("group", &label_value(&g.group))], v);
+            }
+        }
+    }
+    Family::new(
+        out,
+        "skewwatch_whatif_memory_bytes",
+        "Bytes the what-if simulations hold, at the last window's close.",
+    )
+    .sample(&[], w.heap_bytes as f64);
 }
 
 /// Writes `skewwatch_topk_share_ratio`: k=1, and k=ceil(10% of shards) when that is not 1.

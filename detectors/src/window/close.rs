@@ -121,7 +121,12 @@ pub(crate) fn close_parts(parts: &mut [&mut Windows], end: f64) -> WindowSnapsho
         p.start_next(end);
     }
     parts[0].scratch = Some(scratch);
-    WindowSnapshot { start, end, groups }
+    WindowSnapshot {
+        start,
+        end,
+        groups,
+        whatif: None,
+    }
 }
 
 /// What a group snapshot is read from: one group window, or the windows of one group in

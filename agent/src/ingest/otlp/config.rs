@@ -49,6 +49,12 @@ pub fn validate(c: &mut Check<'_>, raw: RawOtlp) -> Mapping {
             &d.lists.cache,
             false,
         ),
+        cache_key: names(
+            "cache_key_attributes",
+            raw.cache_key_attributes,
+            &d.lists.cache_key,
+            false,
+        ),
     };
     let metric_names = names("metric_names", raw.metric_names, &d.metric_names, false);
     let max_cumulative_series = c.range(

@@ -27,7 +27,7 @@ pub mod traces;
 pub mod wire;
 
 use skewwatch_detectors::observation::{
-    Batch, CacheResult, ObservationRef, Outcome, RejectReason, Rejections,
+    Batch, CacheResult, ObservationRef, Outcome, RejectReason, Rejections, hash_cache_key,
 };
 
 use attrs::{Field, Found, Hit, NameError, Names};
@@ -81,6 +81,8 @@ pub struct Lists {
     pub key: Vec<String>,
     /// Entries giving the cache result (`hit`/`miss`, or a boolean: true is a hit).
     pub cache: Vec<String>,
+    /// Entries naming the look-aside cache's key (kept only as its hash).
+    pub cache_key: Vec<String>,
 }
 
 impl Default for Lists {
@@ -117,6 +119,7 @@ impl Default for Lists {
             ]),
             key: v(&["skewwatch.key"]),
             cache: v(&["skewwatch.cache"]),
+            cache_key: v(&["skewwatch.cache_key"]),
         }
     }
 }
@@ -134,6 +137,7 @@ pub struct Mapping {
     shard: Field,
     key: Field,
     cache: Field,
+    cache_key: Field,
     /// Take only spans of kind CLIENT.
     pub client_spans_only: bool,
     /// Metrics taken from `/v1/metrics`; empty takes every histogram and monotonic sum.
@@ -177,6 +181,7 @@ impl Mapping {
         let shard = field("shard", &lists.shard)?;
         let key = field("key", &lists.key)?;
         let cache = field("cache", &lists.cache)?;
+        let cache_key = field("cache_key", &lists.cache_key)?;
         Ok(Mapping {
             lists,
             names,
@@ -184,6 +189,7 @@ impl Mapping {
             shard,
             key,
             cache,
+            cache_key,
             client_spans_only: true,
             metric_names: [
                 "db.client.operation.duration",
@@ -454,6 +460,7 @@ pub struct Scratch {
     shard: String,
     key: String,
     cache: String,
+    cache_key: String,
 }
 
 /// Turns the found attributes of one item into a record in `batch`, or counts why not. `call`
@@ -491,6 +498,14 @@ pub fn emit(
         Ok(c) => c,
         Err(r) => return out.reject(r, &what()),
     };
+    let cache_key = match resolve_name(&m.cache_key, found, &mut scratch.cache_key) {
+        Ok(None) => None,
+        Ok(Some(k)) => match hash_cache_key(k.as_bytes()) {
+            Ok(h) => Some(h),
+            Err(r) => return out.reject(r, &what()),
+        },
+        Err(r) => return out.reject(r, &what()),
+    };
     let obs = ObservationRef {
         ts: None,
         group,
@@ -500,6 +515,7 @@ pub fn emit(
         latency_ms: call.latency_ms,
         outcome: call.outcome,
         cache,
+        cache_key,
     };
     match obs.validate() {
         Ok(()) => {
@@ -792,6 +808,7 @@ mod tests {
             shard: vec!["{service.instance.id}@{server.address}".into()],
             key: vec!["db.collection.name".into()],
             cache: vec![],
+            cache_key: vec![],
         };
         let m = Mapping::new(lists).unwrap();
         let mut resource = Found::default();
@@ -845,6 +862,25 @@ mod tests {
         assert!(b.is_empty());
         assert_eq!(out.skipped.get(SkipReason::NoGroup), 1);
         assert_eq!(out.rejected.total(), 0);
+    }
+
+    #[test]
+    fn a_cache_key_attribute_is_kept_as_its_hash_and_an_empty_one_rejected() {
+        let (b, out) = emit_one(&[
+            ("skewwatch.group", AttrValue::Str("kv")),
+            ("skewwatch.shard", AttrValue::Str("s1")),
+            ("skewwatch.cache_key", AttrValue::Str("user:42")),
+        ]);
+        assert_eq!(out.accepted, 1);
+        let o = b.cache_keyed().next().unwrap();
+        assert_eq!(o.cache_key, Some(hash_cache_key(b"user:42").unwrap()));
+        let (b, out) = emit_one(&[
+            ("skewwatch.group", AttrValue::Str("kv")),
+            ("skewwatch.shard", AttrValue::Str("s1")),
+            ("skewwatch.cache_key", AttrValue::Str("")),
+        ]);
+        assert!(b.is_empty());
+        assert_eq!(out.rejected.get(RejectReason::FieldLength), 1);
     }
 
     #[test]

@@ -530,6 +530,9 @@ fn observation<'a>(
         latency_ms,
         outcome,
         cache,
+        // A page counts requests per label set over a scrape interval: no per-request time
+        // for a cache simulation, so no cache key (docs/ingest.md).
+        cache_key: None,
     };
     obs.validate()?;
     Ok(obs)

@@ -225,6 +225,8 @@ pub struct StatsdMapping {
     pub outcome: Option<Template>,
     /// The cache result, if any.
     pub cache: Option<Template>,
+    /// The look-aside cache's key, if any (hashed once rendered).
+    pub cache_key: Option<Template>,
     /// How the rendered outcome becomes an outcome class.
     pub outcomes: OutcomeTable,
 }
@@ -349,6 +351,7 @@ fn mapping(c: &mut Check<'_>, f: &str, m: RawMapping) -> Option<StatsdMapping> {
     let key = template(c, f, "key", m.key, captures, false);
     let outcome = template(c, f, "outcome", m.outcome, captures, false);
     let cache = template(c, f, "cache", m.cache, captures, false);
+    let cache_key = template(c, f, "cache_key", m.cache_key, captures, false);
     let outcomes = outcome::validate(c, &format!("{f}.outcomes"), m.outcomes);
     literal_values(c, f, outcome.as_ref(), &outcomes, cache.as_ref());
     if c.found() > before {
@@ -363,6 +366,7 @@ fn mapping(c: &mut Check<'_>, f: &str, m: RawMapping) -> Option<StatsdMapping> {
         key,
         outcome,
         cache,
+        cache_key,
         outcomes,
     })
 }

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use regex::CaptureLocations;
-use skewwatch_detectors::observation::{Batch, CacheResult, ObservationRef, Outcome, RejectReason};
+use skewwatch_detectors::observation::{
+    Batch, CacheResult, ObservationRef, Outcome, RejectReason, hash_cache_key,
+};
 
 use super::config::{Matcher, Piece, StatsdMapping, Template, Types};
 use super::lex::{METRIC_NAME, parse_f64, parse_u64, scale_by_rate};
@@ -34,7 +36,7 @@ pub struct Mapper {
     /// Byte ranges of the captures of the mapping that matched; index 0 unused.
     captures: Vec<(usize, usize)>,
     /// Rendered group, shard, key, outcome, cache.
-    fields: [String; 5],
+    fields: [String; 6],
 }
 
 impl Mapper {
@@ -153,7 +155,7 @@ impl Mapper {
         value: &str,
     ) -> Result<ObservationRef<'s>, RejectReason> {
         let m = &self.mappings[index];
-        let [group, shard, key, outcome, cache] = &mut self.fields;
+        let [group, shard, key, outcome, cache, cache_key] = &mut self.fields;
         let ctx = Context {
             name: parts.name,
             captures: &self.captures,
@@ -164,6 +166,10 @@ impl Mapper {
         let has_key = m.key.as_ref().is_some_and(|t| ctx.render(t, key));
         let has_outcome = m.outcome.as_ref().is_some_and(|t| ctx.render(t, outcome));
         let has_cache = m.cache.as_ref().is_some_and(|t| ctx.render(t, cache));
+        let has_cache_key = m
+            .cache_key
+            .as_ref()
+            .is_some_and(|t| ctx.render(t, cache_key));
         // Rendered: from here on the scratch strings are only read, for as long as the
         // observation borrows them.
         let (group, shard, key, outcome, cache): (
@@ -204,6 +210,10 @@ impl Mapper {
             false => None,
             true => Some(CacheResult::parse(cache).ok_or(RejectReason::BadCache)?),
         };
+        let cache_key = match has_cache_key {
+            false => None,
+            true => Some(hash_cache_key(cache_key.as_bytes())?),
+        };
         let obs = ObservationRef {
             ts,
             group,
@@ -213,6 +223,7 @@ impl Mapper {
             latency_ms,
             outcome,
             cache,
+            cache_key,
         };
         obs.validate()?;
         Ok(obs)
@@ -451,6 +462,29 @@ statsd:
         assert_eq!(one(&mut m, "db.a.b.query_time:1|ms"), Err(Mapped::Unmapped));
         assert_eq!(one(&mut m, "db.s1.query_time:1|c"), Err(Mapped::Unmapped));
         assert_eq!(one(&mut m, "db.s1.query_time:1|g"), Err(Mapped::Unmapped));
+    }
+
+    #[test]
+    fn a_cache_key_template_is_rendered_then_hashed_and_an_empty_one_rejected() {
+        let mut m = mapper(
+            "statsd:\n  mappings:\n    - match: \"cache.get\"\n      group: kv\n      \
+             shard: \"${tag:shard}\"\n      cache_key: \"user:${tag:user}\"\n",
+        );
+        let mut b = Batch::default();
+        assert_eq!(
+            m.map_line("cache.get:1|c|#shard:3,user:42", &mut b),
+            Mapped::Accepted
+        );
+        let o = b.cache_keyed().next().unwrap();
+        assert_eq!(o.cache_key, Some(hash_cache_key(b"user:42").unwrap()));
+        let mut only_tag = mapper(
+            "statsd:\n  mappings:\n    - match: \"cache.get\"\n      group: kv\n      \
+             shard: s\n      cache_key: \"${tag:user}\"\n",
+        );
+        assert_eq!(
+            only_tag.map_line("cache.get:1|c|#user:", &mut b),
+            Mapped::Rejected(RejectReason::FieldLength)
+        );
     }
 
     #[test]

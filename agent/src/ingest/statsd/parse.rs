@@ -54,6 +54,7 @@
 
 use skewwatch_detectors::observation::{
     Batch, CacheResult, ObservationRef, Outcome, ReadingKind, ReadingRef, RejectReason, Rejections,
+    hash_cache_key,
 };
 
 use super::lex::{find, parse_f64, parse_u64, scale_by_rate, sub, word_at};
@@ -304,6 +305,10 @@ fn observation<'a>(
         None => None,
         Some(c) => Some(CacheResult::parse(c).ok_or(RejectReason::BadCache)?),
     };
+    let cache_key = match raw.cache_key {
+        None => None,
+        Some(k) => Some(hash_cache_key(k.as_bytes())?),
+    };
 
     let obs = ObservationRef {
         ts,
@@ -314,6 +319,7 @@ fn observation<'a>(
         latency_ms,
         outcome,
         cache,
+        cache_key,
     };
     obs.validate()?;
     Ok(obs)
@@ -414,6 +420,7 @@ struct RawTags<'a> {
     key: Option<&'a str>,
     outcome: Option<&'a str>,
     cache: Option<&'a str>,
+    cache_key: Option<&'a str>,
 }
 
 impl<'a> RawTags<'a> {
@@ -440,6 +447,10 @@ impl<'a> RawTags<'a> {
                 (Some(&mut self.outcome), 8)
             } else if head & MASK6 == CACHE {
                 (Some(&mut self.cache), 6)
+            } else if head == CACHE_KE && bytes.get(start + 8..start + 10) == Some(b"y:") {
+                // `cache_key:` is longer than a word: its last two bytes are compared apart,
+                // after the other tags, so they pay nothing for it.
+                (Some(&mut self.cache_key), 10)
             } else {
                 // Unknown tags, and bare tags without a `:`, carry nothing skewwatch reads.
                 (None, 0)
@@ -468,6 +479,7 @@ const SHARD: u64 = tag_word(b"shard:\0\0");
 const KEY: u64 = tag_word(b"key:\0\0\0\0");
 const OUTCOME: u64 = tag_word(b"outcome:");
 const CACHE: u64 = tag_word(b"cache:\0\0");
+const CACHE_KE: u64 = tag_word(b"cache_ke");
 
 /// The reason for a line that is not `skewwatch.request:...`: another metric when it has the
 /// StatsD shape `name:value|type`, otherwise not StatsD at all.
@@ -483,7 +495,7 @@ mod tests {
     use super::*;
     use crate::ingest::statsd::lex::METRIC_NAME;
     use proptest::prelude::*;
-    use skewwatch_detectors::observation::MAX_COUNT;
+    use skewwatch_detectors::observation::{MAX_CACHE_KEY_BYTES, MAX_COUNT};
 
     fn ok(line: &str) -> ObservationRef<'_> {
         match parse_line(line.as_bytes()) {
@@ -574,8 +586,28 @@ mod tests {
                 latency_ms: Some(12.5),
                 outcome: Outcome::Timeout,
                 cache: Some(CacheResult::Miss),
+                cache_key: None,
             }
         );
+    }
+
+    #[test]
+    fn a_cache_key_tag_is_kept_as_its_hash_and_checked_like_the_other_fields() {
+        let obs = ok("skewwatch.request:1|ms|#group:g,shard:s,cache_key:user:42,cache:hit");
+        assert_eq!(obs.cache_key, Some(hash_cache_key(b"user:42").unwrap()));
+        assert_eq!(obs.cache, Some(CacheResult::Hit));
+        // A tag that only starts like it is another tag.
+        let other = ok("skewwatch.request:1|ms|#group:g,shard:s,cache_keys:a,cache_kex:b");
+        assert_eq!(other.cache_key, None);
+        assert_eq!(
+            err(b"skewwatch.request:1|ms|#group:g,shard:s,cache_key:"),
+            RejectReason::FieldLength
+        );
+        let long = format!(
+            "skewwatch.request:1|ms|#group:g,shard:s,cache_key:{}",
+            "k".repeat(MAX_CACHE_KEY_BYTES + 1)
+        );
+        assert_eq!(err(long.as_bytes()), RejectReason::FieldLength);
     }
 
     #[test]
