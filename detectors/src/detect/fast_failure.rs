@@ -210,19 +210,6 @@ fn error_attraction(judged: &[&ShardSnapshot], bases: &[f64]) -> Option<(f64, f6
 }
 
 impl FastFailureSink {
-    /// The eligible shards of `g` that fail more than their peers and answer faster, whether
-    /// or not they drew traffic ([`FastFailureSink::fails_fast`]).
-    fn failing_fast(&self, g: &GroupSnapshot) -> BTreeSet<String> {
-        let judged = self.judged(g);
-        if judged.len() < self.cfg.min_shards {
-            return BTreeSet::new();
-        }
-        (0..judged.len())
-            .filter(|&j| self.fails_fast(&judged, j).is_some())
-            .map(|j| judged[j].shard.clone())
-            .collect()
-    }
-
     /// The shards of `g` with `min_requests`.
     fn judged<'a>(&self, g: &'a GroupSnapshot) -> Vec<&'a ShardSnapshot> {
         g.tracked_shards()
@@ -230,18 +217,30 @@ impl FastFailureSink {
             .collect()
     }
 
-    /// Judges every eligible shard of `g`; returns, per shard name, the verdict when all four
-    /// conditions hold now.
+    /// Judges every eligible shard of `g`: the shards that fail more than their peers and
+    /// answer faster ([`FastFailureSink::fails_fast`]), whether or not they drew traffic, and,
+    /// per shard name, the verdict when all four conditions hold now.
     fn verdicts(
         &self,
         g: &GroupSnapshot,
         states: &BTreeMap<String, ShardState>,
-    ) -> BTreeMap<String, Verdict> {
+    ) -> (BTreeSet<String>, BTreeMap<String, Verdict>) {
         let mut out = BTreeMap::new();
         let judged = self.judged(g);
         if judged.len() < self.cfg.min_shards {
-            return out;
+            return (BTreeSet::new(), out);
         }
+        // Each shard's peer medians once: the streak of the failure needs them for every
+        // failing shard, drawing traffic or not.
+        let fails: Vec<Option<FailsFast>> = (0..judged.len())
+            .map(|j| self.fails_fast(&judged, j))
+            .collect();
+        let failing = judged
+            .iter()
+            .zip(&fails)
+            .filter(|(_, f)| f.is_some())
+            .map(|(s, _)| s.shard.clone())
+            .collect();
         let warm = self.cfg.warmup_windows;
         let base_of = |s: &ShardSnapshot| states.get(&s.shard).and_then(|st| st.share.value(warm));
         // A shard without a warm baseline counts as routed as it used to be (neutral in EAR).
@@ -250,40 +249,32 @@ impl FastFailureSink {
             .map(|s| base_of(s).unwrap_or(s.share))
             .collect();
         let Some((ear, scale)) = error_attraction(&judged, &bases) else {
-            return out;
+            return (failing, out);
         };
         if ear < self.cfg.min_error_attraction {
-            return out;
+            return (failing, out);
         }
-        for (j, s) in judged.iter().enumerate() {
-            if let Some(b) = base_of(s)
-                && let Some(v) = self.sink(&judged, j, b * scale, ear)
-            {
-                out.insert(s.shard.clone(), v);
+        for (s, f) in judged.iter().zip(&fails) {
+            let (Some(f), Some(b)) = (f, base_of(s)) else {
+                continue;
+            };
+            // It draws more traffic than it used to.
+            if s.share >= self.cfg.share_factor * b * scale {
+                out.insert(
+                    s.shard.clone(),
+                    Verdict {
+                        share: s.share,
+                        base_share: b * scale,
+                        error_ratio: f.error_ratio,
+                        peer_error_ratio: f.peer_error_ratio,
+                        p50: f.p50,
+                        peer_p50: f.peer_p50,
+                        ear,
+                    },
+                );
             }
         }
-        out
-    }
-
-    /// The verdict on shard `j` of `judged`, with rescaled baseline share `b`, when it draws
-    /// more traffic than it used to, fails more than its peers and answers faster than them.
-    fn sink(&self, judged: &[&ShardSnapshot], j: usize, b: f64, ear: f64) -> Option<Verdict> {
-        let s = judged[j];
-        // The cheap per-shard test first: peer medians cost O(J) per suspect, and there is
-        // rarely more than one suspect.
-        if s.share < self.cfg.share_factor * b {
-            return None;
-        }
-        let f = self.fails_fast(judged, j)?;
-        Some(Verdict {
-            share: s.share,
-            base_share: b,
-            error_ratio: f.error_ratio,
-            peer_error_ratio: f.peer_error_ratio,
-            p50: f.p50,
-            peer_p50: f.peer_p50,
-            ear,
-        })
+        (failing, out)
     }
 
     /// Shard `j` of `judged` when it fails more than its peers (`error_ratio_floor`,
@@ -435,8 +426,7 @@ impl GroupDetector for FastFailureSink {
         states: &mut Self::State,
         out: &mut Vec<Finding>,
     ) {
-        let verdicts = self.verdicts(g, states);
-        let failing = self.failing_fast(g);
+        let (failing, verdicts) = self.verdicts(g, states);
         let need = self.cfg.consecutive_windows;
         for s in g.tracked_shards() {
             let st = states.entry(s.shard.clone()).or_default();
@@ -643,7 +633,8 @@ mod tests {
                 continue;
             }
             let g = &snap.groups[0];
-            let verdicts = d.verdicts(g, &d.groups["ms"]);
+            let (failing, verdicts) = d.verdicts(g, &d.groups["ms"]);
+            assert_eq!(failing.iter().collect::<Vec<_>>(), ["c2"]);
             assert_eq!(verdicts.keys().collect::<Vec<_>>(), ["c2"]);
             let v = verdicts["c2"];
             // 1340 requests: five clusters of 200 with 1 error each, the sink 340 with 306.
