@@ -708,26 +708,13 @@ mod tests {
             let mut rng = crate::prng::SplitMix64::new(17);
             let mut n = 0;
             for _ in 0..20_000 {
-                let count = poisson(&mut rng, 12.0);
+                let count = crate::detect::testkit::poisson(&mut rng, 12.0);
                 n += rig.window(&[count as f64 / 10.0]).len();
             }
             n
         };
         assert_eq!(firings(2.0), 0);
         assert!(firings(0.0) > 0, "the raw rate should cross by noise");
-    }
-
-    /// Knuth's method: fine for the small means of these tests.
-    fn poisson(rng: &mut crate::prng::SplitMix64, mean: f64) -> u64 {
-        let limit = (-mean).exp();
-        let (mut k, mut p) = (0, 1.0);
-        loop {
-            p *= rng.next_f64();
-            if p <= limit {
-                return k;
-            }
-            k += 1;
-        }
     }
 
     /// A 20 s burst to 150% spread over three windows (a partial window at each end) fills

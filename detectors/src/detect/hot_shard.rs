@@ -1019,18 +1019,14 @@ mod tests {
         let cfg = HotShardConfig::default();
         let d = HotShard::new(cfg.clone(), 10.0);
         let mut rng = crate::prng::SplitMix64::new(7);
-        // Normal approximation of Poisson(m): plenty at these means.
-        let mut poisson = |m: f64| {
-            let (u1, u2) = (rng.next_f64().max(1e-12), rng.next_f64());
-            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-            (m + z * m.sqrt()).round().max(0.0)
-        };
         let mut learned = Vec::new();
         for _ in 0..20 {
             let mut states: BTreeMap<usize, ShardState> = BTreeMap::new();
             for w in 0..32 {
                 let m = if w == 0 { 15.0 } else { 300.0 };
-                let counts: Vec<f64> = (0..16).map(|_| poisson(m)).collect();
+                let counts: Vec<f64> = (0..16)
+                    .map(|_| crate::detect::testkit::poisson(&mut rng, m) as f64)
+                    .collect();
                 let total: f64 = counts.iter().sum();
                 let gw = GroupWindow {
                     n: 16.0,

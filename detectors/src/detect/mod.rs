@@ -628,6 +628,20 @@ pub(crate) mod testkit {
         out
     }
 
+    /// A Poisson draw of `mean` by Knuth's method: as many uniforms as the draw, so for the
+    /// tests' means (up to a few hundred; e^-mean must stay a normal f64, mean under 700).
+    pub(crate) fn poisson(rng: &mut SplitMix64, mean: f64) -> u64 {
+        let limit = (-mean).exp();
+        let (mut k, mut p) = (0, 1.0);
+        loop {
+            p *= rng.next_f64();
+            if p <= limit {
+                return k;
+            }
+            k += 1;
+        }
+    }
+
     /// Runs `det` over 10 s windows with an alert book of `config`'s rules; returns the
     /// 1-based windows with a finding, and the last finding.
     pub(crate) fn firings(
