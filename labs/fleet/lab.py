@@ -388,16 +388,7 @@ def count_agreement(fleet_url, between, group, lag, t_from, t_to, exact=None):
             "exact_window_error_median": round(sorted(e for e, _ in off)[len(off) // 2], 4) if off else None,
             "exact_window_error_max": round(off[0][0], 4) if off else None,
             "exact_windows_over_2pct": [round(b) for e, b in off if e > 0.02],
-            # A scrape written after the query that should have read it hands one sidecar
-            # window to the next fleet window: the pair still adds up. A window over 2% is
-            # unpaired when neither neighbour's sum with it is within 2%.
-            "exact_windows_unpaired_over_2pct": [
-                round(pairs[i][0]) for i in range(len(pairs))
-                if pairs[i][2] and abs(pairs[i][1] - pairs[i][2]) / pairs[i][2] > 0.02
-                and not any(0 <= j < len(pairs) and pairs[j][2]
-                            and abs(pairs[i][1] + pairs[j][1] - pairs[i][2] - pairs[j][2])
-                            / (pairs[i][2] + pairs[j][2]) <= 0.02
-                            for j in (i - 1, i + 1))],
+            "exact_windows_unpaired_over_2pct": unpaired_over(pairs, 0.02),
             "exact_per_window": [{"end": b, "fleet": n, "counted": x} for b, n, x in pairs],
         }
     return {
@@ -414,6 +405,20 @@ def count_agreement(fleet_url, between, group, lag, t_from, t_to, exact=None):
 # A sidecar's window closes at its end and its counters reach /metrics a moment later: a scrape
 # this soon after a window's end is not taken to hold that window.
 PUBLISH_SECS = 0.05
+
+
+def unpaired_over(pairs, tolerance):
+    """Ends of the windows of `pairs` ([(end, fleet, counted)]) off by more than `tolerance`
+    alone and with either neighbour. A scrape written after the query that should have read it
+    hands one sidecar window to the next fleet window: the pair still adds up; a lost window
+    does not."""
+    def off(*w):
+        counted = sum(x for _, _, x in w)
+        return counted == 0 or abs(sum(n for _, n, _ in w) - counted) / counted > tolerance
+    return [round(pairs[i][0]) for i in range(len(pairs))
+            if pairs[i][2] and off(pairs[i])
+            and all(off(pairs[i], pairs[j]) for j in (i - 1, i + 1)
+                    if 0 <= j < len(pairs) and pairs[j][2])]
 
 
 def scrape_times(tsdb_url, since, until):
