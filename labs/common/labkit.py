@@ -273,20 +273,21 @@ def skewwatch_bin():
     return b
 
 
-def start_skewwatch(lab, config_text, port=None):
+def start_skewwatch(lab, config_text, port=None, name="skewwatch"):
     """Starts skewwatch on `config_text` (its `@HTTP@` replaced by 127.0.0.1:`port`, a free port
-    unless given: a client can be pointed at the agent before it starts) and waits until ready."""
+    unless given: a client can be pointed at the agent before it starts) and waits until ready.
+    `name` names its configuration file and log (a lab with two agents names them apart)."""
     binary = skewwatch_bin()
     port = port or free_port()
-    cfg = os.path.join(lab.tmp, "skewwatch.yaml")
+    cfg = os.path.join(lab.tmp, f"{name}.yaml")
     with open(cfg, "w") as f:
         f.write(config_text.replace("@HTTP@", f"127.0.0.1:{port}"))
-    shutil.copy(cfg, os.path.join(lab.out, "skewwatch.yaml"))
+    shutil.copy(cfg, os.path.join(lab.out, f"{name}.yaml"))
     check = subprocess.run([binary, "check-config", cfg], capture_output=True, text=True)
     if check.returncode != 0:
         raise RuntimeError(f"skewwatch check-config refused the lab's configuration:\n"
                            f"{check.stdout}{check.stderr}")
-    lab.start("skewwatch", [binary, "run", "--config", cfg])
+    lab.start(name, [binary, "run", "--config", cfg])
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/readyz")
     return url

@@ -42,6 +42,8 @@ pub struct RawWhatIf {
     pub stale_on_error: Option<bool>,
     /// The cache's size in entries (LRU); absent: no limit.
     pub capacity_entries: Option<u64>,
+    /// The cache's clock tick, seconds (memcached: 1); absent: exact time.
+    pub clock_tick_secs: Option<f64>,
     /// The candidate policies (`ttl=20m`, `serve-stale`, `ttl=20m+serve-stale`, ...).
     pub candidates: Option<Vec<String>>,
     /// The memory one group's simulation may hold, bytes.

@@ -301,6 +301,25 @@ impl Check<'_> {
                 Err(e) => self.fail(&format!("whatif.candidates[{i}]"), e.to_string()),
             }
         }
+        let shortest = policies
+            .iter()
+            .flat_map(|p| [Some(p.ttl_secs), p.negative_ttl_secs])
+            .flatten()
+            .fold(f64::INFINITY, f64::min);
+        let clock_tick_secs = match raw.clock_tick_secs {
+            None => d.clock_tick_secs,
+            Some(t) if t.is_finite() && (0.0..=60.0).contains(&t) && t < shortest => t,
+            Some(t) => {
+                self.fail(
+                    "whatif.clock_tick_secs",
+                    format!(
+                        "{t} is out of range: use 0..=60 seconds, below the shortest TTL \
+                         simulated ({shortest} s)"
+                    ),
+                );
+                d.clock_tick_secs
+            }
+        };
         WhatIfConfig {
             policies,
             memory_bytes_per_group: self.range(
@@ -318,6 +337,7 @@ impl Check<'_> {
                 1,
                 4096,
             ),
+            clock_tick_secs,
             exact: false,
             exact_beside: false,
         }

@@ -162,6 +162,20 @@ impl Policy {
         Ok(out)
     }
 
+    /// The policy as a cache whose clock ticks every `tick_secs` keeps it, under the same
+    /// name. Such a cache stores an entry's expiry in whole ticks and expires it once its
+    /// clock reaches that tick (memcached: whole seconds), so an entry lives between
+    /// TTL − tick and TTL, depending on where in a tick it was stored: TTL − tick/2 on
+    /// average, which each TTL becomes (never below half of itself). 0 changes nothing.
+    pub fn on_clock(mut self, tick_secs: f64) -> Policy {
+        if tick_secs > 0.0 {
+            let shorter = |ttl: f64| (ttl - tick_secs / 2.0).max(ttl / 2.0);
+            self.ttl_secs = shorter(self.ttl_secs);
+            self.negative_ttl_secs = self.negative_ttl_secs.map(shorter);
+        }
+        self
+    }
+
     /// How long, in seconds, the entry this policy keeps for a key can still matter: the
     /// longest of its TTLs (an expired copy still serves stale, so with `stale_on_error` the
     /// copy matters for as long again).
@@ -250,6 +264,23 @@ mod tests {
         ] {
             assert_eq!(Policy::parse(spec, &observed()), Err(want), "{spec}");
         }
+    }
+
+    #[test]
+    fn a_ticking_clock_shortens_every_ttl_by_half_a_tick_and_keeps_the_name() {
+        let p = Policy::parse("ttl=20s+negative=10s", &observed()).unwrap();
+        let on = p.clone().on_clock(1.0);
+        assert_eq!((on.ttl_secs, on.negative_ttl_secs), (19.5, Some(9.5)));
+        assert_eq!(on.name, p.name);
+        assert_eq!(p.clone().on_clock(0.0), p);
+        // A tick as long as the TTL still leaves an entry half of it.
+        assert_eq!(
+            Policy::parse("ttl=1s", &observed())
+                .unwrap()
+                .on_clock(5.0)
+                .ttl_secs,
+            0.5
+        );
     }
 
     #[test]

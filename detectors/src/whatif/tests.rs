@@ -321,3 +321,25 @@ fn sampled_matches_exact_within_two_hundredths_on_every_shape() {
         assert!(covered >= 0.85, "{name}: the bound covers {covered}");
     }
 }
+
+#[test]
+fn on_a_ticking_clock_an_entry_lives_half_a_tick_less() {
+    // A key asked every 19.7 s under a 20 s TTL: a cache that keeps exact time serves every
+    // second request from the entry the one before stored; one whose clock ticks each second
+    // (memcached) keeps the entry 19.5 s on average, so every request misses.
+    let calls = |tick: f64| {
+        let observed = Policy::observed(20.0, None, false, None);
+        let mut w = WhatIf::new(WhatIfConfig {
+            clock_tick_secs: tick,
+            ..config(policies(&[], observed))
+        });
+        for i in 0..10u32 {
+            request(&mut w, "g", "s", 5, f64::from(i) * 19.7, Outcome::Ok);
+        }
+        let out = w.close(200.0);
+        assert_eq!(names(&out), ["observed"], "the name stays");
+        (out.groups[0].policies[0].backend_calls_per_request * 10.0).round()
+    };
+    assert_eq!(calls(0.0), 5.0);
+    assert_eq!(calls(1.0), 10.0);
+}
