@@ -42,7 +42,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, Secret};
 use crate::http::admin::ReloadOutcome;
 use crate::http::server::{ServerMetrics, Stopped};
-use crate::http::{self, AppState};
+use crate::http::{self, BoundHttp};
 use crate::ingest::IngestQueue;
 use crate::ingest::fleet::{self, PreparedFleet};
 use crate::ingest::scrape::{self, ScrapeMetrics};
@@ -196,7 +196,7 @@ impl Metrics {
 pub struct Bound {
     config: Config,
     addrs: BoundAddrs,
-    http: tokio::net::TcpListener,
+    http: BoundHttp,
     statsd: Option<BoundStatsd>,
     metrics: Metrics,
     receivers: Receivers,
@@ -297,7 +297,15 @@ pub async fn bind(config: Config) -> Result<Bound, StartError> {
     let receivers = Receivers::prepare(&config.live.alerting)?;
     let metrics = Metrics::register(Registry::new())?;
     let listen = config.startup.http_listen;
-    let http = tokio::net::TcpListener::bind(listen)
+    let http = config
+        .startup
+        .http
+        .bind(
+            listen,
+            &config.startup.otlp,
+            &metrics.ingest,
+            &metrics.server,
+        )
         .await
         .map_err(|source| StartError::HttpBind {
             addr: listen,
@@ -308,10 +316,7 @@ pub async fn bind(config: Config) -> Result<Bound, StartError> {
         None => None,
     };
     let addrs = BoundAddrs {
-        http: http.local_addr().map_err(|source| StartError::HttpBind {
-            addr: listen,
-            source,
-        })?,
+        http: http.addr(),
         statsd: statsd.as_ref().map(BoundStatsd::addr),
     };
     let fleet = match &config.startup.fleet {
@@ -383,35 +388,21 @@ impl Bound {
         let (ingest, fleet_status) =
             spawn_ingest(&config.startup, statsd, fleet, &channels.queue, &metrics)?;
 
-        let ready = Arc::new(AtomicBool::new(false));
         let scrapes = views.scrapes.clone();
-        let (token_tx, token) = watch::channel(config.live.token.clone());
-        let (reload_tx, reload_rx) = mpsc::channel(4);
-        let startup = &config.startup;
-        let state = AppState {
-            ingest: http::IngestState::new(
-                &startup.http,
-                &startup.otlp,
-                channels.queue,
-                &metrics.ingest,
-            ),
-            views,
-            control: http::ControlState {
-                token,
-                ready: ready.clone(),
+        let outputs = http
+            .spawn(http::Wiring {
+                queue: channels.queue,
+                views,
                 heartbeat: channels.heartbeat,
-                reload: reload_tx,
                 fleet: fleet_status,
-            },
-        };
-        let http_ingest = state.ingest.closer();
-        let outputs = http::spawn(&startup.http, http, state, metrics.server.clone())
+                token: config.live.token.clone(),
+            })
             .map_err(StartError::Http)?;
-        ready.store(true, Ordering::Release);
+        outputs.ready.store(true, Ordering::Release);
         Ok(Running {
             addrs,
             ingest,
-            outputs,
+            outputs: outputs.stage,
             pipeline: pipeline_stage,
             delivery,
             views: Views {
@@ -420,13 +411,13 @@ impl Bound {
             },
             control: Controls {
                 config,
-                token: token_tx,
-                reload_requests: reload_rx,
+                token: outputs.token,
+                reload_requests: outputs.reload_requests,
                 pipeline: channels.control,
-                ready,
+                ready: outputs.ready,
                 metrics,
             },
-            http_ingest,
+            http_ingest: outputs.ingest,
             scrapes,
         })
     }

@@ -14,6 +14,11 @@
 //! - [`ui`]: the live view, `GET /` and its script and style sheet, embedded in the binary.
 //! - [`admin`]: `POST /-/reload`.
 //!
+//! The stage builds itself as the inputs do: [`HttpConfig::bind`] binds the listener before
+//! any task runs, and [`BoundHttp::spawn`] builds what the handlers share from the other
+//! stages' ends ([`Wiring`]) and starts the server, handing back the outputs [`Stage`] and the
+//! handles the agent keeps on it ([`Outputs`]).
+//!
 //! What the handlers share is split by concern ([`AppState`]): ingest ([`IngestState`]), the
 //! published views ([`ViewState`]) and control ([`ControlState`]). A handler extracts only the
 //! part it uses (`State<ViewState>`), which axum derives from the whole through `FromRef`.
@@ -21,6 +26,7 @@
 //! Read endpoints render the latest immutable snapshot (and `/api/v1/alerts` the latest active
 //! alerts) in the HTTP task that asks, never on the pipeline task.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,16 +39,20 @@ use axum::routing::{get, post};
 use prometheus::Registry;
 use skewwatch_detectors::alert::Alert;
 use skewwatch_detectors::snapshot::WindowSnapshot;
-use tokio::sync::{Semaphore, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::config::Secret;
 use crate::ingest::IngestQueue;
+use crate::ingest::otlp::Mapping;
 use crate::outputs::history::History;
 use crate::outputs::metrics;
 use crate::outputs::totals::Totals;
 use crate::pipeline::Heartbeat;
 use crate::stage::Stage;
 use crate::telemetry::{IngestMetrics, Source, SourceMetrics};
+
+pub use config::HttpConfig;
 
 pub mod admin;
 pub mod alerts;
@@ -124,8 +134,8 @@ impl IngestState {
     /// What the ingest endpoints share, within the limits of `config`: the queue, their
     /// counters (resolved from `ingest`) and the OTLP `mapping`.
     pub fn new(
-        config: &config::HttpConfig,
-        mapping: &crate::ingest::otlp::Mapping,
+        config: &HttpConfig,
+        mapping: &Mapping,
         queue: IngestQueue,
         ingest: &IngestMetrics,
     ) -> IngestState {
@@ -140,29 +150,119 @@ impl IngestState {
     }
 }
 
-/// The outputs stage: serves `state` on the bound `listener` within the limits of `config`
-/// (the connection limit the open-file limit allows), the accept loop a watched task of the
-/// stage.
-pub fn spawn(
-    config: &config::HttpConfig,
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    metrics: server::ServerMetrics,
-) -> std::io::Result<Stage> {
-    let limits = server::Limits {
-        max_connections: server::connection_budget(config.max_connections),
-        header_read_timeout: config.header_read_timeout,
-    };
-    let mut stage = Stage::new("outputs");
-    server::serve(
-        listener,
-        router(state.clone(), config.request_timeout),
-        health_router(state),
-        limits,
-        metrics,
-        &mut stage,
-    )?;
-    Ok(stage)
+/// The HTTP listener, bound, with what the stage needs of the configuration and the
+/// registry: what [`HttpConfig::bind`] gives and [`BoundHttp::spawn`] starts.
+#[derive(Debug)]
+pub struct BoundHttp {
+    listener: TcpListener,
+    addr: SocketAddr,
+    config: HttpConfig,
+    /// The `otlp:` section: how the OTLP endpoints map spans and points to observations.
+    otlp: Mapping,
+    ingest: IngestMetrics,
+    server: server::ServerMetrics,
+}
+
+/// What the HTTP stage serves that other stages make: the pipeline's ends and the fleet
+/// input's state.
+pub struct Wiring {
+    /// Where the ingest endpoints hand their batches.
+    pub queue: IngestQueue,
+    /// What the pipeline publishes, for the read endpoints.
+    pub views: ViewState,
+    /// When the pipeline last closed a window, for `/readyz`.
+    pub heartbeat: Heartbeat,
+    /// The fleet input's state, on a fleet instance, for `/readyz`.
+    pub fleet: Option<crate::ingest::fleet::Status>,
+    /// The bearer token in force at start-up.
+    pub token: Option<Secret>,
+}
+
+/// The running outputs stage and the handles the agent keeps on it.
+#[derive(Debug)]
+pub struct Outputs {
+    /// The accept loop, a watched task.
+    pub stage: Stage,
+    /// Closes the ingest endpoints at shutdown while the server goes on.
+    pub ingest: IngestCloser,
+    /// What `/readyz` reports: false until the agent sets it, and again once shutdown starts.
+    pub ready: Arc<AtomicBool>,
+    /// Replaces the token the guards check (a reload).
+    pub token: watch::Sender<Option<Secret>>,
+    /// The requests of `POST /-/reload`.
+    pub reload_requests: mpsc::Receiver<tokio::sync::oneshot::Sender<admin::ReloadOutcome>>,
+}
+
+impl HttpConfig {
+    /// Binds the HTTP listener at `addr`, the first half of the stage's start: a port in use
+    /// fails here, before any task runs. `otlp` is the OTLP endpoints' mapping; the stage
+    /// counts in `ingest` and `server`.
+    pub async fn bind(
+        &self,
+        addr: SocketAddr,
+        otlp: &Mapping,
+        ingest: &IngestMetrics,
+        server: &server::ServerMetrics,
+    ) -> std::io::Result<BoundHttp> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(BoundHttp {
+            addr: listener.local_addr()?,
+            listener,
+            config: self.clone(),
+            otlp: otlp.clone(),
+            ingest: ingest.clone(),
+            server: server.clone(),
+        })
+    }
+}
+
+impl BoundHttp {
+    /// Where the listener is bound (the port the OS chose when 0 was asked).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The outputs stage: builds what the handlers share from `wiring` and serves it on the
+    /// bound listener within the `http:` limits (the connection limit the open-file limit
+    /// allows), the accept loop a watched task of the stage. Not ready until the agent sets
+    /// [`Outputs::ready`].
+    pub fn spawn(self, wiring: Wiring) -> std::io::Result<Outputs> {
+        let (token_tx, token) = watch::channel(wiring.token);
+        let (reload, reload_requests) = mpsc::channel(4);
+        let ready = Arc::new(AtomicBool::new(false));
+        let state = AppState {
+            ingest: IngestState::new(&self.config, &self.otlp, wiring.queue, &self.ingest),
+            views: wiring.views,
+            control: ControlState {
+                token,
+                ready: ready.clone(),
+                heartbeat: wiring.heartbeat,
+                reload,
+                fleet: wiring.fleet,
+            },
+        };
+        let closer = state.ingest.closer();
+        let limits = server::Limits {
+            max_connections: server::connection_budget(self.config.max_connections),
+            header_read_timeout: self.config.header_read_timeout,
+        };
+        let mut stage = Stage::new("outputs");
+        server::serve(
+            self.listener,
+            router(state.clone(), self.config.request_timeout),
+            health_router(state),
+            limits,
+            self.server,
+            &mut stage,
+        )?;
+        Ok(Outputs {
+            stage,
+            ingest: closer,
+            ready,
+            token: token_tx,
+            reload_requests,
+        })
+    }
 }
 
 impl IngestState {

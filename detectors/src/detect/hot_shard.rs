@@ -378,22 +378,40 @@ impl HotShard {
         st: &mut ShardState,
         gw: &GroupWindow,
         count: u64,
-        (quiet, alerting): (bool, bool),
+        flags: (bool, bool),
     ) -> Option<(Score, Path)> {
-        let cfg = &self.cfg;
         let c = count as f64;
         let share = c / gw.total;
-        let Some(b) = st.load.value(cfg.warmup_windows) else {
-            // Warm-up: learn, no verdict.
+        // Warm-up gives no verdict and learns, as a window that is not frozen does.
+        let (verdict, frozen) = match st.load.value(self.cfg.warmup_windows) {
+            Some(b) => self.judge(st, gw, (count, b), flags),
+            None => (None, false),
+        };
+        if !frozen {
             learn(
                 st,
                 (share * gw.n, c),
                 (gw.total, gw.n),
-                cfg,
+                &self.cfg,
                 self.time.alpha,
             );
-            return None;
-        };
+        }
+        verdict
+    }
+
+    /// [`HotShard::assess`] past warm-up, against the baseline `b`: the verdict, and whether
+    /// the baselines stay frozen this window (an alert, a verdict, a window over the
+    /// threshold, or a suspect shard within `max_suspect_windows`).
+    fn judge(
+        &self,
+        st: &mut ShardState,
+        gw: &GroupWindow,
+        (count, b): (u64, f64),
+        (quiet, alerting): (bool, bool),
+    ) -> (Option<(Score, Path)>, bool) {
+        let cfg = &self.cfg;
+        let c = count as f64;
+        let share = c / gw.total;
         let mut sc = score(st, b, gw, c);
         let share_ok = share >= cfg.fair_share_multiple / gw.n;
         let practical = sc.ratio >= cfg.min_ratio && share_ok;
@@ -421,16 +439,7 @@ impl HotShard {
             || path.is_some()
             || over
             || (suspicious && st.suspect <= cfg.max_suspect_windows);
-        if !frozen {
-            learn(
-                st,
-                (share * gw.n, c),
-                (gw.total, gw.n),
-                cfg,
-                self.time.alpha,
-            );
-        }
-        path.map(|p| (sc, p))
+        (path.map(|p| (sc, p)), frozen)
     }
 
     /// The request count's evidence across windows, in every window the shard has requests:

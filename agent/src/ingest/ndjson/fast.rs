@@ -31,7 +31,7 @@ use std::borrow::Cow;
 
 use skewwatch_detectors::observation::{CacheKeyHash, CacheResult, Outcome, hash_cache_key};
 
-use super::{Json, Record, Ts};
+use super::{Json, PackedF64, Record};
 use crate::clock;
 
 /// Digits of a decimal the fast path reads: below 2^53, so the digits are exact in an `f64`.
@@ -70,7 +70,7 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)>
         return None;
     }
     i = skip_ws(b, i + 1);
-    let mut f = Fields::default();
+    let mut f = Fields::NONE;
     if b.get(i) == Some(&b'}') {
         i += 1;
     } else {
@@ -80,13 +80,17 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)>
             // Duplicates overwrite and `null` is absent, so the last one wins, as in the serde
             // path.
             i = match name {
-                Name::Ts => store(&mut f.ts, ts(text, i)?),
+                Name::Ts => store_as(&mut f.ts, ts(text, i)?, PackedF64::new),
                 Name::Group => store(&mut f.group, str_or_null(text, i)?),
                 Name::Shard => store(&mut f.shard, str_or_null(text, i)?),
                 Name::Key => store(&mut f.key, str_or_null(text, i)?),
-                Name::Count => store(&mut f.count, count(b, i)?),
-                Name::LatencyMs => store(&mut f.latency_ms, float_or_null(b, i)?),
-                Name::Outcome => store(&mut f.outcome, parsed(text, i, Outcome::parse)?),
+                Name::Count => store_as(&mut f.count, count(b, i)?, |n| n.unwrap_or(1)),
+                Name::LatencyMs => {
+                    store_as(&mut f.latency_ms, float_or_null(b, i)?, PackedF64::new)
+                }
+                Name::Outcome => store_as(&mut f.outcome, parsed(text, i, Outcome::parse)?, |o| {
+                    o.unwrap_or(Outcome::Ok)
+                }),
                 Name::Cache => store(&mut f.cache, parsed(text, i, CacheResult::parse)?),
                 Name::CacheKey => store(&mut f.cache_key, parsed(text, i, cache_key)?),
                 Name::Reading => return None,
@@ -112,34 +116,48 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)>
     Some((record, i))
 }
 
-/// The known fields of a record as the fast path has read them so far: `None` is absent (or
-/// `null`), and a default applies at the end.
-#[derive(Default)]
+/// The known fields of a record as the fast path has read them so far: absent (or `null`) is
+/// `None`, [`PackedF64::NONE`] or the field's default, so that each field takes one register
+/// at most while the loop runs. With two registers for each optional number the loop's state
+/// outgrew the registers and the text's pointer and length were read back from the stack at
+/// every bounds check (docs/performance.md, the NDJSON rise of issue 39).
 struct Fields<'a> {
-    ts: Option<f64>,
+    ts: PackedF64,
     group: Option<&'a str>,
     shard: Option<&'a str>,
     key: Option<&'a str>,
-    count: Option<u64>,
-    latency_ms: Option<f64>,
-    outcome: Option<Outcome>,
+    count: u64,
+    latency_ms: PackedF64,
+    outcome: Outcome,
     cache: Option<CacheResult>,
     cache_key: Option<CacheKeyHash>,
 }
 
 impl<'a> Fields<'a> {
-    /// The record, with the defaults of absent fields; `None` (to serde, which names the
-    /// reason) without a group or shard.
+    /// No field read yet: each absent, or its default.
+    const NONE: Fields<'static> = Fields {
+        ts: PackedF64::NONE,
+        group: None,
+        shard: None,
+        key: None,
+        count: 1,
+        latency_ms: PackedF64::NONE,
+        outcome: Outcome::Ok,
+        cache: None,
+        cache_key: None,
+    };
+
+    /// The record; `None` (to serde, which names the reason) without a group or shard.
     #[inline(always)]
     fn record(self) -> Option<Record<'a>> {
         Some(Record {
-            ts: Ts::new(self.ts),
+            ts: self.ts,
             group: Cow::Borrowed(self.group?),
             shard: Cow::Borrowed(self.shard?),
             key: self.key.map(Cow::Borrowed),
-            count: self.count.unwrap_or(1),
-            latency_ms: self.latency_ms,
-            outcome: self.outcome.unwrap_or(Outcome::Ok),
+            count: self.count,
+            latency_ms: self.latency_ms.get(),
+            outcome: self.outcome,
             cache: self.cache,
             cache_key: self.cache_key,
             readings: None,
@@ -151,6 +169,18 @@ impl<'a> Fields<'a> {
 #[inline(always)]
 fn store<T>(slot: &mut Option<T>, (value, next): (Option<T>, usize)) -> usize {
     *slot = value;
+    next
+}
+
+/// Puts a value read, or `None` for `null`, into its field as `into` gives it (the field's
+/// default for `None`), and returns the index after it.
+#[inline(always)]
+fn store_as<T, S>(
+    slot: &mut S,
+    (value, next): (Option<T>, usize),
+    into: impl FnOnce(Option<T>) -> S,
+) -> usize {
+    *slot = into(value);
     next
 }
 
