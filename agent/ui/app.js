@@ -72,6 +72,7 @@ function render() {
   renderSkew(d);
   renderAlerts();
   renderCache(d);
+  renderWhatIf(d);
   renderKeys(d);
 }
 
@@ -273,6 +274,108 @@ function renderCache(d) {
   for (const [k, v] of rows) {
     dl.appendChild(el("dt", k));
     dl.appendChild(el("dd", v));
+  }
+}
+
+// A TTL as the policies write it: 10s, 5m, 1h.
+function ttl(secs) {
+  if (secs >= 3600 && secs % 3600 === 0) return secs / 3600 + "h";
+  if (secs >= 60 && secs % 60 === 0) return secs / 60 + "m";
+  return secs + "s";
+}
+
+// The simulated cache: hit ratio against TTL (log scale), each point with the sample's error
+// bound as a bar; the cache as configured ringed, the cache's own hit ratio dashed, the other
+// candidates (serve-stale, negative caching) as diamonds at their TTL.
+function renderWhatIf(d) {
+  const w = d.whatif;
+  $("whatif-section").hidden = !w;
+  if (!w) return;
+  const c = $("whatif");
+  const ctx = c.getContext("2d");
+  ctx.fillStyle = "#0b0d10";
+  ctx.fillRect(0, 0, c.width, c.height);
+  const all = w.ttl_curve.concat(w.others);
+  const ttls = all.map((p) => p.ttl_secs);
+  const lo = Math.log(Math.min(...ttls)), hi = Math.log(Math.max(...ttls));
+  const padX = 34, top = 14, bottom = c.height - 22;
+  const x = (t) => (hi > lo ? padX + ((Math.log(t) - lo) / (hi - lo)) * (c.width - 2 * padX) : c.width / 2);
+  const y = (h) => bottom - Math.min(Math.max(h, 0), 1) * (bottom - top);
+  const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name);
+  ctx.font = "10px DejaVu Sans, sans-serif";
+  ctx.fillStyle = css("--dim");
+  ctx.strokeStyle = "#2a323b";
+  for (const h of [0, 0.5, 1]) {
+    ctx.beginPath(); ctx.moveTo(padX, y(h)); ctx.lineTo(c.width - padX / 2, y(h)); ctx.stroke();
+    ctx.fillText(pct(h), 2, y(h) + 3);
+  }
+  for (const t of [...new Set(w.ttl_curve.map((p) => p.ttl_secs))]) ctx.fillText(ttl(t), x(t) - 8, c.height - 6);
+  if (w.cache_hit_ratio !== null) {
+    ctx.strokeStyle = css("--hot");
+    ctx.setLineDash([4, 3]);
+    ctx.beginPath(); ctx.moveTo(padX, y(w.cache_hit_ratio)); ctx.lineTo(c.width - padX / 2, y(w.cache_hit_ratio)); ctx.stroke();
+    ctx.setLineDash([]);
+  }
+  const bar = (p) => {
+    ctx.beginPath();
+    ctx.moveTo(x(p.ttl_secs), y(p.hit_ratio - p.error_bound));
+    ctx.lineTo(x(p.ttl_secs), y(p.hit_ratio + p.error_bound));
+    ctx.stroke();
+  };
+  ctx.strokeStyle = css("--gini");
+  ctx.lineWidth = 2;
+  ctx.beginPath();
+  w.ttl_curve.forEach((p, i) => (i ? ctx.lineTo(x(p.ttl_secs), y(p.hit_ratio)) : ctx.moveTo(x(p.ttl_secs), y(p.hit_ratio))));
+  ctx.stroke();
+  ctx.lineWidth = 1;
+  for (const p of w.ttl_curve) {
+    bar(p);
+    ctx.fillStyle = css("--gini");
+    ctx.beginPath(); ctx.arc(x(p.ttl_secs), y(p.hit_ratio), 3, 0, 2 * Math.PI); ctx.fill();
+  }
+  ctx.strokeStyle = css("--top1");
+  ctx.fillStyle = css("--top1");
+  // Labels of the other candidates stack downwards (upwards near the bottom), so candidates
+  // that predict alike stay readable.
+  w.others.forEach((p, i) => {
+    const px = x(p.ttl_secs), py = y(p.hit_ratio);
+    bar(p);
+    ctx.beginPath(); ctx.moveTo(px, py - 5); ctx.lineTo(px + 5, py); ctx.lineTo(px, py + 5); ctx.lineTo(px - 5, py); ctx.fill();
+    const ly = py > c.height / 2 ? py - 8 - 11 * i : py + 14 + 11 * i;
+    ctx.fillText(p.policy, px + 7, ly);
+  });
+  const obs = w.ttl_curve.find((p) => p.observed);
+  if (obs) {
+    ctx.strokeStyle = css("--hot");
+    ctx.lineWidth = 2;
+    ctx.beginPath(); ctx.arc(x(obs.ttl_secs), y(obs.hit_ratio), 7, 0, 2 * Math.PI); ctx.stroke();
+    ctx.lineWidth = 1;
+    ctx.fillStyle = css("--hot");
+    const oy = y(obs.hit_ratio);
+    // Left of the point: the other candidates label to the right.
+    ctx.textAlign = "right";
+    ctx.fillText("as configured", x(obs.ttl_secs) - 9, oy < top + 12 ? oy + 16 : oy - 9);
+    ctx.textAlign = "left";
+  }
+  // What the tests and curious readers can check against the picture.
+  c.dataset.points = JSON.stringify(all.map((p) => ({
+    policy: p.policy, ttl_secs: p.ttl_secs, observed: p.observed, on_curve: w.ttl_curve.includes(p),
+    hit_ratio: p.hit_ratio, error_bound: p.error_bound, x: Math.round(x(p.ttl_secs)), y: Math.round(y(p.hit_ratio)),
+  })));
+  const bound = Math.max(...all.map((p) => p.error_bound));
+  $("whatif-note").textContent = "Simulated on " + w.requests + " requests with a cache key in the latest window" +
+    (w.sample_rate < 1 ? " (" + pct(w.sample_rate) + " of keys sampled, bars: ± the sample's bound, up to " + num(bound, 3) + ")" : " (every key simulated)") +
+    ". Ringed: the cache as configured" +
+    (w.cache_hit_ratio === null ? " (the cache reports no hit or miss to check it by)." :
+      "; dashed: the hit ratio it reports, " + num(100 * w.check_error, 1) + " points from the simulation.");
+  const tbody = $("whatif-table").tBodies[0];
+  clear(tbody);
+  for (const p of w.ttl_curve.concat(w.others)) {
+    const tr = el("tr");
+    tr.appendChild(el("td", p.observed ? "as configured (" + ttl(p.ttl_secs) + ")" : p.policy, p.observed ? "observed" : ""));
+    tr.appendChild(el("td", pct(p.hit_ratio) + (p.error_bound > 0 ? " ± " + pct(p.error_bound) : ""), "num"));
+    tr.appendChild(el("td", num(p.backend_calls_per_request, 3), "num"));
+    tbody.appendChild(tr);
   }
 }
 

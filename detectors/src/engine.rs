@@ -16,7 +16,7 @@ use crate::detect::{Context, Detector, DetectorsConfig};
 use crate::observation::{Batch, ObservationRef, ReadingRef};
 use crate::parts::Recording;
 use crate::snapshot::WindowSnapshot;
-use crate::whatif::{WhatIf, WhatIfConfig};
+use crate::whatif::{Policy, WhatIf, WhatIfConfig};
 use crate::window::WindowConfig;
 
 /// Longest run of empty windows [`Engine::advance`] closes one by one after a gap in time; after
@@ -92,6 +92,8 @@ pub struct Engine {
     /// cache key: without cache keys nothing is built and nothing runs.
     whatif_config: WhatIfConfig,
     whatif: Option<WhatIf>,
+    /// `whatif_config`'s policies, shared by every snapshot that carries predictions.
+    whatif_policies: Arc<[Policy]>,
 }
 
 impl Engine {
@@ -105,6 +107,7 @@ impl Engine {
             windows: Recording::new(cfg.window, start),
             window_secs,
             last_end: None,
+            whatif_policies: cfg.whatif.policies.clone().into(),
             whatif_config: cfg.whatif,
             whatif: None,
         }
@@ -211,6 +214,7 @@ impl Engine {
         let end = self.window_end();
         let mut snap = self.windows.close(end);
         snap.whatif = self.whatif.as_mut().map(|w| Arc::new(w.close(end)));
+        snap.whatif_policies = snap.whatif.is_some().then(|| self.whatif_policies.clone());
         self.evaluate(Arc::new(snap))
     }
 

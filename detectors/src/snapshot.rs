@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::observation::Outcome;
 use crate::stats::SkewStats;
-use crate::whatif::WhatIfWindow;
+use crate::whatif::{Policy, WhatIfWindow};
 
 /// Percentiles of one latency histogram, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -239,6 +239,12 @@ pub struct WindowSnapshot {
     /// snapshot: `/api/v1/status` writes it in its own shape.
     #[serde(skip)]
     pub whatif: Option<Arc<WhatIfWindow>>,
+    /// The policies `whatif`'s figures are for, in their order (the observed one first), with
+    /// what each sets: a view that draws hit ratio against TTL reads each policy's TTL here,
+    /// since the observed policy's name does not carry it. `Some` exactly when `whatif` is;
+    /// one list shared by every window.
+    #[serde(skip)]
+    pub whatif_policies: Option<Arc<[Policy]>>,
 }
 
 impl WindowSnapshot {
@@ -249,6 +255,7 @@ impl WindowSnapshot {
             end: at,
             groups: Vec::new(),
             whatif: None,
+            whatif_policies: None,
         }
     }
 

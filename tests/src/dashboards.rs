@@ -812,6 +812,19 @@ fn cache_loop() -> Value {
     )
 }
 
+/// The sidecars' what-if gauge `metric` of `$group` by policy, each sidecar weighted by its
+/// requests to the group, over the sidecars that simulate it: the sidecars' gauges are ratios,
+/// never averaged unweighted.
+fn whatif_weighted(metric: &str) -> String {
+    let weights = format!(
+        "(sum by (job, instance) ({})\n  and on (job, instance)\nskewwatch_whatif_sample_rate_ratio{{group=\"$group\"}})",
+        rate(&format!("{REQ}{{group=\"$group\"}}"))
+    );
+    format!(
+        "sum by (policy) (\n  {metric}{{group=\"$group\"}}\n  * on (job, instance) group_left ()\n  {weights}\n)\n  /\nscalar(sum({weights}))"
+    )
+}
+
 /// Long because it is a table: one entry per panel, its query beside its description, which
 /// read best together.
 fn cache_panels() -> Vec<Panel> {
@@ -930,6 +943,38 @@ fn cache_panels() -> Vec<Panel> {
                 "{{shard}}",
             )],
         ),
+        timeseries(
+            "What-if: predicted backend calls per request by policy",
+            "skewwatch simulates the group's cache on the requests that name a cache key, as \
+             configured (observed, dashed) and under each candidate policy (TTLs, serve-stale, \
+             negative caching): the backend calls per request each would have made, last \
+             window. Each sidecar simulates its own requests; they are weighted here by the \
+             sidecar's requests to the group. A candidate well below observed would relieve \
+             the backend; the error-bound panel says how far to trust the gap.",
+            "none",
+            vec![target(whatif_weighted("skewwatch_whatif_backend_call_ratio"), "{{policy}}")],
+        )
+        .dashed("^observed$"),
+        timeseries(
+            "What-if: the simulation against the cache, and its error bound",
+            "The simulated hit ratio of the cache as configured minus the hit ratio the cache \
+             reported, per sidecar: near 0 when the whatif settings describe the cache (it \
+             reads low for about one TTL after a start). Beyond ±5 points the predictions are \
+             not to be trusted (SkewwatchWhatIfMiscalibrated). Dashed: the largest error bound \
+             of the sampled simulation, a 95% bound on each prediction.",
+            "percentunit",
+            vec![
+                target(
+                    "skewwatch_whatif_check_error_ratio{group=\"$group\"}",
+                    "check error {{instance}}",
+                ),
+                target(
+                    "max by (instance) (skewwatch_whatif_error_bound_ratio{group=\"$group\"})",
+                    "error bound {{instance}}",
+                ),
+            ],
+        )
+        .dashed("^error bound"),
         stat(
             "Cache-loop alerts firing",
             "CacheHitCollapse alerts of the sidecars' detectors plus the \

@@ -28,6 +28,21 @@ detectors:
   fast_failure_sink: {warmup_windows: 8}
 "#;
 
+/// Lines that name a look-aside cache key, so the agent simulates the demo group's cache and
+/// the views draw its what-if curve: `keys` keys once each on `shard`, in every window. They
+/// carry no cache result, so the demo's own cache figures (and `CacheHitCollapse`) are as
+/// before; with one-second windows, every TTL simulated keeps them, so the curve is flat.
+pub fn cache_keyed_lines(shard: &str, keys: usize) -> Vec<String> {
+    (0..keys)
+        .map(|i| {
+            format!(
+                "skewwatch.request:2|ms|#group:{},shard:{shard},cache_key:item-{i}",
+                demo::GROUP
+            )
+        })
+        .collect()
+}
+
 /// Sends the demo's incident to `statsd`, one window a second, until `stop` is set: each
 /// window's lines drawn with `seed`, with `with_incident` in the same datagram, then `beside`
 /// (when not empty) as a datagram of its own, so its lines land in one window together. The

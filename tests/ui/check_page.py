@@ -7,7 +7,8 @@ Run by tests/tests/e2e/ui.rs, which starts the agent, feeds it the demo's incide
 
 Checks, in order: the page names HOT_SHARD as the busiest shard; the heatmap's brightest row
 (by the levels it drew, and by the pixels on the canvas) is HOT_SHARD; the empty key is listed
-as "(empty)"; every ALERT is listed; the shard XSS_NAME is shown as exactly those characters
+as "(empty)"; every ALERT is listed; the what-if curve of hit ratio against TTL is drawn with
+the cache as configured ringed; the shard XSS_NAME is shown as exactly those characters
 and no <img> element exists; every resource the page loaded came from URL's origin; the
 browser logged no error. It then saves a 1280x800 screenshot to SCREENSHOT, prints
 "READY-TO-STOP", waits for a line on stdin (the test stops the agent then) and checks that the
@@ -91,6 +92,43 @@ def check_heatmap(driver, hot):
           f"next {sorted(lum)[-2] if len(lum) > 1 else 0:.0f})", flush=True)
 
 
+def check_whatif(driver):
+    """The what-if section is shown, its canvas draws a curve of at least two TTLs with the
+    cache as configured among them, every point inside the canvas, and the ring around the
+    observed point is painted."""
+    def points():
+        if driver.find_element("id", "whatif-section").get_attribute("hidden") is not None:
+            return None
+        pts = json.loads(driver.find_element("id", "whatif").get_attribute("data-points") or "[]")
+        return pts if any(p["observed"] for p in pts) else None
+    pts = wait_until(driver, "the what-if curve with the cache as configured marked", points)
+    curve = [p for p in pts if p["on_curve"]]
+    if len({p["ttl_secs"] for p in curve}) < 2:
+        fail(f"the what-if curve has fewer than two TTLs: {pts}")
+    xs = [p["x"] for p in curve]
+    if xs != sorted(xs):
+        fail(f"the curve's points are not in TTL order: {curve}")
+    canvas = driver.find_element("id", "whatif")
+    width, height = int(canvas.get_attribute("width")), int(canvas.get_attribute("height"))
+    for p in pts:
+        if not (0 <= p["x"] <= width and 0 <= p["y"] <= height):
+            fail(f"point {p} lies outside the {width}x{height} canvas")
+    obs = next(p for p in curve if p["observed"])
+    # The observed ring: radius 7 around the point, in the --hot colour (orange).
+    ring = driver.execute_script(
+        """const [c, x, y] = arguments;
+        return Array.from(c.getContext('2d').getImageData(x + 7, y, 1, 1).data);""",
+        canvas, obs["x"], obs["y"])
+    if not (ring[0] > 150 and ring[2] < 120):
+        fail(f"no orange ring around the observed point {obs}: pixel {ring}")
+    rows = driver.execute_script(
+        "return [...document.querySelectorAll('#whatif-table td.observed')].map(e => e.textContent)")
+    if not rows or not rows[0].startswith("as configured"):
+        fail(f"the what-if table marks no row as configured: {rows}")
+    print(f"ok: what-if curve of {len(curve)} TTLs, as configured at {obs['ttl_secs']} s "
+          f"({obs['hit_ratio']:.3f} ± {obs['error_bound']:.3f})", flush=True)
+
+
 def check_xss(driver, name):
     rows = driver.execute_script(
         "return [...document.querySelectorAll('#heatmap-rows li')].map(li => li.textContent)")
@@ -151,6 +189,7 @@ def main():
             if not any(t.startswith(a + " · firing") for t in titles):
                 fail(f"alert {a} is not listed as firing; listed: {titles}")
         print(f"ok: firing alerts listed: {', '.join(alerts)}", flush=True)
+        check_whatif(driver)
         check_xss(driver, xss)
         check_requests(driver, url)
         check_console(driver)

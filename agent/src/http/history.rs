@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use skewwatch_detectors::observation::key_label;
 use skewwatch_detectors::snapshot::{KeyShare, WindowSnapshot};
+use skewwatch_detectors::whatif::{GroupWhatIf, Policy, PolicyFigures};
 
 use super::ViewState;
 use crate::outputs::history::{GroupPoint, History, MAX_SHARDS, ShardPoint, WindowPoint};
@@ -62,6 +63,9 @@ pub struct HistoryReply<'a> {
     keys_certified: bool,
     /// Each row's current top keys, in row order.
     shard_keys: Vec<Vec<KeyView<'a>>>,
+    /// The what-if simulation of the group's cache in the latest window, when its records
+    /// name a cache key: hit ratio against TTL.
+    whatif: Option<WhatIfView<'a>>,
 }
 
 /// One window of the group; figures rounded to five decimals.
@@ -97,6 +101,43 @@ struct CacheView {
     /// `backend_calls_per_request / calmest_backend_calls_per_request`; `None` when the
     /// calmest is zero.
     amplification: Option<f64>,
+}
+
+/// The latest window's what-if predictions for the group, as a curve of hit ratio against
+/// TTL. The latest window, not a pool of the ring's: the page and `top` show the cache now,
+/// and every point carries the sample's bound for that window. Figures rounded to five
+/// decimals.
+#[derive(Debug, Serialize)]
+struct WhatIfView<'a> {
+    /// Requests with a cache key in the window.
+    requests: u64,
+    /// The cache's own hit ratio over the requests that reported a result.
+    cache_hit_ratio: Option<f64>,
+    /// The observed policy's simulated hit ratio minus the cache's own.
+    check_error: Option<f64>,
+    /// The share of keys simulated.
+    sample_rate: f64,
+    /// The cache as configured and every candidate that changes only its TTL, shortest TTL
+    /// first (the observed point before a candidate of the same TTL).
+    ttl_curve: Vec<PolicyPoint<'a>>,
+    /// The other candidates (serve-stale, negative caching, a capacity, combinations), in
+    /// the configured order: points beside the curve, at their own TTL.
+    others: Vec<PolicyPoint<'a>>,
+}
+
+/// One policy's prediction, placed at its TTL.
+#[derive(Debug, Serialize, PartialEq)]
+struct PolicyPoint<'a> {
+    /// Its written form (`observed`, `ttl=20m`, `serve-stale`).
+    policy: &'a str,
+    /// The TTL of an `ok` answer, seconds.
+    ttl_secs: f64,
+    /// The cache as configured.
+    observed: bool,
+    hit_ratio: f64,
+    backend_calls_per_request: f64,
+    /// The sample's error bound of both (about 95%).
+    error_bound: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -184,6 +225,52 @@ pub fn reply<'a>(
             })
             .collect(),
         shards,
+        whatif: group.and_then(|g| whatif_view(snap, g)),
+    }
+}
+
+/// The what-if curve of `group` in the latest snapshot; `None` when it simulated none.
+fn whatif_view<'a>(snap: &'a WindowSnapshot, group: &str) -> Option<WhatIfView<'a>> {
+    let g = snap.whatif.as_deref()?.group(group)?;
+    let policies = snap.whatif_policies.as_deref()?;
+    Some(curve(policies, g))
+}
+
+/// Splits the predictions of `g` (in `policies`' order, the observed policy first) into the
+/// TTL curve and the other candidates.
+fn curve<'a>(policies: &'a [Policy], g: &'a GroupWhatIf) -> WhatIfView<'a> {
+    let observed = policies.first();
+    let ttl_only = |p: &Policy| {
+        observed.is_some_and(|o| {
+            p.negative_ttl_secs == o.negative_ttl_secs
+                && p.stale_on_error == o.stale_on_error
+                && p.capacity_entries == o.capacity_entries
+        })
+    };
+    let point = |(i, (p, f)): (usize, (&'a Policy, &PolicyFigures))| PolicyPoint {
+        policy: &p.name,
+        ttl_secs: p.ttl_secs,
+        observed: i == 0,
+        hit_ratio: round(f.hit_ratio),
+        backend_calls_per_request: round(f.backend_calls_per_request),
+        error_bound: round(f.error_bound),
+    };
+    let (on_curve, others): (Vec<_>, Vec<_>) = policies
+        .iter()
+        .zip(&g.policies)
+        .enumerate()
+        .map(|(i, pf)| (ttl_only(pf.0), point((i, pf))))
+        .partition(|(on_curve, _)| *on_curve);
+    let mut ttl_curve: Vec<PolicyPoint> = on_curve.into_iter().map(|(_, p)| p).collect();
+    // A stable sort: the observed point stays before a candidate of the same TTL.
+    ttl_curve.sort_by(|a, b| a.ttl_secs.total_cmp(&b.ttl_secs));
+    WhatIfView {
+        requests: g.requests,
+        cache_hit_ratio: g.real_hit_ratio().map(round),
+        check_error: g.check_error().map(round),
+        sample_rate: round(g.sample_rate),
+        ttl_curve,
+        others: others.into_iter().map(|(_, p)| p).collect(),
     }
 }
 
@@ -401,5 +488,85 @@ mod tests {
         let c = r.cache.unwrap();
         assert_eq!(c.amplification, Some(5.0));
         assert_eq!(c.calmest_backend_calls_per_request, 0.1);
+    }
+
+    #[test]
+    fn the_whatif_curve_holds_the_ttl_only_policies_by_ttl_and_the_rest_beside_it() {
+        let observed = Policy::observed(60.0, None, false, None);
+        let mut policies = vec![observed.clone()];
+        for spec in [
+            "ttl=20m",
+            "serve-stale",
+            "ttl=10s",
+            "ttl=1m",
+            "ttl=1h+serve-stale",
+        ] {
+            policies.push(Policy::parse(spec, &observed).unwrap());
+        }
+        let figures = |hit: f64| PolicyFigures {
+            hit_ratio: hit,
+            backend_calls_per_request: 1.0 - hit,
+            error_bound: 0.01,
+        };
+        let g = GroupWhatIf {
+            group: "db".to_owned(),
+            requests: 1000,
+            real_hits: 500,
+            real_misses: 500,
+            sample_rate: 1.0,
+            sampled_keys: 10,
+            sampled_requests: 1000,
+            policies: [0.5, 0.8, 0.6, 0.2, 0.5, 0.9].map(figures).to_vec(),
+            exact: None,
+            shards: Vec::new(),
+        };
+        let v = curve(&policies, &g);
+        let names: Vec<(&str, f64, bool)> = v
+            .ttl_curve
+            .iter()
+            .map(|p| (p.policy, p.ttl_secs, p.observed))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("ttl=10s", 10.0, false),
+                ("observed", 60.0, true),
+                ("ttl=1m", 60.0, false),
+                ("ttl=20m", 1200.0, false),
+            ]
+        );
+        assert_eq!(v.ttl_curve[0].hit_ratio, 0.2);
+        let others: Vec<&str> = v.others.iter().map(|p| p.policy).collect();
+        assert_eq!(others, ["serve-stale", "ttl=1h+serve-stale"]);
+        assert_eq!(v.others[0].ttl_secs, 60.0);
+        assert_eq!(v.check_error, Some(0.0));
+    }
+
+    #[test]
+    fn the_answer_carries_the_whatif_curve_only_when_the_group_was_simulated() {
+        let h = ring(vec![vec![("a", 1.0)]]);
+        let q = HistoryQuery::default();
+        let snap = WindowSnapshot::empty(0.0);
+        assert!(reply(&h, &snap, &q, 1.0).whatif.is_none());
+        let cfg = skewwatch_detectors::whatif::WhatIfConfig {
+            exact: true,
+            ..Default::default()
+        };
+        let mut sim = skewwatch_detectors::whatif::WhatIf::new(cfg.clone());
+        let mut o = skewwatch_detectors::observation::ObservationRef::new("db", "a");
+        o.cache_key = Some(skewwatch_detectors::observation::CacheKeyHash::new(
+            0x9e37_79b9_7f4a_7c15,
+        ));
+        o.count = 4;
+        sim.record(&o, 1.0);
+        let mut snap = WindowSnapshot::empty(10.0);
+        snap.whatif = Some(Arc::new(sim.close(10.0)));
+        snap.whatif_policies = Some(cfg.policies.clone().into());
+        let v = serde_json::to_value(reply(&h, &snap, &q, 1.0)).unwrap();
+        let curve = v["whatif"]["ttl_curve"].as_array().unwrap();
+        // The default ladder (10 s to an hour) and the observed 60 s.
+        assert_eq!(curve.len(), 6, "{v}");
+        assert!(curve.iter().any(|p| p["observed"] == true));
+        assert_eq!(v["whatif"]["requests"], 4);
     }
 }

@@ -368,6 +368,7 @@ mod tests {
             end: start + 10.0,
             groups: vec![g],
             whatif: None,
+            whatif_policies: None,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::source::{ActiveAlert, Cache, History, Key, Reading, Window};
+use super::source::{ActiveAlert, Cache, History, Key, Reading, WhatIf, Window};
 use crate::clock::rfc3339;
 
 /// Cells at this many times the noise floor's ratio, or more, get full brightness (as on the
@@ -45,6 +45,8 @@ pub struct Figures {
     pub alerts: Vec<AlertRow>,
     /// The cache loop, when the group reports cache results.
     pub cache: Option<Cache>,
+    /// The simulated cache's hit ratio against TTL, when the group's records name a cache key.
+    pub whatif: Option<WhatIf>,
 }
 
 /// The headline of the newest window.
@@ -195,6 +197,7 @@ impl Figures {
             selected,
             alerts: alerts(&reading.alerts, h.group.as_deref()),
             cache: h.cache.clone(),
+            whatif: h.whatif.clone(),
         }
     }
 
@@ -431,6 +434,7 @@ pub(crate) mod tests {
                     ),
                 ],
                 cache: None,
+                whatif: None,
                 top_keys: vec![key("(empty)", 0.3), key("user:1", 0.1)],
                 keys_certified: true,
                 shard_keys: vec![

@@ -669,6 +669,24 @@ fn draw_side(frame: &mut Frame<'_>, f: &Figures, area: Rect, paint: &Paint) {
             },
         ));
     }
+    if let Some(wi) = &f.whatif {
+        lines.push(Line::raw(""));
+        lines.push(Line::styled(
+            "What-if: hit ratio against TTL",
+            paint.heading(),
+        ));
+        // Marker, label (up to a candidate's name), percentage, bound and calls take about 32
+        // columns; the bar gets the rest.
+        let bar = w.saturating_sub(32).clamp(4, 20);
+        for (i, l) in text::whatif_lines(wi, bar, false).into_iter().enumerate() {
+            let observed = l.starts_with('▶');
+            lines.push(if i > 0 && observed {
+                Line::styled(l, paint.fg(Color::LightYellow).add_modifier(Modifier::BOLD))
+            } else {
+                Line::raw(l)
+            });
+        }
+    }
     let block = Block::bordered().title(Span::styled(" Keys and cache ", paint.heading()));
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }

@@ -143,6 +143,44 @@ pub struct History {
     pub keys_certified: bool,
     /// Each row's current top keys, in row order.
     pub shard_keys: Vec<Vec<Key>>,
+    /// The what-if curve of the group's cache in the latest window, when its records name a
+    /// cache key (absent from agents that do not simulate).
+    #[serde(default)]
+    pub whatif: Option<WhatIf>,
+}
+
+/// The simulated cache in the latest window: hit ratio against TTL.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct WhatIf {
+    /// Requests with a cache key.
+    pub requests: u64,
+    /// The cache's own hit ratio.
+    pub cache_hit_ratio: Option<f64>,
+    /// The observed policy's simulated hit ratio minus the cache's own.
+    pub check_error: Option<f64>,
+    /// The share of keys simulated.
+    pub sample_rate: f64,
+    /// The cache as configured and the candidates that change only its TTL, shortest first.
+    pub ttl_curve: Vec<PolicyPoint>,
+    /// The other candidates, at their TTL.
+    pub others: Vec<PolicyPoint>,
+}
+
+/// One policy's prediction.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct PolicyPoint {
+    /// Its written form (`observed`, `ttl=20m`, `serve-stale`).
+    pub policy: String,
+    /// Its TTL, seconds.
+    pub ttl_secs: f64,
+    /// The cache as configured.
+    pub observed: bool,
+    /// Predicted hit ratio.
+    pub hit_ratio: f64,
+    /// Predicted backend calls per request.
+    pub backend_calls_per_request: f64,
+    /// The sample's error bound of both.
+    pub error_bound: f64,
 }
 
 /// One window of the group.

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::figures::{Figures, Headline, Heat, KeyRow, ShardRow, inert};
+use skewwatch_detectors::whatif::format_duration;
 
 /// Windows of heat strip in the `--once` text, so a pasted report stays under 100 columns.
 pub const ONCE_COLUMNS: usize = 30;
@@ -125,6 +126,67 @@ pub fn cache_sentence(c: &super::source::Cache) -> String {
     )
 }
 
+/// The simulated cache's hit ratio against TTL as lines of a sideways bar chart, `bar`
+/// characters wide: the heading, one line per TTL (the cache as configured marked `▶`), then
+/// the other candidates at their TTL, each with the sample's bound and backend calls per
+/// request; `wide` spells the units out (`--once`), narrow fits the screen's side panel.
+pub fn whatif_lines(w: &super::source::WhatIf, bar: usize, wide: bool) -> Vec<String> {
+    let sampled = if w.sample_rate < 1.0 {
+        format!("{} of keys sampled", pct(Some(w.sample_rate)))
+    } else {
+        "every key simulated".to_owned()
+    };
+    let mut out = vec![if wide {
+        format!("{} requests with a cache key, {sampled}", w.requests)
+    } else {
+        format!("{} requests, {sampled}", w.requests)
+    }];
+    let labelled: Vec<(String, &super::source::PolicyPoint)> = w
+        .ttl_curve
+        .iter()
+        .map(|p| (format_duration(p.ttl_secs), p))
+        .chain(w.others.iter().map(|p| (inert(&p.policy), p)))
+        .collect();
+    // Labels share one column: the TTLs' width, or the longest candidate's name.
+    let lw = labelled
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    for (label, p) in labelled {
+        let filled = ((p.hit_ratio.clamp(0.0, 1.0) * bar as f64).round() as usize).min(bar);
+        out.push(format!(
+            "{}{label:<lw$} {}{} {:>6} ±{} {}{}",
+            if p.observed { "▶" } else { " " },
+            "█".repeat(filled),
+            "░".repeat(bar - filled),
+            pct(Some(p.hit_ratio)),
+            num(Some(p.error_bound * 100.0), 1),
+            num(Some(p.backend_calls_per_request), 3),
+            match (wide, p.observed) {
+                (true, true) => " calls/req as configured",
+                (true, false) => " calls/req",
+                (false, _) => "",
+            }
+        ));
+    }
+    if let Some(real) = w.cache_hit_ratio {
+        let check = w.check_error.map_or_else(String::new, |e| {
+            if wide {
+                format!(
+                    " ({:+.1} points from the simulation as configured)",
+                    e * 100.0
+                )
+            } else {
+                format!(" ({:+.1} pts)", e * 100.0)
+            }
+        });
+        out.push(format!("the cache reports {}{check}", pct(Some(real))));
+    }
+    out
+}
+
 /// `name` inert, cut to `width` characters with `…`.
 pub fn fit(name: &str, width: usize) -> String {
     let safe = inert(name);
@@ -230,6 +292,12 @@ pub fn render(f: &Figures, url: &str) -> String {
     if let Some(c) = &f.cache {
         let _ = writeln!(out, "\nCache loop: {}", cache_sentence(c));
     }
+    if let Some(w) = &f.whatif {
+        let _ = writeln!(out, "\nWhat-if, hit ratio against TTL (latest window):");
+        for line in whatif_lines(w, 20, true) {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     out
 }
 
@@ -303,5 +371,52 @@ mod tests {
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(pct(Some(0.0588)), "5.88%");
         assert_eq!(pct(None), "–");
+    }
+
+    #[test]
+    fn the_whatif_curve_marks_the_observed_ttl_and_shows_the_bound() {
+        use crate::top::source::{PolicyPoint, WhatIf};
+        let point = |policy: &str, ttl: f64, observed: bool, hit: f64| PolicyPoint {
+            policy: policy.to_owned(),
+            ttl_secs: ttl,
+            observed,
+            hit_ratio: hit,
+            backend_calls_per_request: 1.0 - hit,
+            error_bound: 0.012,
+        };
+        let w = WhatIf {
+            requests: 5000,
+            cache_hit_ratio: Some(0.5),
+            check_error: Some(0.004),
+            sample_rate: 0.25,
+            ttl_curve: vec![
+                point("ttl=10s", 10.0, false, 0.2),
+                point("observed", 60.0, true, 0.5),
+                point("ttl=1h", 3600.0, false, 0.9),
+            ],
+            others: vec![point("serve-stale", 60.0, false, 0.7)],
+        };
+        let lines = whatif_lines(&w, 10, true);
+        assert_eq!(
+            lines[0],
+            "5000 requests with a cache key, 25.0% of keys sampled"
+        );
+        assert_eq!(
+            lines[1],
+            " 10s         ██░░░░░░░░  20.0% ±1.2 0.800 calls/req"
+        );
+        assert_eq!(
+            lines[2],
+            "▶1m          █████░░░░░  50.0% ±1.2 0.500 calls/req as configured"
+        );
+        assert!(lines[3].starts_with(" 1h          █████████░"), "{lines:?}");
+        assert!(lines[4].starts_with(" serve-stale ███████░░░"), "{lines:?}");
+        assert_eq!(
+            lines[5],
+            "the cache reports 50.0% (+0.4 points from the simulation as configured)"
+        );
+        let narrow = whatif_lines(&w, 4, false);
+        assert_eq!(narrow[2], "▶1m          ██░░  50.0% ±1.2 0.500");
+        assert_eq!(narrow[5], "the cache reports 50.0% (+0.4 pts)");
     }
 }

@@ -26,6 +26,7 @@ use crate::evidence::baseline::{Ewma, alpha_for};
 use crate::observation::{Outcome, key_label, label_value, quote, quote_key};
 use crate::snapshot::{GroupSnapshot, ShardSnapshot};
 use crate::stats::normal_quantile;
+use crate::whatif::{GroupWhatIf, WhatIfWindow};
 
 /// `detectors.cache_hit_collapse` settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +235,10 @@ pub struct GroupState {
     reported: u32,
     /// Largest miss-ratio amplification `(1-h1)/(1-h0)` since the alert became active.
     peak: f64,
+    /// The what-if predictions pooled over the windows the evidence covers: the streak's,
+    /// then every window reported while the alert is active.
+    #[serde(default)]
+    whatif: WhatIfPool,
 }
 
 impl GroupMemory for GroupState {}
@@ -346,6 +351,14 @@ impl GroupDetector for CacheHitCollapse {
             .alerts
             .is_active(CacheHitCollapse::ALERTNAME, &[("group", &g.group)]);
         st.streak = if cond.all() { st.streak + 1 } else { 0 };
+        if cond.all() {
+            if st.streak == 1 && !active {
+                st.whatif = WhatIfPool::default();
+            }
+            if let Some(w) = &ctx.snapshot.whatif {
+                st.whatif.add(w, &g.group);
+            }
+        }
         match base {
             Some(b) if cond.all() && (st.streak >= self.cfg.consecutive_windows || active) => {
                 st.reported += 1;
@@ -366,6 +379,9 @@ impl GroupDetector for CacheHitCollapse {
                 st.reported = 0;
                 st.calm = 0;
                 st.peak = 0.0;
+                if st.streak == 0 {
+                    st.whatif = WhatIfPool::default();
+                }
             }
             _ => {}
         }
@@ -407,6 +423,9 @@ struct Figures {
     shorten_deadlines: bool,
     /// Metastable, or half the backend calls fail: only shedding load lets the cache refill.
     shed_load: bool,
+    /// Which simulated policy would lower backend calls most, when the group's records name
+    /// a cache key.
+    whatif: Option<WhatIfAdvice>,
 }
 
 /// The shard with the most backend calls, and its dominant key when one key dominates it.
@@ -460,6 +479,7 @@ impl CacheHitCollapse {
                 == Some(Outcome::Timeout)
                 || cond.latency,
             shed_load: st.calm >= self.cfg.metastable_windows || s.err >= 0.5,
+            whatif: st.whatif.advice(),
         }
     }
 }
@@ -551,6 +571,11 @@ fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
                 .annotate("hot_key", key_label(key))
                 .annotate("hot_key_share", pct(*share));
         }
+    }
+    if let Some(w) = &fig.whatif {
+        f = f
+            .annotate("whatif", whatif_text(w))
+            .annotate("whatif_basis", whatif_basis(w));
     }
     f.annotate("summary", summary(group, fig))
         .annotate("description", description(group, fig))
@@ -682,6 +707,240 @@ fn hottest(g: &GroupSnapshot) -> Option<&ShardSnapshot> {
         .filter(|s| s.requests > 0)
         .rev()
         .max_by_key(|s| s.requests.saturating_sub(s.traffic.cache_hits))
+}
+
+/// Candidates named in the `whatif` annotation: the one that lowers backend calls most, then
+/// the next best.
+pub const WHATIF_CANDIDATES_NAMED: usize = 3;
+/// The least drop in backend calls per request that counts as help, beyond the sample's bound:
+/// a hundredth of a call per request, the precision the annotation prints, so a candidate said
+/// to help never reads `0.74 → 0.74`.
+pub const WHATIF_MIN_GAIN: f64 = 0.01;
+/// How far the simulation of the cache as configured may sit from the cache's own hit ratio,
+/// pooled over the windows, before the annotation says its predictions are not to be trusted
+/// (the configured TTL or rules do not describe the cache).
+pub const WHATIF_CHECK_TOLERANCE: f64 = 0.05;
+
+/// The what-if predictions of one group, pooled over windows: the requests with a cache key
+/// and, per policy, the predicted backend calls and their error bound, each summed weighted by
+/// the window's requests, so a window with more requests counts for more.
+///
+/// The pooled bound is the request-weighted mean of the windows' bounds: the sum of the
+/// windows' standard errors, which is what their sum's standard error is when the windows'
+/// errors are fully correlated. They are positively correlated (the same sampled keys in every
+/// window), so it never understates the pooled estimate's bound; it overstates it when the
+/// sample's luck changes from window to window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct WhatIfPool {
+    /// The policies pooled, observed first; a window with another list starts the pool again.
+    policies: Vec<String>,
+    /// Windows pooled.
+    windows: u32,
+    /// Requests with a cache key over the windows pooled.
+    requests: u64,
+    /// Per policy, Σ backend calls per request × requests.
+    calls: Vec<f64>,
+    /// Per policy, Σ error bound × requests.
+    bound: Vec<f64>,
+    /// Σ the observed policy's predicted hits (hit ratio × requests).
+    observed_hits: f64,
+    /// Hits and misses the cache itself reported.
+    real_hits: u64,
+    real_misses: u64,
+    /// The lowest sampling rate of the windows pooled.
+    sample_rate: f64,
+}
+
+/// One policy's pooled prediction.
+#[derive(Debug, Clone, PartialEq)]
+struct Prediction {
+    /// The policy's written form (`observed`, `ttl=20m`, `serve-stale`).
+    policy: String,
+    /// Predicted backend calls per request, 0..=1.
+    calls: f64,
+    /// The sample's error bound of `calls` (about 95%).
+    bound: f64,
+}
+
+/// What the simulation says about the candidates, from a [`WhatIfPool`].
+#[derive(Debug, Clone, PartialEq)]
+struct WhatIfAdvice {
+    /// The cache as configured: the "before" of every candidate.
+    observed: Prediction,
+    /// The candidates that lower backend calls by more than both bounds together and
+    /// [`WHATIF_MIN_GAIN`], fewest calls first, at most [`WHATIF_CANDIDATES_NAMED`].
+    helps: Vec<Prediction>,
+    /// The candidate with the fewest predicted calls, whether it helps or not; `None` when
+    /// only the observed policy is simulated.
+    best: Option<Prediction>,
+    /// Windows pooled.
+    windows: u32,
+    /// Requests with a cache key in them.
+    requests: u64,
+    /// The lowest sampling rate among them.
+    sample_rate: f64,
+    /// The observed policy's predicted hit ratio minus the cache's own, pooled; `None` when
+    /// the cache reported no result.
+    check_error: Option<f64>,
+}
+
+impl WhatIfPool {
+    /// Adds `group`'s predictions of one window, when the window simulated it.
+    fn add(&mut self, w: &WhatIfWindow, group: &str) {
+        let Some(g) = w.group(group) else {
+            return;
+        };
+        if g.requests == 0 || g.policies.len() != w.policies.len() {
+            return;
+        }
+        if self.policies != w.policies {
+            *self = WhatIfPool {
+                policies: w.policies.clone(),
+                calls: vec![0.0; w.policies.len()],
+                bound: vec![0.0; w.policies.len()],
+                sample_rate: 1.0,
+                ..WhatIfPool::default()
+            };
+        }
+        self.add_group(g);
+    }
+
+    fn add_group(&mut self, g: &GroupWhatIf) {
+        let n = g.requests as f64;
+        for (i, p) in g.policies.iter().enumerate() {
+            self.calls[i] += p.backend_calls_per_request * n;
+            self.bound[i] += p.error_bound * n;
+        }
+        if let Some(observed) = g.policies.first() {
+            self.observed_hits += observed.hit_ratio * n;
+        }
+        self.windows += 1;
+        self.requests += g.requests;
+        self.real_hits += g.real_hits;
+        self.real_misses += g.real_misses;
+        self.sample_rate = self.sample_rate.min(g.sample_rate);
+    }
+
+    /// The pooled predictions, ranked; `None` when no window was pooled.
+    fn advice(&self) -> Option<WhatIfAdvice> {
+        if self.requests == 0 || self.policies.is_empty() {
+            return None;
+        }
+        let n = self.requests as f64;
+        let mut all = self
+            .policies
+            .iter()
+            .enumerate()
+            .map(|(i, policy)| Prediction {
+                policy: policy.clone(),
+                calls: (self.calls[i] / n).clamp(0.0, 1.0),
+                bound: self.bound[i] / n,
+            });
+        let observed = all.next()?;
+        let mut candidates: Vec<Prediction> = all.collect();
+        // Fewest calls first; the configured order breaks ties (a stable sort).
+        candidates.sort_by(|a, b| a.calls.total_cmp(&b.calls));
+        let best = candidates.first().cloned();
+        let helps = candidates
+            .into_iter()
+            .filter(|c| helps(&observed, c))
+            .take(WHATIF_CANDIDATES_NAMED)
+            .collect();
+        let results = self.real_hits + self.real_misses;
+        Some(WhatIfAdvice {
+            observed,
+            helps,
+            best,
+            windows: self.windows,
+            requests: self.requests,
+            sample_rate: self.sample_rate,
+            check_error: (results > 0)
+                .then(|| self.observed_hits / n - self.real_hits as f64 / results as f64),
+        })
+    }
+}
+
+/// A candidate helps when it lowers backend calls per request by more than the two bounds
+/// added (the bound of a difference of two estimates from one sample is at most the sum of
+/// theirs) and by at least [`WHATIF_MIN_GAIN`].
+fn helps(observed: &Prediction, candidate: &Prediction) -> bool {
+    let gain = observed.calls - candidate.calls;
+    gain > observed.bound + candidate.bound && gain >= WHATIF_MIN_GAIN
+}
+
+/// `ttl=20m: backend calls 0.74 → 0.70 per request (±0.01); serve-stale: → 0.62 (±0.01)`, or
+/// why no candidate helps.
+fn whatif_text(a: &WhatIfAdvice) -> String {
+    let bound = |b: f64| format!("±{}", num(b));
+    let Some((first, rest)) = a.helps.split_first() else {
+        return match &a.best {
+            Some(best) => format!(
+                "no candidate helps: backend calls {} per request as configured, {} at best \
+                 ({}, {}), a drop within the sample's bound or under {}; the misses are ones \
+                 none of the candidates would serve, such as first lookups of their keys",
+                num(a.observed.calls),
+                num(best.calls),
+                best.policy,
+                bound(best.bound),
+                num(WHATIF_MIN_GAIN)
+            ),
+            None => format!(
+                "no candidate simulated: backend calls {} per request as configured ({})",
+                num(a.observed.calls),
+                bound(a.observed.bound)
+            ),
+        };
+    };
+    let mut out = format!(
+        "{}: backend calls {} → {} per request ({})",
+        first.policy,
+        num(a.observed.calls),
+        num(first.calls),
+        bound(first.bound)
+    );
+    for c in rest {
+        out.push_str(&format!(
+            "; {}: → {} ({})",
+            c.policy,
+            num(c.calls),
+            bound(c.bound)
+        ));
+    }
+    out
+}
+
+/// What the `whatif` figures rest on, and whether the simulation of the cache as configured
+/// matches the cache.
+fn whatif_basis(a: &WhatIfAdvice) -> String {
+    let windows = if a.windows == 1 { "window" } else { "windows" };
+    let mut out = format!(
+        "pooled over the alert's {} {windows} ({} requests with a cache key, sampling rate {})",
+        a.windows,
+        a.requests,
+        num(a.sample_rate)
+    );
+    match a.check_error {
+        Some(e) if e.abs() > WHATIF_CHECK_TOLERANCE => out.push_str(&format!(
+            "; not to be trusted: the simulation of the cache as configured is {} from the \
+             cache's own hit ratio (tolerance {}), so whatif's ttl_secs, negative_ttl_secs, \
+             stale_on_error or capacity_entries do not describe the cache",
+            signed_points(e),
+            pct(WHATIF_CHECK_TOLERANCE)
+        )),
+        Some(e) => out.push_str(&format!(
+            "; the simulation of the cache as configured is {} from its own hit ratio",
+            signed_points(e)
+        )),
+        None => out.push_str("; the cache reported no hit or miss to check the simulation by"),
+    }
+    out
+}
+
+/// A difference of ratios in percentage points, signed: `+1.5 points`; one that rounds to
+/// zero is `+0.0`, never `-0.0`.
+fn signed_points(x: f64) -> String {
+    let points = (x * 1000.0).round() / 10.0;
+    format!("{:+.1} points", points + 0.0)
 }
 
 #[cfg(test)]
@@ -833,6 +1092,255 @@ mod tests {
         assert!(a["description"].contains("(1-h1)/(1-h0) = 10.0x"), "{a:?}");
     }
 
+    /// One window's simulation of group "db": requests, the cache's own hits, and per policy
+    /// of [`POLICIES`] the predicted backend calls per request and their bound.
+    fn sim(requests: u64, real_hits: u64, calls: &[(f64, f64)]) -> WhatIfWindow {
+        WhatIfWindow {
+            policies: POLICIES.iter().map(|p| p.to_string()).collect(),
+            groups: vec![GroupWhatIf {
+                group: "db".to_owned(),
+                requests,
+                real_hits,
+                real_misses: requests - real_hits,
+                sample_rate: 0.5,
+                sampled_keys: 100,
+                sampled_requests: requests / 2,
+                policies: calls
+                    .iter()
+                    .map(|&(c, b)| crate::whatif::PolicyFigures {
+                        hit_ratio: 1.0 - c,
+                        backend_calls_per_request: c,
+                        error_bound: b,
+                    })
+                    .collect(),
+                exact: None,
+                shards: Vec::new(),
+            }],
+            unsimulated_requests: 0,
+            heap_bytes: 0,
+        }
+    }
+
+    const POLICIES: [&str; 4] = ["observed", "ttl=20m", "serve-stale", "ttl=10s"];
+
+    /// [`run`], with the simulation `sims[i]` riding in window i + 1's snapshot.
+    fn run_with(windows: &[W], sims: &[Option<WhatIfWindow>]) -> (Vec<usize>, Option<Finding>) {
+        let cfg = CacheHitCollapseConfig::default();
+        let mut d = CacheHitCollapse::new(cfg.clone(), 10.0);
+        let config = DetectorsConfig {
+            cache_hit_collapse: cfg,
+            ..DetectorsConfig::default()
+        };
+        let mut w = Windows::new(WindowConfig::default(), 0.0);
+        let snaps = windows.iter().enumerate().map(|(i, win)| {
+            record(&mut w, *win);
+            let mut snap = w.close((i + 1) as f64 * 10.0);
+            snap.whatif = sims.get(i).cloned().flatten().map(std::sync::Arc::new);
+            snap
+        });
+        crate::detect::testkit::firings(&mut d, &config, snaps)
+    }
+
+    fn the_loop() -> Vec<W> {
+        let mut ws = normal(40);
+        ws.extend(vec![
+            W {
+                hit: 0.5,
+                err: 0.6,
+                backend_ms: 200.0,
+                ..NORMAL
+            };
+            10
+        ]);
+        ws
+    }
+
+    #[test]
+    fn the_alert_names_the_candidate_that_lowers_backend_calls_most_pooled_over_its_windows() {
+        // Calm windows simulate well (they are no evidence and must not be pooled); the three
+        // windows of the streak disagree, the last one with twice the requests.
+        let calm = sim(
+            4000,
+            3800,
+            &[(0.05, 0.0), (0.01, 0.0), (0.05, 0.0), (0.3, 0.0)],
+        );
+        let early = [(0.80, 0.01), (0.70, 0.01), (0.50, 0.01), (0.90, 0.01)];
+        let mut sims = vec![Some(calm); 40];
+        sims.push(Some(sim(1000, 200, &early)));
+        sims.push(Some(sim(1000, 200, &early)));
+        let last = [(0.78, 0.03), (0.76, 0.03), (0.66, 0.03), (0.96, 0.03)];
+        sims.push(Some(sim(2000, 440, &last)));
+        // Windows after the firing carry none: the annotation keeps what was pooled.
+        let (hits, f) = run_with(&the_loop(), &sims);
+        assert_eq!(hits, (43..=50).collect::<Vec<_>>());
+        let a = f.unwrap().annotations;
+        // Over 4,000 requests: observed (800 + 800 + 1560) / 4000 = 0.79, serve-stale
+        // (500 + 500 + 1320) / 4000 = 0.58, ttl=20m 0.73; bounds (10 + 10 + 60) / 4000. The
+        // last window alone would say 0.78 → 0.66. ttl=10s raises them.
+        assert_eq!(
+            a["whatif"],
+            "serve-stale: backend calls 0.79 → 0.58 per request (±0.02); ttl=20m: → 0.73 (±0.02)"
+        );
+        assert!(
+            a["whatif_basis"].starts_with(
+                "pooled over the alert's 3 windows (4000 requests with a cache key, sampling \
+                 rate 0.50); the simulation of the cache as configured is +0.0 points"
+            ),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn without_a_simulation_the_alert_carries_no_whatif() {
+        let (hits, f) = run_with(&the_loop(), &[]);
+        assert_eq!(hits, (43..=50).collect::<Vec<_>>());
+        let a = f.unwrap().annotations;
+        assert!(
+            !a.contains_key("whatif") && !a.contains_key("whatif_basis"),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn through_the_engine_the_alert_names_what_the_simulation_of_the_real_keys_predicts() {
+        // 100 keys on 4 shards, each asked once a second for 8 s of every 10-s window, in
+        // front of a cache that keeps answers 60 s (the default observed policy) and reports
+        // what such a cache does. From t = 400 every backend call fails: failed fills are not
+        // stored, so from the first expiry (t = 421) every request misses. A 5-minute or
+        // longer TTL would still hold the copies stored at t = 301 until the end (t = 498);
+        // serving stale pays one call per key per minute.
+        let cfg = crate::engine::EngineConfig::default();
+        let mut e = crate::engine::Engine::new(cfg, 0.0);
+        let shards = ["s0", "s1", "s2", "s3"];
+        let mut stored = [f64::NEG_INFINITY; 100];
+        let mut last = None;
+        for w in 0..50u32 {
+            for sec in 1..=8u32 {
+                let t = f64::from(w * 10 + sec);
+                last = e.advance(t).pop().or(last);
+                for (k, at) in stored.iter_mut().enumerate() {
+                    let mut o = ObservationRef::new("db", shards[k % 4]);
+                    o.ts = Some(t);
+                    o.cache_key = Some(crate::observation::CacheKeyHash::new(
+                        0x9e37 * (k as u64 + 1),
+                    ));
+                    if t - *at < 60.0 {
+                        o.cache = Some(CacheResult::Hit);
+                        o.latency_ms = Some(0.5);
+                    } else {
+                        o.cache = Some(CacheResult::Miss);
+                        if t < 400.0 {
+                            *at = t;
+                            o.latency_ms = Some(20.0);
+                        } else {
+                            o.outcome = Outcome::Error;
+                            o.latency_ms = Some(200.0);
+                        }
+                    }
+                    e.record(&o);
+                }
+            }
+        }
+        last = e.advance(500.0).pop().or(last);
+        let ev = last.unwrap();
+        let alert = ev
+            .alerts
+            .iter()
+            .find(|a| a.alertname() == "CacheHitCollapse")
+            .expect("CacheHitCollapse fires");
+        let a = &alert.annotations;
+        // Fired on t = 450 (the third window of misses, 421..448) and reported since: eight
+        // windows, every request a backend call as configured; the three TTLs of 5 minutes and
+        // more tie at none, in the configured order; serve-stale (2 calls per key in 6,400
+        // requests, 0.03) comes fourth and is not named.
+        assert_eq!(
+            a["whatif"],
+            "ttl=5m: backend calls 1.00 → 0.00 per request (±0.00); ttl=20m: → 0.00 (±0.00); \
+             ttl=1h: → 0.00 (±0.00)",
+            "{a:?}"
+        );
+        assert!(
+            a["whatif_basis"].starts_with(
+                "pooled over the alert's 8 windows (6400 requests with a cache key, sampling \
+                 rate 1.00); the simulation of the cache as configured is +0.0 points"
+            ),
+            "{a:?}"
+        );
+    }
+
+    fn pool(windows: &[WhatIfWindow]) -> WhatIfPool {
+        let mut p = WhatIfPool::default();
+        for w in windows {
+            p.add(w, "db");
+        }
+        p
+    }
+
+    #[test]
+    fn a_candidate_helps_only_beyond_both_bounds_and_the_least_gain() {
+        // ttl=20m: 0.10 lower, beyond 0.04 + 0.04; serve-stale: 0.07 lower, within 0.04 +
+        // 0.04; ttl=10s: 0.005 lower with no bound, under the least gain.
+        let w = sim(
+            1000,
+            300,
+            &[(0.70, 0.04), (0.60, 0.04), (0.63, 0.04), (0.695, 0.0)],
+        );
+        let a = pool(&[w]).advice().unwrap();
+        assert_eq!(a.observed.policy, "observed");
+        let names: Vec<&str> = a.helps.iter().map(|c| c.policy.as_str()).collect();
+        assert_eq!(names, ["ttl=20m"]);
+        assert_eq!(a.best.as_ref().unwrap().policy, "ttl=20m");
+        assert!((a.check_error.unwrap() - 0.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn when_no_candidate_helps_it_says_so_and_names_the_nearest() {
+        let w = sim(
+            1000,
+            250,
+            &[(0.75, 0.01), (0.74, 0.01), (0.75, 0.01), (0.90, 0.01)],
+        );
+        let a = pool(&[w]).advice().unwrap();
+        assert!(a.helps.is_empty());
+        let text = whatif_text(&a);
+        assert!(
+            text.starts_with(
+                "no candidate helps: backend calls 0.75 per request as configured, 0.74 at \
+                 best (ttl=20m, ±0.01)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("first lookups"), "{text}");
+    }
+
+    #[test]
+    fn a_simulation_that_does_not_match_the_cache_is_flagged() {
+        // The simulation of the cache as configured predicts 25% hits; the cache served 60%.
+        let w = sim(
+            1000,
+            600,
+            &[(0.75, 0.0), (0.50, 0.0), (0.70, 0.0), (0.90, 0.0)],
+        );
+        let a = pool(&[w]).advice().unwrap();
+        assert!((a.check_error.unwrap() + 0.35).abs() < 1e-12);
+        let basis = whatif_basis(&a);
+        assert!(basis.contains("not to be trusted"), "{basis}");
+        assert!(basis.contains("-35.0 points"), "{basis}");
+    }
+
+    #[test]
+    fn the_pool_starts_again_when_the_policies_change_and_ignores_other_groups() {
+        let a = sim(1000, 0, &[(0.8, 0.0), (0.5, 0.0), (0.5, 0.0), (0.9, 0.0)]);
+        let mut b = sim(3000, 0, &[(0.6, 0.0), (0.4, 0.0)]);
+        b.policies.truncate(2);
+        let p = pool(&[a.clone(), b]);
+        assert_eq!((p.windows, p.requests), (1, 3000));
+        let mut other = a.clone();
+        other.groups[0].group = "not-db".to_owned();
+        assert_eq!(pool(&[a, other]).windows, 1);
+        assert_eq!(WhatIfPool::default().advice(), None);
+    }
+
     #[test]
     fn it_turns_metastable_after_six_windows_at_normal_load() {
         let mut ws = normal(40);
@@ -962,7 +1470,7 @@ mod tests {
 
         let calm = GroupState {
             calm: CacheHitCollapseConfig::default().metastable_windows,
-            ..st
+            ..st.clone()
         };
         assert!(d.figures(g, &calm, &s, &b, cond).metastable);
         let zero = Base { miss: 0.0, ..b };

@@ -126,6 +126,7 @@ pub(crate) fn close_parts(parts: &mut [&mut Windows], end: f64) -> WindowSnapsho
         end,
         groups,
         whatif: None,
+        whatif_policies: None,
     }
 }
 

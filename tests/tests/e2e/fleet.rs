@@ -36,14 +36,15 @@ const AGENT_CONFIG: &str = "window:\n  window_secs: 1\nlimits:\n  max_shards_per
 const RATE_INTERVAL: &str = "10s";
 
 /// The streams of one shard with `per_second` requests: two timing lines a second (slower on
-/// the hot shard), the rest as counters: 75% cache hits, 20% misses, 5% timeouts.
+/// the hot shard, naming a cache key so the what-if series and their dashboard panels exist),
+/// the rest as counters: 75% cache hits, 20% misses, 5% timeouts.
 fn shard_streams(group: &str, shard: usize, per_second: f64, hot: bool) -> Vec<Stream> {
     let tags = |extra: &str| format!("group:{group},shard:s{shard}{extra}");
     let timed = 2.0;
     let rest = per_second - timed;
     vec![
         Stream {
-            tags: tags(",cache:hit,key:user:7"),
+            tags: tags(",cache:hit,key:user:7,cache_key:user:7"),
             per_second: timed,
             latency_ms: Some(if hot { 40.0 } else { 8.0 }),
         },

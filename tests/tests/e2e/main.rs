@@ -42,3 +42,4 @@ mod soak;
 mod top;
 mod ui;
 mod webhook;
+mod whatif;

@@ -42,7 +42,9 @@ fn feed(statsd: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::Joi
         .iter()
         .map(|s| format!("skewwatch.request:40|c|#group:{TIE_GROUP},shard:{s}"))
         .collect();
-    demo_feed::feed(statsd, 11, stop, vec![hostile], tie)
+    let mut lines = vec![hostile];
+    lines.extend(demo_feed::cache_keyed_lines(HOSTILE_SHARD, 20));
+    demo_feed::feed(statsd, 11, stop, lines, tie)
 }
 
 /// `skewwatch top --once` with `args`.
@@ -265,6 +267,12 @@ fn top_shows_the_incident_in_a_real_terminal() {
         "a raw escape reached the output: {text:?}"
     );
     assert!(text.contains("Cache loop: hit ratio"), "{text}");
+    // The what-if curve: the cache as configured (the default 60 s) marked among the TTLs.
+    assert!(
+        text.contains("What-if, hit ratio against TTL") && text.contains("▶1m "),
+        "{text}"
+    );
+    assert!(text.contains(" as configured"), "{text}");
 
     // Natural order where shares tie.
     let tie = once(&["--url", &url, "--group", TIE_GROUP, "--format", "json"]);
@@ -312,6 +320,10 @@ fn top_shows_the_incident_in_a_real_terminal() {
         "the title is gone:\n{screen}"
     );
     assert!(screen.contains("Cache loop"), "{screen}");
+    assert!(
+        screen.contains("What-if: hit ratio against TTL"),
+        "{screen}"
+    );
     // Colour: heat cells in colour.
     let coloured = tmux.screen("top", true);
     assert!(has_colour(&coloured), "no colour on screen:\n{coloured:?}");

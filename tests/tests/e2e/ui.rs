@@ -54,13 +54,16 @@ fn target_dir() -> PathBuf {
 }
 
 /// Sends the demo's incident, one window a second, until `stop` is set, with 20 requests a
-/// window of the XSS shard, so it is among the rows the page draws.
+/// window of the XSS shard, so it is among the rows the page draws, and 20 more on it that
+/// name a cache key, so the page draws the what-if curve.
 fn feed(agent: &Agent, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     let xss = format!(
         "skewwatch.request:3|ms|@0.05|#group:{},shard:{XSS_SHARD},key:k",
         demo::GROUP
     );
-    demo_feed::feed(agent.statsd, 7, stop, vec![xss], Vec::new())
+    let mut lines = vec![xss];
+    lines.extend(demo_feed::cache_keyed_lines(XSS_SHARD, 20));
+    demo_feed::feed(agent.statsd, 7, stop, lines, Vec::new())
 }
 
 /// The firing alerts' names, once HotShard on the hot shard and CacheHitCollapse fire.
