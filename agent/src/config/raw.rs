@@ -38,7 +38,7 @@ pub struct RawWhatIf {
     pub ttl_secs: Option<f64>,
     /// The cache's TTL for `not_found` answers, seconds; absent: not cached.
     pub negative_ttl_secs: Option<f64>,
-    /// Whether the cache serves an expired copy when the backend fails.
+    /// Whether the cache answers a failed backend call with the expired copy it holds.
     pub stale_on_error: Option<bool>,
     /// The cache's size in entries (LRU); absent: no limit.
     pub capacity_entries: Option<u64>,

@@ -299,24 +299,29 @@ pub fn render_snapshot(
     }
 }
 
-type PolicyValue = fn(&PolicyFigures) -> f64;
+type PolicyValue = fn(&PolicyFigures) -> Option<f64>;
 
 /// The what-if families per group and policy.
 const WHATIF_POLICY_GAUGES: &[(&str, &str, PolicyValue)] = &[
     (
         "skewwatch_whatif_cache_hit_ratio",
         "Predicted cache hit ratio of the group's requests with a cache key in the last window, had the cache run the policy.",
-        |f| f.hit_ratio,
+        |f| Some(f.hit_ratio),
     ),
     (
         "skewwatch_whatif_backend_call_ratio",
         "Predicted backend calls per request of the group's requests with a cache key in the last window, had the cache run the policy.",
-        |f| f.backend_calls_per_request,
+        |f| Some(f.backend_calls_per_request),
+    ),
+    (
+        "skewwatch_whatif_error_ratio",
+        "Predicted share of the group's requests with a cache key answered with an error in the last window, had the cache run the policy (the backend's observed failures replayed).",
+        |f| f.error_ratio,
     ),
     (
         "skewwatch_whatif_error_bound_ratio",
         "About two standard errors (a 95% bound) of the predicted ratios due to sampling the cache keys; 0 when every key is simulated.",
-        |f| f.error_bound,
+        |f| Some(f.error_bound),
     ),
 ];
 
@@ -328,7 +333,9 @@ fn render_whatif(out: &mut String, w: &WhatIfWindow) {
         for g in &w.groups {
             let group = label_value(&g.group);
             for (policy, figures) in w.policies.iter().zip(&g.policies) {
-                f.sample(&[("group", &group), ("policy", policy)], value(figures));
+                if let Some(v) = value(figures) {
+                    f.sample(&[("group", &group), ("policy", policy)], v);
+                }
             }
         }
     }

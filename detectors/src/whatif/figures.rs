@@ -18,6 +18,13 @@ pub struct PolicyFigures {
     pub hit_ratio: f64,
     /// Predicted backend calls per request, 0..=1.
     pub backend_calls_per_request: f64,
+    /// Predicted share of requests answered with an error, 0..=1: the misses whose observed
+    /// answer was an error, less those a serve-stale policy answers with the copy it holds.
+    /// It replays the errors the backend gave under the cache as it ran, so it leaves out
+    /// how a policy's fewer (or more) backend calls would change the backend's own failure
+    /// rate (docs/whatif.md). Estimated as the backend calls, without an error bound; a
+    /// group's only (`None` for a shard).
+    pub error_ratio: Option<f64>,
     /// About two standard errors of the estimate due to sampling (a 95% bound), from the
     /// sampled keys' spread: `2·sqrt((1-r)/r² · Σ calls_k²) / requests`; 0 when every key is
     /// simulated. It covers the sampling, not how well the policy model fits the cache (the

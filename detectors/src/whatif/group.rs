@@ -63,6 +63,8 @@ struct Tally {
     /// Backend calls of the sampled keys, each weighted by the inverse of the sampling rate
     /// when it was made: the Horvitz–Thompson estimate of the group's backend calls.
     calls: f64,
+    /// Requests of the sampled keys answered with an error, weighted as `calls`.
+    errors: f64,
     /// Sum over sampled keys of (the key's calls)², weighted by `(1 - rate) / rate²`: the
     /// estimate's variance.
     variance: f64,
@@ -79,6 +81,14 @@ struct ShardTally {
     real_misses: u64,
     calls: Vec<f64>,
     variance: Vec<f64>,
+}
+
+/// What one request (or `count` identical ones) cost under a policy: backend calls, and how
+/// many of those requests were answered with an error.
+#[derive(Debug, Clone, Copy, Default)]
+struct Miss {
+    calls: u64,
+    errors: u64,
 }
 
 /// One group's simulation.
@@ -112,6 +122,21 @@ pub(super) struct GroupSim {
     real_misses: u64,
     /// Requests of the sampled keys in the open window.
     sampled_requests: u64,
+}
+
+impl Miss {
+    /// `calls` backend calls whose requests got an answer (the backend's or a stale copy).
+    fn answered(calls: u64) -> Miss {
+        Miss { calls, errors: 0 }
+    }
+
+    /// `calls` backend calls that failed, each request answered with the error.
+    fn failed(calls: u64) -> Miss {
+        Miss {
+            calls,
+            errors: calls,
+        }
+    }
 }
 
 impl GroupSim {
@@ -230,9 +255,9 @@ impl GroupSim {
         self.sampled_requests = self.sampled_requests.saturating_add(obs.count);
         let rate = self.rate();
         for (p, policy) in policies.iter().enumerate() {
-            let calls = self.simulate(slot, p, policy, now, obs, new, rate);
-            if calls > 0 {
-                self.charge(slot, p, shard, calls, rate);
+            let miss = self.simulate(slot, p, policy, now, obs, new, rate);
+            if miss.calls > 0 {
+                self.charge(slot, p, shard, miss, rate);
             }
         }
         if self.sampled_keys() > self.max_keys {
@@ -289,7 +314,7 @@ impl GroupSim {
     }
 
     /// One request (or `obs.count` identical ones) of the key in `slot` under policy `p`:
-    /// the backend calls it makes.
+    /// the backend calls it makes and the errors its requests are answered with.
     #[allow(clippy::too_many_arguments)]
     fn simulate(
         &mut self,
@@ -300,7 +325,7 @@ impl GroupSim {
         obs: &ObservationRef<'_>,
         new: bool,
         rate: f64,
-    ) -> u64 {
+    ) -> Miss {
         let n = self.tallies.len();
         let cell = self.cells[slot * n + p];
         let ticks = |secs: f64| (secs / TICK_SECS).round().max(1.0) as u32;
@@ -322,23 +347,24 @@ impl GroupSim {
             } else {
                 self.touch(slot, p);
             }
-            return 0;
+            return Miss::default();
         }
         match obs.outcome {
             Outcome::Ok => {
                 self.store(slot, p, now, false, policy, rate);
-                1
+                Miss::answered(1)
             }
             Outcome::NotFound if policy.negative_ttl_secs.is_some() => {
                 self.store(slot, p, now, true, policy, rate);
-                1
+                Miss::answered(1)
             }
-            Outcome::NotFound => obs.count,
-            _ if policy.stale_on_error && held && !negative => {
-                self.store(slot, p, now, false, policy, rate);
-                1
-            }
-            _ => obs.count,
+            Outcome::NotFound => Miss::answered(obs.count),
+            // Serve-stale answers a failed call with the copy it still holds, however old, and
+            // leaves the copy as it was: the next request calls the backend again (RFC 5861's
+            // stale-if-error, and the last-known-good fallback of an application cache). So
+            // it changes no backend call, only the errors the requests see.
+            _ if policy.stale_on_error && held && !negative => Miss::answered(obs.count),
+            _ => Miss::failed(obs.count),
         }
     }
 
@@ -428,8 +454,9 @@ impl GroupSim {
         self.links[slot * n + p] = [NIL, NIL];
     }
 
-    /// Counts `calls` backend calls of the key in `slot` under policy `p`.
-    fn charge(&mut self, slot: usize, p: usize, shard: usize, calls: u64, rate: f64) {
+    /// Counts the backend calls and errors of `miss`, of the key in `slot` under policy `p`.
+    fn charge(&mut self, slot: usize, p: usize, shard: usize, miss: Miss, rate: f64) {
+        let calls = miss.calls;
         let n = self.tallies.len();
         let cell = &mut self.cells[slot * n + p];
         let before = f64::from(cell.calls);
@@ -441,6 +468,7 @@ impl GroupSim {
         let var = (1.0 - rate) / (rate * rate) * (after * after - before * before);
         let t = &mut self.tallies[p];
         t.calls += calls as f64 * weight;
+        t.errors += miss.errors as f64 * weight;
         t.variance += var;
         let s = &mut self.shards[shard];
         s.calls[p] += calls as f64 * weight;
@@ -519,7 +547,9 @@ impl GroupSim {
     pub(super) fn close(&mut self, name: &str, end: f64, policies: &[Policy]) -> GroupWhatIf {
         let n = policies.len();
         let requests = self.requests as f64;
-        let figures = |calls: f64, variance: f64, requests: f64| {
+        // The errors are tallied per group only: per shard they would cost every shard's
+        // tally a slot per policy, taken from the sample's keys.
+        let figures = |calls: f64, errors: Option<f64>, variance: f64, requests: f64| {
             if requests <= 0.0 {
                 return PolicyFigures::default();
             }
@@ -527,13 +557,14 @@ impl GroupSim {
             PolicyFigures {
                 hit_ratio: 1.0 - per_request,
                 backend_calls_per_request: per_request,
+                error_ratio: errors.map(|e| (e / requests).clamp(0.0, 1.0)),
                 error_bound: (2.0 * variance.sqrt() / requests).min(1.0),
             }
         };
         let by_policy = self
             .tallies
             .iter()
-            .map(|t| figures(t.calls, t.variance, requests))
+            .map(|t| figures(t.calls, Some(t.errors), t.variance, requests))
             .collect();
         let mut shards: Vec<ShardWhatIf> = self
             .shards
@@ -544,7 +575,7 @@ impl GroupSim {
                 requests: s.requests,
                 real_misses: s.real_misses,
                 policies: (0..n)
-                    .map(|p| figures(s.calls[p], s.variance[p], s.requests as f64))
+                    .map(|p| figures(s.calls[p], None, s.variance[p], s.requests as f64))
                     .collect(),
                 exact: None,
             })
@@ -569,6 +600,7 @@ impl GroupSim {
     fn reset(&mut self, end: f64, policies: &[Policy]) {
         for t in &mut self.tallies {
             t.calls = 0.0;
+            t.errors = 0.0;
             t.variance = 0.0;
         }
         for c in &mut self.cells {

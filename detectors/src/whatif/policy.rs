@@ -13,9 +13,10 @@ use std::fmt;
 /// - `not_found` answers are stored for `negative_ttl_secs` when set (negative caching),
 ///   otherwise not stored, so every such request calls the backend;
 /// - error answers (`error`, `timeout`, `throttled`, `unavailable`) are never stored; with
-///   `stale_on_error`, a failed call made while an expired copy is held serves that copy and
-///   keeps it fresh for another `ttl_secs` (RFC 5861's `stale-if-error`, with the failed
-///   refresh retried once a TTL rather than on every request).
+///   `stale_on_error`, a failed call made while an expired copy is held is answered with that
+///   copy instead of the error, and the copy stays as it was, so the next request calls the
+///   backend again (RFC 5861's `stale-if-error`). It changes the errors the requests see,
+///   not the backend calls.
 ///
 /// With `capacity_entries`, the cache also evicts its least recently used entry when full.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +28,7 @@ pub struct Policy {
     pub ttl_secs: f64,
     /// How long a `not_found` answer stays fresh, seconds; `None` caches no `not_found`.
     pub negative_ttl_secs: Option<f64>,
-    /// Serve an expired copy when the backend fails, and keep it another TTL.
+    /// Answer a failed backend call with the copy held, however old, without renewing it.
     pub stale_on_error: bool,
     /// Entries the cache holds before it evicts the least recently used; `None`: no limit.
     pub capacity_entries: Option<u64>,
@@ -177,8 +178,9 @@ impl Policy {
     }
 
     /// How long, in seconds, the entry this policy keeps for a key can still matter: the
-    /// longest of its TTLs (an expired copy still serves stale, so with `stale_on_error` the
-    /// copy matters for as long again).
+    /// longest of its TTLs. An expired copy still answers failures under `stale_on_error`,
+    /// for as long as it is held; the simulation holds it for one TTL more (a key idle for
+    /// longer leaves the sample and loses it), which bounds the sample's memory.
     pub fn horizon_secs(&self) -> f64 {
         let ttl = self.ttl_secs.max(self.negative_ttl_secs.unwrap_or(0.0));
         if self.stale_on_error { 2.0 * ttl } else { ttl }

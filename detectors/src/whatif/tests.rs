@@ -46,24 +46,41 @@ fn a_key_asked_every_second_misses_once_a_ttl() {
         .collect();
     assert_eq!(calls, [10.0 / 600.0, 60.0 / 600.0, 1.0 / 600.0]);
     assert_eq!(g.policies[0].error_bound, 0.0, "every key is in the sample");
-    assert_eq!(g.hot_shard().unwrap().policies[2], g.policies[2]);
+    let hot = g.hot_shard().unwrap().policies[2];
+    assert_eq!(
+        (
+            hot.hit_ratio,
+            hot.backend_calls_per_request,
+            hot.error_bound
+        ),
+        (g.policies[2].hit_ratio, calls[2], 0.0)
+    );
+    // The errors are tallied per group only.
+    assert_eq!(
+        (g.policies[2].error_ratio, hot.error_ratio),
+        (Some(0.0), None)
+    );
 }
 
 #[test]
 fn errors_are_not_cached_unless_stale_is_served() {
     let observed = Policy::observed(10.0, None, false, None);
     let mut w = WhatIf::new(config(policies(&["serve-stale"], observed)));
-    // A copy is stored, then the backend fails for 100 s: every request goes to it, except
-    // under serve-stale, which retries once a TTL.
+    // A copy is stored, then the backend fails for 100 s: every request goes to it under
+    // both policies (serve-stale keeps the copy as it was, so each request retries), but
+    // under serve-stale each failure is answered with the copy instead of an error.
     request(&mut w, "g", "s", 7, 0.0, Outcome::Ok);
     for s in 20..120u32 {
         request(&mut w, "g", "s", 7, f64::from(s), Outcome::Timeout);
     }
-    let g = &w.close(120.0).groups[0];
-    assert_eq!(g.requests, 101);
-    let calls = |p: usize| (g.policies[p].backend_calls_per_request * 101.0).round();
-    assert_eq!(calls(0), 101.0);
-    assert_eq!(calls(1), 11.0);
+    // A key without a copy gets the error under serve-stale too.
+    request(&mut w, "g", "s", 8, 120.0, Outcome::Timeout);
+    let g = &w.close(121.0).groups[0];
+    assert_eq!(g.requests, 102);
+    let calls = |p: usize| (g.policies[p].backend_calls_per_request * 102.0).round();
+    let errors = |p: usize| (g.policies[p].error_ratio.unwrap() * 102.0).round();
+    assert_eq!((calls(0), calls(1)), (102.0, 102.0));
+    assert_eq!((errors(0), errors(1)), (101.0, 1.0));
 }
 
 #[test]
