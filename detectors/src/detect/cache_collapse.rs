@@ -576,6 +576,9 @@ fn render(cfg: &CacheHitCollapseConfig, group: &str, fig: &Figures) -> Finding {
         f = f
             .annotate("whatif", whatif_text(w))
             .annotate("whatif_basis", whatif_basis(w));
+        if let Some(errors) = whatif_errors(w) {
+            f = f.annotate("whatif_errors", errors);
+        }
     }
     f.annotate("summary", summary(group, fig))
         .annotate("description", description(group, fig))
@@ -716,6 +719,9 @@ pub const WHATIF_CANDIDATES_NAMED: usize = 3;
 /// a hundredth of a call per request, the precision the annotation prints, so a candidate said
 /// to help never reads `0.74 → 0.74`.
 pub const WHATIF_MIN_GAIN: f64 = 0.01;
+/// The least drop in the predicted error ratio that the `whatif_errors` annotation names: a
+/// point of the requests.
+pub const WHATIF_MIN_ERROR_GAIN: f64 = 0.01;
 /// How far the simulation of the cache as configured may sit from the cache's own hit ratio,
 /// pooled over the windows, before the annotation says its predictions are not to be trusted
 /// (the configured TTL or rules do not describe the cache).
@@ -749,6 +755,13 @@ struct WhatIfPool {
     real_misses: u64,
     /// The lowest sampling rate of the windows pooled.
     sample_rate: f64,
+    /// Per policy, Σ predicted error ratio × requests, over the windows that predicted one
+    /// for every policy.
+    #[serde(default)]
+    errors: Vec<f64>,
+    /// Requests of those windows.
+    #[serde(default)]
+    error_requests: u64,
 }
 
 /// One policy's pooled prediction.
@@ -760,6 +773,8 @@ struct Prediction {
     calls: f64,
     /// The sample's error bound of `calls` (about 95%).
     bound: f64,
+    /// Predicted share of requests answered with an error; `None` when no window predicted it.
+    errors: Option<f64>,
 }
 
 /// What the simulation says about the candidates, from a [`WhatIfPool`].
@@ -773,6 +788,10 @@ struct WhatIfAdvice {
     /// The candidate with the fewest predicted calls, whether it helps or not; `None` when
     /// only the observed policy is simulated.
     best: Option<Prediction>,
+    /// The candidates that lower the error ratio by at least [`WHATIF_MIN_ERROR_GAIN`],
+    /// fewest errors first, at most [`WHATIF_CANDIDATES_NAMED`]: serving stale changes no
+    /// backend call, only what a failed one answers.
+    fewer_errors: Vec<Prediction>,
     /// Windows pooled.
     windows: u32,
     /// Requests with a cache key in them.
@@ -798,6 +817,7 @@ impl WhatIfPool {
                 policies: w.policies.clone(),
                 calls: vec![0.0; w.policies.len()],
                 bound: vec![0.0; w.policies.len()],
+                errors: vec![0.0; w.policies.len()],
                 sample_rate: 1.0,
                 ..WhatIfPool::default()
             };
@@ -813,6 +833,14 @@ impl WhatIfPool {
         }
         if let Some(observed) = g.policies.first() {
             self.observed_hits += observed.hit_ratio * n;
+        }
+        if self.errors.len() == g.policies.len()
+            && g.policies.iter().all(|p| p.error_ratio.is_some())
+        {
+            for (sum, p) in self.errors.iter_mut().zip(&g.policies) {
+                *sum += p.error_ratio.unwrap_or(0.0) * n;
+            }
+            self.error_requests += g.requests;
         }
         self.windows += 1;
         self.requests += g.requests;
@@ -835,9 +863,26 @@ impl WhatIfPool {
                 policy: policy.clone(),
                 calls: (self.calls[i] / n).clamp(0.0, 1.0),
                 bound: self.bound[i] / n,
+                errors: (self.error_requests > 0).then(|| {
+                    (self.errors.get(i).copied().unwrap_or(0.0) / self.error_requests as f64)
+                        .clamp(0.0, 1.0)
+                }),
             });
         let observed = all.next()?;
         let mut candidates: Vec<Prediction> = all.collect();
+        let mut fewer_errors: Vec<Prediction> = match observed.errors {
+            Some(before) => candidates
+                .iter()
+                .filter(|c| {
+                    c.errors
+                        .is_some_and(|e| before - e >= WHATIF_MIN_ERROR_GAIN)
+                })
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        fewer_errors.sort_by(|a, b| a.errors.unwrap_or(1.0).total_cmp(&b.errors.unwrap_or(1.0)));
+        fewer_errors.truncate(WHATIF_CANDIDATES_NAMED);
         // Fewest calls first; the configured order breaks ties (a stable sort).
         candidates.sort_by(|a, b| a.calls.total_cmp(&b.calls));
         let best = candidates.first().cloned();
@@ -851,6 +896,7 @@ impl WhatIfPool {
             observed,
             helps,
             best,
+            fewer_errors,
             windows: self.windows,
             requests: self.requests,
             sample_rate: self.sample_rate,
@@ -858,6 +904,25 @@ impl WhatIfPool {
                 .then(|| self.observed_hits / n - self.real_hits as f64 / results as f64),
         })
     }
+}
+
+/// `serve-stale: errors 14.9% → 7.7% of requests; ttl=20m: → 12.0%`: the candidates that
+/// lower the share of requests answered with an error; `None` when none does (or no error
+/// ratio was predicted). The errors are the ones the cache as run met, replayed: a policy
+/// that relieves an overloaded backend would also prevent some, which this cannot see.
+fn whatif_errors(a: &WhatIfAdvice) -> Option<String> {
+    let before = a.observed.errors?;
+    let (first, rest) = a.fewer_errors.split_first()?;
+    let mut out = format!(
+        "{}: errors {} → {} of requests",
+        first.policy,
+        pct(before),
+        pct(first.errors?)
+    );
+    for c in rest {
+        out.push_str(&format!("; {}: → {}", c.policy, pct(c.errors?)));
+    }
+    Some(out)
 }
 
 /// A candidate helps when it lowers backend calls per request by more than the two bounds
@@ -1110,6 +1175,7 @@ mod tests {
                     .map(|&(c, b)| crate::whatif::PolicyFigures {
                         hit_ratio: 1.0 - c,
                         backend_calls_per_request: c,
+                        error_ratio: None,
                         error_bound: b,
                     })
                     .collect(),
@@ -1208,7 +1274,7 @@ mod tests {
         // what such a cache does. From t = 400 every backend call fails: failed fills are not
         // stored, so from the first expiry (t = 421) every request misses. A 5-minute or
         // longer TTL would still hold the copies stored at t = 301 until the end (t = 498);
-        // serving stale pays one call per key per minute.
+        // serving stale calls the backend on every miss too, and answers each with the copy.
         let cfg = crate::engine::EngineConfig::default();
         let mut e = crate::engine::Engine::new(cfg, 0.0);
         let shards = ["s0", "s1", "s2", "s3"];
@@ -1251,12 +1317,19 @@ mod tests {
         let a = &alert.annotations;
         // Fired on t = 450 (the third window of misses, 421..448) and reported since: eight
         // windows, every request a backend call as configured; the three TTLs of 5 minutes and
-        // more tie at none, in the configured order; serve-stale (2 calls per key in 6,400
-        // requests, 0.03) comes fourth and is not named.
+        // more tie at none, in the configured order; serve-stale calls the backend as often as
+        // configured (it answers the failures with the copy, which `whatif_errors` counts).
         assert_eq!(
             a["whatif"],
             "ttl=5m: backend calls 1.00 → 0.00 per request (±0.00); ttl=20m: → 0.00 (±0.00); \
              ttl=1h: → 0.00 (±0.00)",
+            "{a:?}"
+        );
+        // Every failed call would be spared by the long TTLs and by serving the copy; the
+        // first three in the configured order are named.
+        assert_eq!(
+            a["whatif_errors"],
+            "ttl=5m: errors 100.0% → 0.0% of requests; ttl=20m: → 0.0%; ttl=1h: → 0.0%",
             "{a:?}"
         );
         assert!(
@@ -1311,6 +1384,41 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("first lookups"), "{text}");
+    }
+
+    #[test]
+    fn serving_stale_is_named_for_the_errors_it_spares_not_for_backend_calls() {
+        // Serve-stale calls the backend as often as the cache as configured but answers 7
+        // points fewer requests with an error; ttl=20m spares 2.9 points and fewer calls;
+        // ttl=10s spares none. Two windows of 1,000 requests, pooled.
+        let errors = [0.149, 0.120, 0.077, 0.160];
+        let one = || {
+            let mut w = sim(
+                1000,
+                300,
+                &[(0.70, 0.0), (0.60, 0.0), (0.70, 0.0), (0.80, 0.0)],
+            );
+            for (p, e) in w.groups[0].policies.iter_mut().zip(errors) {
+                p.error_ratio = Some(e);
+            }
+            w
+        };
+        let a = pool(&[one(), one()]).advice().unwrap();
+        let names: Vec<&str> = a.helps.iter().map(|c| c.policy.as_str()).collect();
+        assert_eq!(names, ["ttl=20m"], "serve-stale lowers no backend call");
+        assert_eq!(
+            whatif_errors(&a).as_deref(),
+            Some("serve-stale: errors 14.9% → 7.7% of requests; ttl=20m: → 12.0%")
+        );
+        // Without predicted errors (an older simulation) nothing is said of them.
+        let a = pool(&[sim(
+            1000,
+            300,
+            &[(0.70, 0.0), (0.60, 0.0), (0.70, 0.0), (0.80, 0.0)],
+        )])
+        .advice()
+        .unwrap();
+        assert_eq!(whatif_errors(&a), None);
     }
 
     #[test]
