@@ -506,6 +506,7 @@ mod tests {
         let figures = |hit: f64| PolicyFigures {
             hit_ratio: hit,
             backend_calls_per_request: 1.0 - hit,
+            error_ratio: None,
             error_bound: 0.01,
         };
         let g = GroupWhatIf {

@@ -170,9 +170,9 @@ impl Policy {
     /// average, which each TTL becomes (never below half of itself). 0 changes nothing.
     pub fn on_clock(mut self, tick_secs: f64) -> Policy {
         if tick_secs > 0.0 {
-            let shorter = |ttl: f64| (ttl - tick_secs / 2.0).max(ttl / 2.0);
-            self.ttl_secs = shorter(self.ttl_secs);
-            self.negative_ttl_secs = self.negative_ttl_secs.map(shorter);
+            let half = tick_secs / 2.0;
+            self.ttl_secs = (self.ttl_secs - half).max(self.ttl_secs / 2.0);
+            self.negative_ttl_secs = self.negative_ttl_secs.map(|t| (t - half).max(t / 2.0));
         }
         self
     }
