@@ -30,8 +30,10 @@ const REQUESTS: f64 = 11.0;
 /// - key `b` on s1, `not_found` at +0, +10 and +20: 3 calls, unless `not_found` answers are
 ///   cached (negative=1m: 1);
 /// - key `c` on s2, ok at +0, then `error` at +100 and +101: 3 calls where the entry has
-///   expired by +100 (10 s, 60 s), 1 where it has not (5 min and longer); serve-stale serves
-///   the expired copy at +100 with one call and keeps it, so +101 is a hit: 2.
+///   expired by +100 (10 s, 60 s), both failures answered with the error; 1 where it has not
+///   (5 min and longer), no error; serve-stale calls the backend at +100 and +101 as the
+///   cache as configured does (3 calls) but answers both failures with the expired copy (RFC
+///   5861's stale-if-error: the copy stays stale), so no request sees an error.
 fn round(base: u64) -> String {
     let events: [(u64, &str, &str, &str, &str); 11] = [
         (0, "s1", "a", "ok", "miss"),
@@ -57,18 +59,19 @@ fn round(base: u64) -> String {
         .collect()
 }
 
-/// Per policy (the `policy` label), the backend calls of one round: the group's and the busiest
-/// shard's (s1: keys `a` and `b`, 8 requests).
-const EXPECTED: [(&str, f64, f64); 8] = [
+/// Per policy (the `policy` label), the backend calls of one round, the group's and the busiest
+/// shard's (s1: keys `a` and `b`, 8 requests), and the requests of the round answered with an
+/// error (`c`'s failures; `not_found` is an answer, not an error).
+const EXPECTED: [(&str, f64, f64, f64); 8] = [
     // a + b + c
-    ("observed", 4.0 + 3.0 + 3.0, 4.0 + 3.0),
-    ("ttl=10s", 5.0 + 3.0 + 3.0, 5.0 + 3.0),
-    ("ttl=1m", 4.0 + 3.0 + 3.0, 4.0 + 3.0),
-    ("ttl=5m", 3.0 + 3.0 + 1.0, 3.0 + 3.0),
-    ("ttl=20m", 2.0 + 3.0 + 1.0, 2.0 + 3.0),
-    ("ttl=1h", 1.0 + 3.0 + 1.0, 1.0 + 3.0),
-    ("serve-stale", 4.0 + 3.0 + 2.0, 4.0 + 3.0),
-    ("negative=1m", 4.0 + 1.0 + 3.0, 4.0 + 1.0),
+    ("observed", 4.0 + 3.0 + 3.0, 4.0 + 3.0, 2.0),
+    ("ttl=10s", 5.0 + 3.0 + 3.0, 5.0 + 3.0, 2.0),
+    ("ttl=1m", 4.0 + 3.0 + 3.0, 4.0 + 3.0, 2.0),
+    ("ttl=5m", 3.0 + 3.0 + 1.0, 3.0 + 3.0, 0.0),
+    ("ttl=20m", 2.0 + 3.0 + 1.0, 2.0 + 3.0, 0.0),
+    ("ttl=1h", 1.0 + 3.0 + 1.0, 1.0 + 3.0, 0.0),
+    ("serve-stale", 4.0 + 3.0 + 3.0, 4.0 + 3.0, 0.0),
+    ("negative=1m", 4.0 + 1.0 + 3.0, 4.0 + 1.0, 2.0),
 ];
 
 fn close(a: f64, b: f64) -> bool {
@@ -91,12 +94,17 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
             .map(|_| s)
     });
     let s: Scrape = scrape.expect("what-if series within 30 s");
-    for (policy, calls, hot_calls) in EXPECTED {
+    for (policy, calls, hot_calls, errors) in EXPECTED {
         let labels = [("group", "db"), ("policy", policy)];
         let got = s.value("skewwatch_whatif_backend_call_ratio", &labels);
         assert!(
             close(got, calls / REQUESTS),
             "{policy}: {got} calls per request, expected {calls}/11"
+        );
+        let err = s.value("skewwatch_whatif_error_ratio", &labels);
+        assert!(
+            close(err, errors / REQUESTS),
+            "{policy}: error ratio {err}, expected {errors}/11"
         );
         let hit = s.value("skewwatch_whatif_cache_hit_ratio", &labels);
         assert!(
@@ -153,8 +161,8 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
         .iter()
         .filter_map(|p| p["policy"].as_str())
         .collect();
-    assert_eq!(names, EXPECTED.map(|(p, _, _)| p), "{w}");
-    for ((policy, calls, hot_calls), (p, hot)) in EXPECTED.iter().zip(
+    assert_eq!(names, EXPECTED.map(|(p, _, _, _)| p), "{w}");
+    for ((policy, calls, hot_calls, errors), (p, hot)) in EXPECTED.iter().zip(
         policies
             .iter()
             .zip(w["hot_shard"]["policies"].as_array().unwrap()),
@@ -163,6 +171,8 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
         assert!(close(got, calls / REQUESTS), "{policy}: {got}");
         let got = hot["backend_calls_per_request"].as_f64().unwrap();
         assert!(close(got, hot_calls / 8.0), "{policy}: s1 {got}");
+        let got = p["error_ratio"].as_f64().unwrap();
+        assert!(close(got, errors / REQUESTS), "{policy}: error ratio {got}");
         assert_eq!(p["error_bound"], 0.0, "{policy}");
     }
     // The live view's history answer draws the curve: the TTL ladder with the cache as
