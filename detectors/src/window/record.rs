@@ -1,7 +1,7 @@
 //! Recording: admitting groups and shards under the caps and charging observations and
 //! readings to the open window.
 
-use super::{GroupWindow, Windows};
+use super::{GroupWindow, NameMap, Windows};
 use crate::keys::{KeyHash, KeySummary, same_key};
 use crate::observation::{
     Batch, CacheResult, KeyCountRef, OTHER_LABEL, ObservationRef, Outcome, ReadingRef,
@@ -145,7 +145,23 @@ impl Windows {
 
     fn slot(&mut self, obs: &ObservationRef<'_>) -> Slot {
         let gi = self.group_index(obs.group);
-        let si = self.shard_index(gi, obs.shard);
+        // The per-observation shard lookup probes through a closure of its own, not through
+        // `NameMap::get`: hashbrown's `find` is then instantiated for this one call site, and
+        // the compiler inlines it here whatever else the crate calls `get` from. Shared, it
+        // was left out of line once the crate grew (+17 instructions an observation,
+        // `scripts/instructions.sh record_no_key`; docs/performance.md).
+        let shard = obs.shard;
+        let found = self.groups[gi]
+            .index
+            .table
+            .find(NameMap::hash(shard), |entry| {
+                same_key(entry.0.as_bytes(), shard.as_bytes())
+            })
+            .map(|entry| entry.1 as usize);
+        let si = match found {
+            Some(si) => si,
+            None => self.admit_shard(gi, shard),
+        };
         Slot::Shard(gi, si)
     }
 
