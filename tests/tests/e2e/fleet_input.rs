@@ -278,11 +278,16 @@ fn a_fleet_instance_counts_what_the_sidecars_counted_and_names_the_hot_shard() {
         .filter(|(end, _)| *end > events_at)
         .collect();
     let two = full * 2 / 3;
-    for (end, n) in &after {
+    // A window over what was sent passes only when the next one is under by as much: a scrape
+    // written late moves a sidecar's counts to the next window (seen under load in CI: 2,080
+    // then 1,760 against 1,920 each), while a count taken twice raises the pair's sum.
+    for (i, (end, n)) in after.iter().enumerate() {
+        let next = after.get(i + 1).map_or(0, |(_, m)| *m);
         assert!(
-            *n as f64 <= full as f64 * 1.02,
-            "window ending {end} counted {n}, more than the {full} the fleet sent: a reset or a \
-             departed sidecar was counted twice ({after:?})"
+            *n as f64 <= full as f64 * 1.02 || (*n + next) as f64 <= 2.0 * full as f64 * 1.02,
+            "window ending {end} counted {n}, more than the {full} the fleet sent, and the next \
+             window does not make up for it: a reset or a departed sidecar was counted twice \
+             ({after:?})"
         );
     }
     let settled: Vec<_> = after.iter().rev().take(2).collect();
