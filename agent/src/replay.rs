@@ -33,7 +33,9 @@ use anyhow::Context as _;
 use serde::Serialize;
 use skewwatch_detectors::engine::{Engine, Evaluation};
 use skewwatch_detectors::observation::{Batch, ObservationRef};
-use skewwatch_detectors::whatif::{GroupWhatIf, Policy, PolicyFigures, WhatIfConfig, WhatIfWindow};
+use skewwatch_detectors::whatif::{
+    GroupWhatIf, Policy, PolicyFigures, ShardCapacity, WhatIfConfig, WhatIfWindow,
+};
 
 use crate::app::Config;
 use crate::ingest::ndjson::{self, Record};
@@ -560,11 +562,16 @@ pub struct WhatIfShardLine<'a> {
     pub requests: u64,
     /// What happened: the cache's reported misses per request.
     pub actual: f64,
+    /// What happened: the share of requests whose backend call failed.
+    pub actual_error_ratio: f64,
+    /// The shard's backend capacity, configured or learned, when known: its predicted
+    /// error ratios come from it.
+    pub capacity: Option<ShardCapacity>,
     /// Per policy.
     pub policies: Vec<WhatIfPolicyLine<'a>>,
 }
 
-/// One policy's predicted backend calls per request.
+/// One policy's predicted backend calls per request, and its predicted error ratio.
 #[derive(Debug, Serialize)]
 pub struct WhatIfPolicyLine<'a> {
     /// The policy's name.
@@ -575,6 +582,9 @@ pub struct WhatIfPolicyLine<'a> {
     pub sampled: f64,
     /// The sample's stated error bound (about 95%).
     pub error_bound: f64,
+    /// The predicted share of requests answered with an error (sampled): from the shard's
+    /// capacity where it is known, else the observed failures replayed.
+    pub error_ratio: Option<f64>,
 }
 
 /// Shards written per group and window.
@@ -605,6 +615,7 @@ pub fn what_if_line<'a>(end: f64, names: &'a [String], g: &'a GroupWhatIf) -> Wh
                     .map(|e| e.backend_calls_per_request),
                 sampled: f.backend_calls_per_request,
                 error_bound: f.error_bound,
+                error_ratio: f.error_ratio,
             })
             .collect()
     };
@@ -625,6 +636,8 @@ pub fn what_if_line<'a>(end: f64, names: &'a [String], g: &'a GroupWhatIf) -> Wh
                     shard: &s.shard,
                     requests: s.requests,
                     actual: s.real_misses as f64 / s.requests.max(1) as f64,
+                    actual_error_ratio: s.real_failures as f64 / s.requests.max(1) as f64,
+                    capacity: s.capacity,
                     policies: policies(&s.policies, s.exact.as_ref()),
                 })
                 .collect(),

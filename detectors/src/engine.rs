@@ -108,7 +108,10 @@ impl Engine {
             window_secs,
             last_end: None,
             whatif_policies: cfg.whatif.policies.clone().into(),
-            whatif_config: cfg.whatif,
+            whatif_config: WhatIfConfig {
+                window_secs,
+                ..cfg.whatif
+            },
             whatif: None,
         }
     }

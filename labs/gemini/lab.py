@@ -49,6 +49,9 @@ STALE_POLICY = "ttl=20m+serve-stale"
 # a share of the measured backend calls per request.
 MAX_HIT_RATIO_DIFF = 0.03
 MAX_CALLS_REL_DIFF = 0.10
+# ... and points of the error ratio: skewwatch predicts a policy's errors from the hot shard's
+# capacity, learned from its calls against its errors during the incident (docs/whatif.md).
+MAX_ERROR_RATIO_DIFF = 0.03
 # The short run's check of the simulated cache as it runs against cachetools' own hit ratio,
 # judged once the simulation has seen one TTL of requests.
 MAX_CHECK_ERROR = 0.03
@@ -329,9 +332,10 @@ def predicted(windows, policy):
     req = look = 0.0
     acc = {"hit_ratio": 0.0, "backend_calls_per_request": 0.0, "error_ratio": 0.0}
     var = 0.0
-    hot = {"backend_calls_per_request": 0.0}
+    hot = {"backend_calls_per_request": 0.0, "error_ratio": 0.0}
     hot_req = 0.0
     hot_shard = None
+    capacity = None
     for w in windows:
         f = next((x for x in w["policies"] if x["policy"] == policy), None)
         if f is None or not w["requests"]:
@@ -345,9 +349,9 @@ def predicted(windows, policy):
         hf = next((x for x in hs.get("policies", []) if x["policy"] == policy), None)
         if hf is not None:
             hot_shard = hs["shard"]
+            capacity = hs.get("capacity") or capacity
             hot_req += hs["requests"]
             for k in hot:
-                # A shard's error ratio is not predicted (null): the group's is.
                 hot[k] += hs["requests"] * (hf.get(k) or 0.0)
         look += 1
     if not req:
@@ -355,7 +359,8 @@ def predicted(windows, policy):
     out = {k: round(v / req, 4) for k, v in acc.items()}
     out.update(policy=policy, windows=int(look), requests=int(req),
                error_bound=round(2 * var ** 0.5 / req, 4),
-               hot_shard={"shard": hot_shard, **{k: round(v / hot_req, 4) for k, v in hot.items()}}
+               hot_shard={"shard": hot_shard, "capacity": capacity,
+                          **{k: round(v / hot_req, 4) for k, v in hot.items()}}
                if hot_req else None)
     return out
 
@@ -384,7 +389,8 @@ def service_between(sampler, t0, t1):
 
 def judge_prediction(name, policy, pred, meas):
     """A prediction against the service's own count: within MAX_HIT_RATIO_DIFF points of hit
-    ratio and MAX_CALLS_REL_DIFF of the measured backend calls per request."""
+    ratio, MAX_CALLS_REL_DIFF of the measured backend calls per request and MAX_ERROR_RATIO_DIFF
+    points of error ratio."""
     row = {"mitigation": name, "policy": policy, "predicted": pred, "measured": meas}
     if pred is None or meas is None:
         row.update(within=False, why="no prediction or no measurement")
@@ -392,9 +398,11 @@ def judge_prediction(name, policy, pred, meas):
     dh = pred["hit_ratio"] - meas["hit_ratio"]
     dc = (pred["backend_calls_per_request"] - meas["backend_calls_per_request"]) / \
         max(1e-9, meas["backend_calls_per_request"])
+    de = pred["error_ratio"] - meas["error_ratio"]
     row.update(hit_ratio_diff_points=round(100 * dh, 2), backend_calls_rel_diff=round(dc, 4),
-               error_ratio_diff_points=round(100 * (pred["error_ratio"] - meas["error_ratio"]), 2),
-               within=abs(dh) <= MAX_HIT_RATIO_DIFF and abs(dc) <= MAX_CALLS_REL_DIFF)
+               error_ratio_diff_points=round(100 * de, 2),
+               within=abs(dh) <= MAX_HIT_RATIO_DIFF and abs(dc) <= MAX_CALLS_REL_DIFF
+               and abs(de) <= MAX_ERROR_RATIO_DIFF)
     return row
 
 
@@ -556,6 +564,17 @@ def main():
         print(f"\nWhat-if check: the simulated cache as configured (TTL {p['ttl_secs']} s) against "
               f"cachetools' hit ratio in {len(checks)} windows before any mitigation: max |diff| "
               f"{worst_check} -> {'holds' if ok_check else 'FAILS'} (limit {MAX_CHECK_ERROR})")
+        learned = [w for w in recorder.between(0, float("inf"))
+                   if (w.get("hot_shard") or {}).get("capacity")]
+        if learned:
+            hs = learned[-1]["hot_shard"]
+            c = hs["capacity"]
+            print(f"What-if capacity: shard {hs['shard']} {c['source']} at {c['calls_per_second']:.1f} "
+                  f"backend calls/s over {c['saturated_windows']} saturated windows (first known "
+                  f"{learned[0]['start'] - onset_unix:+.0f} s after onset); the predicted error ratios "
+                  f"come from it")
+        else:
+            print("What-if capacity: no shard's capacity learned (no window saturated)")
         if predictions:
             labkit.print_table("What-if predictions (read before each change) against the service's own "
                                "counts (after it settled)",
@@ -598,6 +617,7 @@ def main():
             "whatif_windows": [
                 {"t": round(w["start"] - onset_unix, 1), "cache_hit_ratio": w.get("cache_hit_ratio"),
                  "check_error": w.get("check_error"),
+                 "hot_shard_capacity": ((w.get("hot_shard") or {}).get("capacity") or {}).get("calls_per_second"),
                  **{f["policy"]: [round(f["hit_ratio"], 4), round(f["backend_calls_per_request"], 4),
                                   None if f.get("error_ratio") is None else round(f["error_ratio"], 4)]
                     for f in w["policies"]}}

@@ -956,6 +956,18 @@ fn cache_panels() -> Vec<Panel> {
         )
         .dashed("^observed$"),
         timeseries(
+            "What-if: predicted error ratio by policy",
+            "The share of the group's requests each policy would have answered with an error, \
+             last window: the calls it would send a shard beyond that shard's capacity \
+             (configured in whatif.backend_capacities, or learned from the windows in which its \
+             calls failed) fail, and serve-stale answers a failure with the copy it holds; \
+             where no capacity is known the backend's observed failures are replayed. Weighted \
+             by each sidecar's requests to the group.",
+            "percentunit",
+            vec![target(whatif_weighted("skewwatch_whatif_error_ratio"), "{{policy}}")],
+        )
+        .dashed("^observed$"),
+        timeseries(
             "What-if: the simulation against the cache, and its error bound",
             "The simulated hit ratio of the cache as configured minus the hit ratio the cache \
              reported, per sidecar: near 0 when the whatif settings describe the cache (it \

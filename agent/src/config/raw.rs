@@ -52,6 +52,8 @@ pub struct RawWhatIf {
     pub max_groups: Option<usize>,
     /// Shards tallied per group.
     pub max_shards_per_group: Option<usize>,
+    /// Shards' backend capacities, calls a second.
+    pub backend_capacities: Option<Vec<skewwatch_detectors::whatif::BackendCapacity>>,
 }
 
 /// `limits:` section.

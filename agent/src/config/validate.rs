@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use skewwatch_detectors::whatif::WhatIfConfig;
+use skewwatch_detectors::whatif::{BackendCapacity, WhatIfConfig};
 use skewwatch_detectors::window::WindowConfig;
 
 use super::Problem;
@@ -338,9 +338,45 @@ impl Check<'_> {
                 4096,
             ),
             clock_tick_secs,
+            backend_capacities: self.backend_capacities(raw.backend_capacities.unwrap_or_default()),
+            window_secs: d.window_secs,
             exact: false,
             exact_beside: false,
         }
+    }
+
+    /// `whatif.backend_capacities`: each entry names a group and a shard (or `*`) once, with
+    /// a positive rate.
+    fn backend_capacities(&mut self, entries: Vec<BackendCapacity>) -> Vec<BackendCapacity> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, c) in entries.iter().enumerate() {
+            let at = |f: &str| format!("whatif.backend_capacities[{i}]{f}");
+            if c.group.is_empty() {
+                self.fail(&at(".group"), "is empty: name the group");
+            }
+            if c.shard.is_empty() {
+                self.fail(
+                    &at(".shard"),
+                    "is empty: name the shard, or `*` for every shard of the group",
+                );
+            }
+            if !(c.calls_per_second.is_finite() && c.calls_per_second > 0.0) {
+                self.fail(
+                    &at(".calls_per_second"),
+                    format!("{} is not a positive number", c.calls_per_second),
+                );
+            }
+            if !seen.insert((c.group.as_str(), c.shard.as_str())) {
+                self.fail(
+                    &at(""),
+                    format!(
+                        "group `{}` shard `{}` is listed twice: keep one entry",
+                        c.group, c.shard
+                    ),
+                );
+            }
+        }
+        entries
     }
 
     /// Pinned group names: valid names, no repeats, at most [`MAX_PINNED_GROUPS`].

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use skewwatch_detectors::snapshot::{GroupSnapshot, KeyShare, LatencySummary, ShardSnapshot};
 use skewwatch_detectors::stats::SkewStats;
-use skewwatch_detectors::whatif::{GroupWhatIf, PolicyFigures, WhatIfWindow};
+use skewwatch_detectors::whatif::{GroupWhatIf, PolicyFigures, ShardCapacity, WhatIfWindow};
 
 use super::ViewState;
 
@@ -96,6 +96,11 @@ struct PolicyView<'a> {
 struct HotShardView<'a> {
     shard: &'a str,
     requests: u64,
+    /// The backend calls that failed, of the cache's reported misses.
+    real_failures: u64,
+    /// The shard's backend capacity, when configured or learned: its error ratios then come
+    /// from the capacity model.
+    capacity: Option<ShardCapacity>,
     policies: Vec<PolicyView<'a>>,
 }
 
@@ -118,6 +123,8 @@ impl<'a> WhatIfView<'a> {
             hot_shard: g.hot_shard().map(|s| HotShardView {
                 shard: &s.shard,
                 requests: s.requests,
+                real_failures: s.real_failures,
+                capacity: s.capacity,
                 policies: policies(&s.policies),
             }),
         }

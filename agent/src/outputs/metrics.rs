@@ -23,7 +23,7 @@ use std::borrow::Cow;
 
 use skewwatch_detectors::observation::{OTHER_LABEL, key_label, label_value};
 use skewwatch_detectors::snapshot::{GroupSnapshot, ShardSnapshot, WindowSnapshot};
-use skewwatch_detectors::whatif::{GroupWhatIf, PolicyFigures, WhatIfWindow};
+use skewwatch_detectors::whatif::{CapacitySource, GroupWhatIf, PolicyFigures, WhatIfWindow};
 use tokio::sync::watch;
 
 use super::config::Profile;
@@ -315,7 +315,7 @@ const WHATIF_POLICY_GAUGES: &[(&str, &str, PolicyValue)] = &[
     ),
     (
         "skewwatch_whatif_error_ratio",
-        "Predicted share of the group's requests with a cache key answered with an error in the last window, had the cache run the policy (the backend's observed failures replayed).",
+        "Predicted share of the group's requests with a cache key answered with an error in the last window, had the cache run the policy: the calls beyond a shard's known or learned capacity fail, elsewhere the backend's observed failures are replayed.",
         |f| f.error_ratio,
     ),
     (
@@ -324,6 +324,15 @@ const WHATIF_POLICY_GAUGES: &[(&str, &str, PolicyValue)] = &[
         |f| Some(f.error_bound),
     ),
 ];
+
+/// A what-if shard's label: the overflow's own name, or the shard's name escaped.
+fn whatif_shard_label(shard: &str) -> Cow<'_, str> {
+    if shard == OTHER_LABEL {
+        Cow::Borrowed(OTHER_LABEL)
+    } else {
+        label_value(shard)
+    }
+}
 
 /// Writes the what-if series: per group and policy the predictions, the hot shard's
 /// predicted backend calls, and how the simulation of the cache as configured fits it.
@@ -346,18 +355,50 @@ fn render_whatif(out: &mut String, w: &WhatIfWindow) {
     );
     for g in &w.groups {
         let Some(hot) = g.hot_shard() else { continue };
-        let group = label_value(&g.group);
-        let shard = if hot.shard == OTHER_LABEL {
-            Cow::Borrowed(OTHER_LABEL)
-        } else {
-            label_value(&hot.shard)
-        };
+        let (group, shard) = (label_value(&g.group), whatif_shard_label(&hot.shard));
         for (policy, figures) in w.policies.iter().zip(&hot.policies) {
             f.sample(
                 &[("group", &group), ("shard", &shard), ("policy", policy)],
                 figures.backend_calls_per_request,
             );
         }
+    }
+    let mut f = Family::new(
+        out,
+        "skewwatch_whatif_hot_shard_error_ratio",
+        "Predicted share of the busiest shard's requests answered with an error in the last window, had the cache run the policy (from the shard's capacity where it is known).",
+    );
+    for g in &w.groups {
+        let Some(hot) = g.hot_shard() else { continue };
+        let (group, shard) = (label_value(&g.group), whatif_shard_label(&hot.shard));
+        for (policy, figures) in w.policies.iter().zip(&hot.policies) {
+            if let Some(e) = figures.error_ratio {
+                f.sample(
+                    &[("group", &group), ("shard", &shard), ("policy", policy)],
+                    e,
+                );
+            }
+        }
+    }
+    let mut f = Family::new(
+        out,
+        "skewwatch_whatif_backend_capacity_calls_per_second",
+        "Backend calls a second the group's busiest shard with a known capacity answers before it fails: configured (whatif.backend_capacities) or learned from a window where it failed.",
+    );
+    for g in &w.groups {
+        let Some(s) = g.capacity_shard() else {
+            continue;
+        };
+        let Some(c) = s.capacity else { continue };
+        let source = match c.source {
+            CapacitySource::Configured => "configured",
+            CapacitySource::Learned => "learned",
+        };
+        let (group, shard) = (label_value(&g.group), whatif_shard_label(&s.shard));
+        f.sample(
+            &[("group", &group), ("shard", &shard), ("source", source)],
+            c.calls_per_second,
+        );
     }
     type GroupValue = fn(&GroupWhatIf) -> Option<f64>;
     const GROUP: &[(&str, &str, GroupValue)] = &[

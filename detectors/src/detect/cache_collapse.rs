@@ -762,6 +762,22 @@ struct WhatIfPool {
     /// Requests of those windows.
     #[serde(default)]
     error_requests: u64,
+    /// The busiest shard with a known capacity in the latest window pooled: where the
+    /// predicted errors come from the capacity model.
+    #[serde(default)]
+    capacity: Option<CapacityNote>,
+}
+
+/// A shard whose predicted errors come from its capacity (docs/whatif.md, "Errors").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CapacityNote {
+    shard: String,
+    calls_per_second: f64,
+    /// Learned from this many saturated windows; 0 when configured.
+    saturated_windows: u32,
+    /// Shards with a known capacity, of `shards`, in that window.
+    known: usize,
+    shards: usize,
 }
 
 /// One policy's pooled prediction.
@@ -801,6 +817,9 @@ struct WhatIfAdvice {
     /// The observed policy's predicted hit ratio minus the cache's own, pooled; `None` when
     /// the cache reported no result.
     check_error: Option<f64>,
+    /// Where the predicted errors come from the capacity model; `None` when they are the
+    /// backend's observed failures replayed.
+    capacity: Option<CapacityNote>,
 }
 
 impl WhatIfPool {
@@ -841,6 +860,17 @@ impl WhatIfPool {
                 *sum += p.error_ratio.unwrap_or(0.0) * n;
             }
             self.error_requests += g.requests;
+        }
+        if let Some(s) = g.capacity_shard()
+            && let Some(c) = s.capacity
+        {
+            self.capacity = Some(CapacityNote {
+                shard: s.shard.clone(),
+                calls_per_second: c.calls_per_second,
+                saturated_windows: c.saturated_windows,
+                known: g.shards.iter().filter(|s| s.capacity.is_some()).count(),
+                shards: g.shards.len(),
+            });
         }
         self.windows += 1;
         self.requests += g.requests;
@@ -902,14 +932,16 @@ impl WhatIfPool {
             sample_rate: self.sample_rate,
             check_error: (results > 0)
                 .then(|| self.observed_hits / n - self.real_hits as f64 / results as f64),
+            capacity: self.capacity.clone(),
         })
     }
 }
 
-/// `serve-stale: errors 14.9% → 7.7% of requests; ttl=20m: → 12.0%`: the candidates that
+/// `ttl=20m: errors 14.9% → 0.0% of requests; serve-stale: → 7.7%`: the candidates that
 /// lower the share of requests answered with an error; `None` when none does (or no error
-/// ratio was predicted). The errors are the ones the cache as run met, replayed: a policy
-/// that relieves an overloaded backend would also prevent some, which this cannot see.
+/// ratio was predicted). Where a shard's capacity is known the errors are the calls beyond
+/// it, so a policy that relieves the shard is seen to; elsewhere they are the failures the
+/// cache as run met, replayed ([`whatif_basis`] says which).
 fn whatif_errors(a: &WhatIfAdvice) -> Option<String> {
     let before = a.observed.errors?;
     let (first, rest) = a.fewer_errors.split_first()?;
@@ -997,6 +1029,31 @@ fn whatif_basis(a: &WhatIfAdvice) -> String {
             signed_points(e)
         )),
         None => out.push_str("; the cache reported no hit or miss to check the simulation by"),
+    }
+    match &a.capacity {
+        Some(c) => {
+            let known = match c.saturated_windows {
+                0 => "configured".to_owned(),
+                1 => "learned from 1 saturated window".to_owned(),
+                n => format!("learned from {n} saturated windows"),
+            };
+            let others = if c.known < c.shards {
+                ", the others' observed failures replayed"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "; errors: the calls beyond each shard's capacity fail ({}: {} calls/s, {known}; \
+                 {} of {} shards' capacities known{others})",
+                c.shard,
+                num(c.calls_per_second),
+                c.known,
+                c.shards
+            ));
+        }
+        None => out.push_str(
+            "; errors: the backend's observed failures replayed (no shard's capacity known)",
+        ),
     }
     out
 }
@@ -1336,6 +1393,15 @@ mod tests {
             a["whatif_basis"].starts_with(
                 "pooled over the alert's 8 windows (6400 requests with a cache key, sampling \
                  rate 1.00); the simulation of the cache as configured is +0.0 points"
+            ),
+            "{a:?}"
+        );
+        // Every call failed, so each shard showed itself saturated at no call answered: the
+        // errors come from that capacity, which fails every call a policy still makes.
+        assert!(
+            a["whatif_basis"].ends_with(
+                "; errors: the calls beyond each shard's capacity fail (s0: 0.00 calls/s, \
+                 learned from 8 saturated windows; 4 of 4 shards' capacities known)"
             ),
             "{a:?}"
         );

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::capacity::ShardCapacity;
+
 /// One policy's prediction for a group or a shard over one window.
 ///
 /// `backend_calls_per_request` is the Horvitz–Thompson estimate: the sampled keys' backend
@@ -18,12 +20,12 @@ pub struct PolicyFigures {
     pub hit_ratio: f64,
     /// Predicted backend calls per request, 0..=1.
     pub backend_calls_per_request: f64,
-    /// Predicted share of requests answered with an error, 0..=1: the misses whose observed
-    /// answer was an error, less those a serve-stale policy answers with the copy it holds.
-    /// It replays the errors the backend gave under the cache as it ran, so it leaves out
-    /// how a policy's fewer (or more) backend calls would change the backend's own failure
-    /// rate (docs/whatif.md). Estimated as the backend calls, without an error bound; a
-    /// group's only (`None` for a shard).
+    /// Predicted share of requests answered with an error, 0..=1, less those a serve-stale
+    /// policy answers with the copy it holds. Where the shard's capacity is known
+    /// ([`ShardWhatIf::capacity`]), the calls the policy would send it beyond that capacity
+    /// fail (the capacity model); elsewhere the misses whose observed answer was an error
+    /// fail, the backend's errors replayed (docs/whatif.md, "Errors"). A group's is the sum
+    /// of its shards'. Estimated from the backend calls, without an error bound of its own.
     pub error_ratio: Option<f64>,
     /// About two standard errors of the estimate due to sampling (a 95% bound), from the
     /// sampled keys' spread: `2·sqrt((1-r)/r² · Σ calls_k²) / requests`; 0 when every key is
@@ -41,6 +43,12 @@ pub struct ShardWhatIf {
     pub requests: u64,
     /// Of those, the misses the cache itself reported.
     pub real_misses: u64,
+    /// Of the misses, those whose backend call failed (`error`, `timeout`, `throttled`,
+    /// `unavailable`).
+    pub real_failures: u64,
+    /// The shard's backend capacity, configured or learned, when known: its error ratios
+    /// then come from the capacity model.
+    pub capacity: Option<ShardCapacity>,
     /// Per policy, in [`super::WhatIfConfig::policies`] order.
     pub policies: Vec<PolicyFigures>,
     /// The same from the exact simulation of every key, when it runs beside the sampled one.
@@ -92,6 +100,12 @@ impl GroupWhatIf {
     /// The busiest shard: the one whose predictions matter most in a hot-shard incident.
     pub fn hot_shard(&self) -> Option<&ShardWhatIf> {
         self.shards.first()
+    }
+
+    /// The busiest shard whose capacity is known: the one the capacity model's errors come
+    /// from most.
+    pub fn capacity_shard(&self) -> Option<&ShardWhatIf> {
+        self.shards.iter().find(|s| s.capacity.is_some())
     }
 }
 

@@ -12,6 +12,8 @@ use std::collections::HashMap;
 use foldhash::fast::FixedState;
 use hashbrown::HashTable;
 
+use super::WhatIfConfig;
+use super::capacity::{self, Learned};
 use super::figures::{GroupWhatIf, PolicyFigures, ShardWhatIf};
 use super::policy::Policy;
 use crate::observation::{CacheKeyHash, CacheResult, OTHER_LABEL, ObservationRef, Outcome};
@@ -63,8 +65,6 @@ struct Tally {
     /// Backend calls of the sampled keys, each weighted by the inverse of the sampling rate
     /// when it was made: the Horvitz–Thompson estimate of the group's backend calls.
     calls: f64,
-    /// Requests of the sampled keys answered with an error, weighted as `calls`.
-    errors: f64,
     /// Sum over sampled keys of (the key's calls)², weighted by `(1 - rate) / rate²`: the
     /// estimate's variance.
     variance: f64,
@@ -73,22 +73,35 @@ struct Tally {
     len: u64,
 }
 
-/// A shard's exact requests and its policies' estimated calls in the open window.
+/// A shard's exact requests and its policies' estimated calls in the open window, and what
+/// it has shown of its capacity.
 #[derive(Debug, Clone)]
 struct ShardTally {
     name: String,
     requests: u64,
     real_misses: u64,
+    /// Of the misses, those whose backend call failed.
+    real_failures: u64,
+    /// Per policy: backend calls, weighted as [`Tally::calls`].
     calls: Vec<f64>,
+    /// Per policy: the calls' variance, as [`Tally::variance`].
     variance: Vec<f64>,
+    /// Per policy: requests answered with the backend's observed error, weighted as `calls`.
+    errors: Vec<f64>,
+    /// Per policy: calls made while a serve-stale copy was held (a failure of theirs is
+    /// answered with the copy), weighted as `calls`.
+    covered: Vec<f64>,
+    learned: Learned,
 }
 
-/// What one request (or `count` identical ones) cost under a policy: backend calls, and how
-/// many of those requests were answered with an error.
+/// What one request (or `count` identical ones) cost under a policy: backend calls, how many
+/// of those requests were answered with an error, and how many of the calls a stale copy
+/// would answer were they to fail.
 #[derive(Debug, Clone, Copy, Default)]
 struct Miss {
     calls: u64,
     errors: u64,
+    covered: u64,
 }
 
 /// One group's simulation.
@@ -127,7 +140,10 @@ pub(super) struct GroupSim {
 impl Miss {
     /// `calls` backend calls whose requests got an answer (the backend's or a stale copy).
     fn answered(calls: u64) -> Miss {
-        Miss { calls, errors: 0 }
+        Miss {
+            calls,
+            ..Miss::default()
+        }
     }
 
     /// `calls` backend calls that failed, each request answered with the error.
@@ -135,6 +151,7 @@ impl Miss {
         Miss {
             calls,
             errors: calls,
+            covered: 0,
         }
     }
 }
@@ -199,7 +216,7 @@ impl GroupSim {
                 .shards
                 .iter()
                 .map(|s| {
-                    size_of::<ShardTally>() + 2 * s.name.capacity() + s.calls.capacity() * 16 + 24
+                    size_of::<ShardTally>() + 2 * s.name.capacity() + s.calls.capacity() * 32 + 24
                 })
                 .sum::<usize>()
     }
@@ -244,6 +261,9 @@ impl GroupSim {
             Some(CacheResult::Miss) => {
                 self.real_misses = self.real_misses.saturating_add(obs.count);
                 st.real_misses = st.real_misses.saturating_add(obs.count);
+                if !matches!(obs.outcome, Outcome::Ok | Outcome::NotFound) {
+                    st.real_failures = st.real_failures.saturating_add(obs.count);
+                }
             }
             None => {}
         }
@@ -349,7 +369,10 @@ impl GroupSim {
             }
             return Miss::default();
         }
-        match obs.outcome {
+        // A call made while a serve-stale policy holds a copy is answered with the copy if it
+        // fails, however it fails (the capacity model's failures too).
+        let stale = policy.stale_on_error && held && !negative;
+        let miss = match obs.outcome {
             Outcome::Ok => {
                 self.store(slot, p, now, false, policy, rate);
                 Miss::answered(1)
@@ -363,8 +386,12 @@ impl GroupSim {
             // leaves the copy as it was: the next request calls the backend again (RFC 5861's
             // stale-if-error, and the last-known-good fallback of an application cache). So
             // it changes no backend call, only the errors the requests see.
-            _ if policy.stale_on_error && held && !negative => Miss::answered(obs.count),
+            _ if stale => Miss::answered(obs.count),
             _ => Miss::failed(obs.count),
+        };
+        Miss {
+            covered: if stale { miss.calls } else { 0 },
+            ..miss
         }
     }
 
@@ -468,11 +495,12 @@ impl GroupSim {
         let var = (1.0 - rate) / (rate * rate) * (after * after - before * before);
         let t = &mut self.tallies[p];
         t.calls += calls as f64 * weight;
-        t.errors += miss.errors as f64 * weight;
         t.variance += var;
         let s = &mut self.shards[shard];
         s.calls[p] += calls as f64 * weight;
         s.variance[p] += var;
+        s.errors[p] += miss.errors as f64 * weight;
+        s.covered[p] += miss.covered as f64 * weight;
     }
 
     /// The tally slot of `shard`: its own while there is room, else the overflow's.
@@ -494,8 +522,12 @@ impl GroupSim {
             name: name.to_owned(),
             requests: 0,
             real_misses: 0,
+            real_failures: 0,
             calls: vec![0.0; n],
             variance: vec![0.0; n],
+            errors: vec![0.0; n],
+            covered: vec![0.0; n],
+            learned: Learned::default(),
         });
         self.shards.len() - 1
     }
@@ -542,14 +574,23 @@ impl GroupSim {
         }
     }
 
-    /// Closes the window at `end`: the figures of each policy, then the tallies start again
-    /// and keys idle for longer than any policy's entry can matter leave the sample.
-    pub(super) fn close(&mut self, name: &str, end: f64, policies: &[Policy]) -> GroupWhatIf {
+    /// Closes the window of `secs` seconds that ends at `end`: the figures of each policy,
+    /// then the tallies start again and keys idle for longer than any policy's entry can
+    /// matter leave the sample.
+    ///
+    /// A shard's error ratio comes from the capacity model where its capacity is known
+    /// (configured, or learned here from its reported misses against their failures), else
+    /// from the backend's observed failures replayed; the group's is the sum of its shards'.
+    pub(super) fn close(
+        &mut self,
+        name: &str,
+        end: f64,
+        secs: f64,
+        cfg: &WhatIfConfig,
+    ) -> GroupWhatIf {
+        let policies = &cfg.policies;
         let n = policies.len();
-        let requests = self.requests as f64;
-        // The errors are tallied per group only: per shard they would cost every shard's
-        // tally a slot per policy, taken from the sample's keys.
-        let figures = |calls: f64, errors: Option<f64>, variance: f64, requests: f64| {
+        let figures = |calls: f64, errors: f64, variance: f64, requests: f64| {
             if requests <= 0.0 {
                 return PolicyFigures::default();
             }
@@ -557,30 +598,58 @@ impl GroupSim {
             PolicyFigures {
                 hit_ratio: 1.0 - per_request,
                 backend_calls_per_request: per_request,
-                error_ratio: errors.map(|e| (e / requests).clamp(0.0, 1.0)),
+                error_ratio: Some((errors / requests).clamp(0.0, 1.0)),
                 error_bound: (2.0 * variance.sqrt() / requests).min(1.0),
             }
         };
-        let by_policy = self
-            .tallies
-            .iter()
-            .map(|t| figures(t.calls, Some(t.errors), t.variance, requests))
-            .collect();
-        let mut shards: Vec<ShardWhatIf> = self
-            .shards
-            .iter()
-            .filter(|s| s.requests > 0)
-            .map(|s| ShardWhatIf {
+        let mut group_errors = vec![0.0; n];
+        let mut shards = Vec::with_capacity(self.shards.len());
+        for s in &mut self.shards {
+            if s.requests == 0 {
+                continue;
+            }
+            s.learned.learn(s.real_misses, s.real_failures, secs);
+            // `__other__` pools many shards: no one capacity describes it.
+            let capacity = (s.name != OTHER_LABEL)
+                .then(|| {
+                    capacity::configured(&cfg.backend_capacities, name, &s.name)
+                        .or_else(|| s.learned.capacity())
+                })
+                .flatten();
+            let errors: Vec<f64> = (0..n)
+                .map(|p| match capacity {
+                    Some(c) => capacity::overload_errors(
+                        c.calls_per_second,
+                        secs,
+                        s.calls[p],
+                        s.calls[p] - s.covered[p],
+                    ),
+                    None => s.errors[p],
+                })
+                .collect();
+            for (sum, e) in group_errors.iter_mut().zip(&errors) {
+                *sum += e;
+            }
+            shards.push(ShardWhatIf {
                 shard: s.name.clone(),
                 requests: s.requests,
                 real_misses: s.real_misses,
+                real_failures: s.real_failures,
+                capacity,
                 policies: (0..n)
-                    .map(|p| figures(s.calls[p], None, s.variance[p], s.requests as f64))
+                    .map(|p| figures(s.calls[p], errors[p], s.variance[p], s.requests as f64))
                     .collect(),
                 exact: None,
-            })
-            .collect();
+            });
+        }
         shards.sort_by(|a, b| b.requests.cmp(&a.requests).then(a.shard.cmp(&b.shard)));
+        let requests = self.requests as f64;
+        let by_policy = self
+            .tallies
+            .iter()
+            .zip(&group_errors)
+            .map(|(t, &e)| figures(t.calls, e, t.variance, requests))
+            .collect();
         let out = GroupWhatIf {
             group: name.to_owned(),
             requests: self.requests,
@@ -600,7 +669,6 @@ impl GroupSim {
     fn reset(&mut self, end: f64, policies: &[Policy]) {
         for t in &mut self.tallies {
             t.calls = 0.0;
-            t.errors = 0.0;
             t.variance = 0.0;
         }
         for c in &mut self.cells {
@@ -614,8 +682,10 @@ impl GroupSim {
             self.shard_index.insert(s.name.as_str().into(), i);
             s.requests = 0;
             s.real_misses = 0;
-            s.calls.iter_mut().for_each(|c| *c = 0.0);
-            s.variance.iter_mut().for_each(|c| *c = 0.0);
+            s.real_failures = 0;
+            for v in [&mut s.calls, &mut s.variance, &mut s.errors, &mut s.covered] {
+                v.iter_mut().for_each(|c| *c = 0.0);
+            }
         }
         self.requests = 0;
         self.real_hits = 0;

@@ -24,6 +24,7 @@
 //! a hash-table probe and a few arithmetic operations per policy for a key in it; a pass over
 //! the sample at each close (the idle keys leave) and whenever the rate is lowered.
 
+mod capacity;
 mod figures;
 mod group;
 mod policy;
@@ -34,6 +35,9 @@ use std::collections::HashMap;
 
 use foldhash::fast::FixedState;
 
+pub use capacity::{
+    BackendCapacity, CapacitySource, MIN_LEARNING_CALLS, SATURATED_FAILURE_SHARE, ShardCapacity,
+};
 pub use figures::{GroupWhatIf, PolicyFigures, ShardWhatIf, WhatIfWindow};
 pub use policy::{
     DEFAULT_CANDIDATES, MAX_TTL_SECS, OBSERVED, Policy, PolicyError, format_duration,
@@ -67,6 +71,13 @@ pub struct WhatIfConfig {
     /// keeps time in whole ticks (memcached: 1 s) holds an entry between TTL − tick and TTL,
     /// so every policy is simulated with each TTL half a tick shorter ([`Policy::on_clock`]).
     pub clock_tick_secs: f64,
+    /// Shards' backend capacities, calls a second: the calls a policy would send a shard
+    /// beyond its capacity fail (docs/whatif.md, "Errors"). A shard without an entry has its
+    /// capacity learned once a window shows it saturated.
+    pub backend_capacities: Vec<BackendCapacity>,
+    /// The window's length, seconds: what a window's calls are divided by for their rate
+    /// (the engine sets it from the window settings).
+    pub window_secs: f64,
     /// Simulate every key, without a memory bound: the exact answer the sampled one is held
     /// to (tests compare them).
     pub exact: bool,
@@ -85,6 +96,8 @@ impl Default for WhatIfConfig {
             max_groups: DEFAULT_MAX_GROUPS,
             max_shards_per_group: DEFAULT_MAX_SHARDS_PER_GROUP,
             clock_tick_secs: 0.0,
+            backend_capacities: Vec::new(),
+            window_secs: 10.0,
             exact: false,
             exact_beside: false,
         }
@@ -100,7 +113,7 @@ impl WhatIfConfig {
         }
         let n = self.policies.len();
         let lru = self.policies.iter().any(|p| p.capacity_entries.is_some());
-        let shards = self.max_shards_per_group * (96 + n * 16 + 2 * MAX_NAME_BYTES);
+        let shards = self.max_shards_per_group * (128 + n * 32 + 2 * MAX_NAME_BYTES);
         self.memory_bytes_per_group.saturating_sub(shards) / GroupSim::bytes_per_key(n, lru)
     }
 }
@@ -116,6 +129,8 @@ pub struct WhatIf {
     /// The latest time an observation carried or the caller passed: records without a `ts`
     /// (live input) are simulated at the time their batch was taken.
     clock: f64,
+    /// The end of the window closed last: the next one's length is measured from it.
+    last_end: Option<f64>,
 }
 
 /// The groups of one simulation, sampled or exact.
@@ -146,6 +161,7 @@ impl WhatIf {
             cfg,
             exact,
             clock: f64::NEG_INFINITY,
+            last_end: None,
         }
     }
 
@@ -180,10 +196,18 @@ impl WhatIf {
     /// Closes the window that ends at `end`: every group's predictions, then the tallies
     /// start again. A group with no request in the window and no key left is forgotten.
     pub fn close(&mut self, end: f64) -> WhatIfWindow {
-        let policies = &self.cfg.policies;
-        let mut groups = self.sampled.close(end, policies);
+        // The window's length: from the last close (a long gap is closed as one window), or
+        // the configured length for the first.
+        let secs = match self.last_end {
+            Some(last) if end > last => end - last,
+            _ => self.cfg.window_secs,
+        };
+        self.last_end = Some(end);
+        let cfg = &self.cfg;
+        let policies = &cfg.policies;
+        let mut groups = self.sampled.close(end, secs, cfg);
         if let Some(exact) = &mut self.exact {
-            let exact = exact.close(end, policies);
+            let exact = exact.close(end, secs, cfg);
             for g in &mut groups {
                 let Some(e) = exact.iter().find(|e| e.group == g.group) else {
                     continue;
@@ -238,10 +262,10 @@ impl Sims {
     }
 
     /// Every group's figures, sorted by group; groups left without keys are forgotten.
-    fn close(&mut self, end: f64, policies: &[Policy]) -> Vec<GroupWhatIf> {
+    fn close(&mut self, end: f64, secs: f64, cfg: &WhatIfConfig) -> Vec<GroupWhatIf> {
         let mut groups = Vec::new();
         for (name, g) in &mut self.groups {
-            let figures = g.close(name, end, policies);
+            let figures = g.close(name, end, secs, cfg);
             if figures.requests > 0 {
                 groups.push(figures);
             }

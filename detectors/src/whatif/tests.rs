@@ -55,10 +55,10 @@ fn a_key_asked_every_second_misses_once_a_ttl() {
         ),
         (g.policies[2].hit_ratio, calls[2], 0.0)
     );
-    // The errors are tallied per group only.
+    // A group's errors are its shards'.
     assert_eq!(
         (g.policies[2].error_ratio, hot.error_ratio),
-        (Some(0.0), None)
+        (Some(0.0), Some(0.0))
     );
 }
 
@@ -81,6 +81,116 @@ fn errors_are_not_cached_unless_stale_is_served() {
     let errors = |p: usize| (g.policies[p].error_ratio.unwrap() * 102.0).round();
     assert_eq!((calls(0), calls(1)), (102.0, 102.0));
     assert_eq!((errors(0), errors(1)), (101.0, 1.0));
+}
+
+/// Six 10-second windows of a shard that can answer 100 backend calls a second and is sent
+/// 150: 1,500 keys, each asked once a window (every request a miss at the cache's 5 s TTL),
+/// every third call timing out, a different third each window; beside it a quiet shard whose calls all succeed. Returns the
+/// last window.
+fn overloaded(capacities: Vec<BackendCapacity>) -> WhatIfWindow {
+    let observed = Policy::observed(5.0, None, false, None);
+    let mut w = WhatIf::new(WhatIfConfig {
+        backend_capacities: capacities,
+        ..config(policies(&["ttl=1m", "serve-stale"], observed))
+    });
+    let mut last = None;
+    let mut n = 0u64;
+    for window in 0..6u32 {
+        let start = f64::from(window) * 10.0;
+        for i in 0..1500u64 {
+            let t = start + i as f64 / 150.0;
+            let mut o = ObservationRef::new("g", "hot");
+            o.cache_key = Some(CacheKeyHash::new(mix(i)));
+            o.ts = Some(t);
+            o.cache = Some(CacheResult::Miss);
+            o.outcome = if n.is_multiple_of(3) {
+                Outcome::Timeout
+            } else {
+                Outcome::Ok
+            };
+            n += 1;
+            w.record(&o, t);
+            if i % 15 == 0 {
+                let mut o = ObservationRef::new("g", "cold");
+                o.cache_key = Some(CacheKeyHash::new(mix(1_000_000 + i)));
+                o.ts = Some(t);
+                o.cache = Some(CacheResult::Miss);
+                w.record(&o, t);
+            }
+        }
+        last = Some(w.close(start + 10.0));
+        // Other keys fail in the next window.
+        n += 1;
+    }
+    last.unwrap()
+}
+
+#[test]
+fn calls_beyond_a_learned_capacity_fail_and_a_policy_under_it_fails_none() {
+    let out = overloaded(Vec::new());
+    let g = &out.groups[0];
+    let hot = g.hot_shard().unwrap();
+    assert_eq!(hot.shard, "hot");
+    assert_eq!(
+        (hot.requests, hot.real_misses, hot.real_failures),
+        (1500, 1500, 500)
+    );
+    // Saturated: it answered 1,000 calls in 10 s, so 100 a second, every window alike.
+    let c = hot.capacity.unwrap();
+    assert_eq!(
+        (c.source, c.saturated_windows),
+        (CapacitySource::Learned, 6)
+    );
+    assert!((c.calls_per_second - 100.0).abs() < 1e-9, "{c:?}");
+    let errors = |p: usize| hot.policies[p].error_ratio.unwrap();
+    // As configured: 150 calls a second offered to 100, a third fail, as they did.
+    assert!((errors(0) - 1.0 / 3.0).abs() < 1e-9, "{}", errors(0));
+    // A one-minute TTL sends a few calls a second (a key's call again only after its entry
+    // expires, or after a failed fill): far under the capacity, so none fails. Replaying the
+    // observed timeouts would have failed a third of those calls.
+    assert!(hot.policies[1].backend_calls_per_request < 0.5);
+    assert_eq!(errors(1), 0.0);
+    // Serve-stale makes the same calls and fails as many, but each key holds a copy from its
+    // earlier windows, which answers them.
+    assert_eq!(
+        hot.policies[2].backend_calls_per_request,
+        hot.policies[0].backend_calls_per_request
+    );
+    assert_eq!(errors(2), 0.0);
+    // The quiet shard never failed: no capacity known, its (no) errors replayed.
+    let cold = &g.shards[1];
+    assert_eq!(
+        (cold.capacity, cold.policies[0].error_ratio),
+        (None, Some(0.0))
+    );
+    // The group's errors are its shards'.
+    let group = g.policies[0].error_ratio.unwrap();
+    assert!((group * g.requests as f64 - 500.0).abs() < 1e-6, "{group}");
+}
+
+#[test]
+fn a_configured_capacity_comes_before_the_learned_one() {
+    let out = overloaded(vec![BackendCapacity {
+        group: "g".into(),
+        shard: "*".into(),
+        calls_per_second: 50.0,
+    }]);
+    let g = &out.groups[0];
+    let hot = g.hot_shard().unwrap();
+    let c = hot.capacity.unwrap();
+    assert_eq!(
+        (c.source, c.calls_per_second),
+        (CapacitySource::Configured, 50.0)
+    );
+    // 150 offered to 50: two thirds would fail.
+    assert!((hot.policies[0].error_ratio.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+    // The quiet shard's 10 calls a second are under its 50.
+    let cold = &g.shards[1];
+    assert_eq!(
+        cold.capacity.map(|c| c.source),
+        Some(CapacitySource::Configured)
+    );
+    assert_eq!(cold.policies[0].error_ratio, Some(0.0));
 }
 
 #[test]

@@ -120,8 +120,18 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
         assert!(
             close(hot, hot_calls / 8.0),
             "{policy}: s1 {hot}, expected {hot_calls}/8"
+        ); // s1 never failed, and no capacity is known: its replayed errors are none.
+        let hot_errors = s.value(
+            "skewwatch_whatif_hot_shard_error_ratio",
+            &[("group", "db"), ("shard", "s1"), ("policy", policy)],
         );
+        assert_eq!(hot_errors, 0.0, "{policy}");
     }
+    assert!(
+        s.all("skewwatch_whatif_backend_capacity_calls_per_second", &[])
+            .is_empty(),
+        "no capacity configured or learned"
+    );
     // The simulation of the cache as configured matches what the cache reported: one hit.
     let check = s.value("skewwatch_whatif_check_error_ratio", &[("group", "db")]);
     assert!(check.abs() < 1e-9, "check error {check}");
@@ -207,4 +217,61 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
         .filter_map(|p| p["policy"].as_str())
         .collect();
     assert_eq!(others, ["serve-stale", "negative=1m"], "{v}");
+}
+
+/// With s1's backend capacity configured far below what any policy sends it (0.001 calls a
+/// second), nearly every call a policy makes to s1 fails, except where serve-stale holds a copy
+/// to answer it with: the predicted error ratios are each policy's exposed calls, and the
+/// capacity is exported.
+#[test]
+fn a_configured_capacity_turns_the_calls_beyond_it_into_predicted_errors() {
+    let agent = Agent::start(
+        "window:\n  window_secs: 1\nwhatif:\n  backend_capacities:\n    \
+         - {group: db, shard: s1, calls_per_second: 0.001}\n",
+    );
+    let mut base = 1_700_000_000;
+    let s = agent
+        .wait_for(Duration::from_secs(30), |a| {
+            let (code, body) = a.post_ndjson(round(base).as_bytes(), &[]);
+            assert_eq!(code, 200, "{body}");
+            base += 10_000;
+            std::thread::sleep(Duration::from_millis(300));
+            let s = a.scrape();
+            s.get("skewwatch_whatif_sampled_keys", &[("group", "db")])
+                .map(|_| s)
+        })
+        .expect("what-if series within 30 s");
+    let capacity = s.value(
+        "skewwatch_whatif_backend_capacity_calls_per_second",
+        &[("group", "db"), ("shard", "s1"), ("source", "configured")],
+    );
+    assert_eq!(capacity, 0.001);
+    for (policy, _, hot_calls, replayed) in EXPECTED {
+        let got = s.value(
+            "skewwatch_whatif_hot_shard_error_ratio",
+            &[("group", "db"), ("shard", "s1"), ("policy", policy)],
+        );
+        let group = s.value(
+            "skewwatch_whatif_error_ratio",
+            &[("group", "db"), ("policy", policy)],
+        );
+        if policy == "serve-stale" {
+            // Of `a`'s four calls only the first has no copy to fall back on (three while
+            // the rounds of a window go by: the copy of the round before answers it); `b`'s
+            // not_found is never a copy: 4 (or 3) of 8 requests.
+            assert!((0.375 - 1e-3..=0.5).contains(&got), "serve-stale: s1 {got}");
+            continue;
+        }
+        // Each call fails but for 0.001 a second of them: within a thousandth.
+        assert!(
+            (got - hot_calls / 8.0).abs() < 1e-3,
+            "{policy}: s1 error ratio {got}, expected about {hot_calls}/8"
+        );
+        // The group's: s1's errors and s2's replayed (c's failures, no capacity known).
+        let s2 = if replayed > 0.0 { 2.0 } else { 0.0 };
+        assert!(
+            (group - (hot_calls + s2) / REQUESTS).abs() < 1e-3,
+            "{policy}: group error ratio {group}, expected about ({hot_calls} + {s2})/11"
+        );
+    }
 }
