@@ -96,7 +96,7 @@ pub struct Record<'a> {
 /// An `Option<f64>` in 8 bytes rather than 16: the bits of the number, or [`PackedF64::NONE`],
 /// a NaN no JSON number reads as, when absent. A record's `ts` is one, which keeps [`Record`]
 /// as narrow as it was before `cache_key` joined it (a wider record is copied at a cost on
-/// every line); the fast path's fields are others (one register each while its loop runs).
+/// every line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PackedF64(u64);
 
@@ -144,6 +144,36 @@ pub fn for_each_line<'b, B>(
     buf: &'b [u8],
     mut each: impl FnMut(usize, Result<Record<'b>, RejectReason>) -> ControlFlow<B>,
 ) -> ControlFlow<B, usize> {
+    walk_lines(buf, |number, line| {
+        each(
+            number,
+            match line {
+                Line::Fast(obs) => Ok(Record::observed(obs)),
+                Line::Serde(record) => record,
+            },
+        )
+    })
+}
+
+/// A line that is not blank, as [`walk_lines`] read it.
+enum Line<'r, 'b> {
+    /// A valid record the fast path read, as its observation (which is all of it: the fast
+    /// path declines readings).
+    Fast(&'r ObservationRef<'b>),
+    /// What the serde path gives for a line the fast path declined.
+    Serde(Result<Record<'b>, RejectReason>),
+}
+
+/// [`for_each_line`], with the fast path's records handed over as the [`ObservationRef`] it
+/// read them into, in place: [`parse_body`] pushes that to its batch as it is, with no
+/// [`Record`] built and moved in between.
+#[inline(always)]
+fn walk_lines<'b, B>(
+    buf: &'b [u8],
+    mut each: impl FnMut(usize, Line<'_, 'b>) -> ControlFlow<B>,
+) -> ControlFlow<B, usize> {
+    // The fast path's record, written field by field in this frame (see `fast::record_at`).
+    let mut obs = ObservationRef::new("", "");
     let mut pos = 0;
     let mut number = 0;
     while let Some(rest) = buf.get(pos..).filter(|r| !r.is_empty()) {
@@ -158,20 +188,22 @@ pub fn for_each_line<'b, B>(
         let whole = text.len() == rest.len();
         let mut i = 0;
         loop {
-            let (record, end) = match fast::record_at(text, i) {
+            let end = match fast::record_at(text, i, &mut obs) {
                 // A line that reaches the end of `text` ends there only if `text` is all of
                 // `rest`; otherwise it goes on with the bad byte.
-                Some((record, end)) if whole || end < text.len() => (Some(Ok(record)), end),
+                Some(end) if whole || end < text.len() => {
+                    each(number, Line::Fast(&obs))?;
+                    end
+                }
                 _ => {
                     let end = line_end(rest, i);
                     let line = rest.get(i..end).unwrap_or_default();
-                    let blank = line.iter().all(|&b| is_json_whitespace(b));
-                    ((!blank).then(|| parse_record_serde(line)), end)
+                    if !line.iter().all(|&b| is_json_whitespace(b)) {
+                        each(number, Line::Serde(parse_record_serde(line)))?;
+                    }
+                    end
                 }
             };
-            if let Some(record) = record {
-                each(number, record)?;
-            }
             number += 1;
             i = end + 1;
             if i >= text.len() {
@@ -347,6 +379,23 @@ impl Record<'_> {
         }
     }
 
+    /// The record of a valid observation without readings, borrowing what `obs` borrows.
+    #[inline(always)]
+    fn observed<'a>(obs: &ObservationRef<'a>) -> Record<'a> {
+        Record {
+            ts: PackedF64::new(obs.ts),
+            group: Cow::Borrowed(obs.group),
+            shard: Cow::Borrowed(obs.shard),
+            key: obs.key.map(Cow::Borrowed),
+            count: obs.count,
+            latency_ms: obs.latency_ms,
+            outcome: obs.outcome,
+            cache: obs.cache,
+            cache_key: obs.cache_key,
+            readings: None,
+        }
+    }
+
     /// The record's trace time in unix seconds, when it carried one.
     pub fn ts(&self) -> Option<f64> {
         self.ts.get()
@@ -360,8 +409,15 @@ fn is_json_whitespace(b: u8) -> bool {
 }
 
 fn parse_lines(body: &[u8], out: &mut Batch, result: &mut NdjsonOutcome) {
-    let _ = for_each_line(body, |number, record| {
-        result.take(number + 1, record, out);
+    let _ = walk_lines(body, |number, line| {
+        match line {
+            // Valid, and stands for requests: the fast path declines readings.
+            Line::Fast(obs) => {
+                out.push(obs);
+                result.accepted += 1;
+            }
+            Line::Serde(record) => result.take(number + 1, record, out),
+        }
         ControlFlow::<()>::Continue(())
     });
 }
@@ -1434,6 +1490,7 @@ mod tests {
             Just("latency_ms"),
             Just("outcome"),
             Just("cache"),
+            Just("cache_key"),
             Just("inflight"),
             Just("utilisation"),
             Just("other"),
@@ -1585,6 +1642,37 @@ mod tests {
         #[test]
         fn fast_path_agrees_with_serde(line in object_strategy()) {
             prop_assert_eq!(parse_record(line.as_bytes()), parse_record_serde(line.as_bytes()));
+        }
+
+        /// `parse_body` pushes the fast path's records without building a `Record`: the same
+        /// batch and outcome as `parse_record` on each line, taken one by one.
+        #[test]
+        fn parse_body_is_parse_record_on_each_line(
+            lines in proptest::collection::vec(
+                prop_oneof![line_strategy(), object_strategy().prop_map(String::into_bytes)],
+                0..8,
+            ),
+        ) {
+            let body = lines.join(&b'\n');
+            prop_assume!(body.iter().find(|&&b| !is_json_whitespace(b)) != Some(&b'['));
+            let mut got = Batch::default();
+            let got_result = parse_body(&body, &mut got);
+            let mut want = Batch::default();
+            let mut want_result = NdjsonOutcome::default();
+            for (number, line) in body.split(|&b| b == b'\n').enumerate() {
+                if !line.iter().all(|&b| is_json_whitespace(b)) {
+                    want_result.take(number + 1, parse_record(line), &mut want);
+                }
+            }
+            prop_assert_eq!(got_result, want_result);
+            prop_assert_eq!(
+                got.iter_with_cache_keys().collect::<Vec<_>>(),
+                want.iter_with_cache_keys().collect::<Vec<_>>()
+            );
+            prop_assert_eq!(
+                got.readings().collect::<Vec<_>>(),
+                want.readings().collect::<Vec<_>>()
+            );
         }
 
         #[test]

@@ -2,10 +2,12 @@
 //! whose values are strings without escapes, plain non-negative numbers, `true`, `false` or
 //! `null`.
 //!
-//! [`record_at`] reads such a line, straight out of a larger text, into the valid [`Record`]
-//! the serde path would give, and finds the line's end as it goes, so a caller scanning a body
-//! or a trace needs no separate search for newlines. Each known field's value is read straight
-//! into its type, and the data-model rules run once, on the finished record. It declines
+//! [`record_at`] reads such a line, straight out of a larger text, into the observation of
+//! the valid [`Record`] the serde path would give (a record of the fast path has no readings,
+//! so its observation is all of it), and finds the line's end as it goes, so a caller
+//! scanning a body or a trace needs no separate search for newlines. Each known field's value
+//! is read straight into its place, and the data-model rules run once, on the finished
+//! record. It declines
 //! (`None`) at the first thing it does not handle: an escape, a nested value, a negative
 //! number or an exponent, more digits than an `f64` holds exactly, anything that is not valid
 //! JSON, a newline inside the object, a saturation reading (`inflight`, `utilisation`: rare,
@@ -27,11 +29,11 @@
 //! the line's bytes, strings scanned eight bytes at a time and the digits of a number up to
 //! eight at a time, known field names matched in place (docs/performance.md).
 
-use std::borrow::Cow;
+use skewwatch_detectors::observation::{
+    CacheKeyHash, CacheResult, ObservationRef, Outcome, hash_cache_key,
+};
 
-use skewwatch_detectors::observation::{CacheKeyHash, CacheResult, Outcome, hash_cache_key};
-
-use super::{Json, PackedF64, Record};
+use super::{Json, Record};
 use crate::clock;
 
 /// Digits of a decimal the fast path reads: below 2^53, so the digits are exact in an `f64`.
@@ -48,29 +50,46 @@ const POW10: [f64; MAX_DECIMAL_DIGITS + 1] = [
 /// or declines.
 pub(super) fn record(line: &[u8]) -> Option<Record<'_>> {
     let text = std::str::from_utf8(line).ok()?;
-    let (record, end) = record_at(text, 0)?;
+    let mut obs = ObservationRef::new("", "");
+    let end = record_at(text, 0, &mut obs)?;
     let rest = text.as_bytes().get(end..)?;
     rest.iter()
         .all(|&b| super::is_json_whitespace(b))
-        .then_some(record)
+        .then(|| Record::observed(&obs))
 }
 
-/// Reads the record of the line that starts at `start` of `text`: one JSON object, with
-/// spaces, tabs and carriage returns around its tokens, and nothing else up to the line's
-/// end. Returns the valid record and the index of that end: the line's `\n`, or `text.len()`.
+/// Reads the record of the line that starts at `start` of `text` into `obs`: one JSON object,
+/// with spaces, tabs and carriage returns around its tokens, and nothing else up to the
+/// line's end. Returns the index of that end (the line's `\n`, or `text.len()`) when the
+/// record is valid; `obs` then holds it. On `None`, `obs` holds whatever was read.
 ///
-/// Each known field's value is read straight into its type (a string, a number, an outcome),
-/// and the record is validated once at the end; a value of another type, or a record the
-/// data-model rules reject, is declined, so the serde path names the reason.
+/// Each known field's value is read straight into its place in `obs` (a string, a number,
+/// an outcome), and the record is validated once at the end; a value of another type, or a
+/// record the data-model rules reject, is declined, so the serde path names the reason.
+///
+/// The fields are written through `obs`, which the caller keeps in its frame and hands by
+/// reference to `validate` and `Batch::push`, both out of line: so they live in memory, one
+/// store each as read, and the field loop's state is the text, the index and the value being
+/// read. When the fields were local values the loop kept in registers, its state was about
+/// as large as x86-64's register file, and how much of the text's pointer and length the
+/// compiler read back from the stack turned on small changes elsewhere in the crate; the
+/// record was also built, moved and copied into an `ObservationRef` on every line
+/// (docs/performance.md, the NDJSON body loop's registers).
 #[inline(always)]
-pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)> {
+pub(super) fn record_at<'a>(
+    text: &'a str,
+    start: usize,
+    obs: &mut ObservationRef<'a>,
+) -> Option<usize> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, start);
     if b.get(i) != Some(&b'{') {
         return None;
     }
     i = skip_ws(b, i + 1);
-    let mut f = Fields::NONE;
+    // Each field absent, or its default; an absent (or `null`) group or shard is empty,
+    // which `validate` declines, as it declines an empty one.
+    *obs = ObservationRef::new("", "");
     if b.get(i) == Some(&b'}') {
         i += 1;
     } else {
@@ -80,19 +99,27 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)>
             // Duplicates overwrite and `null` is absent, so the last one wins, as in the serde
             // path.
             i = match name {
-                Name::Ts => store_as(&mut f.ts, ts(text, i)?, PackedF64::new),
-                Name::Group => store(&mut f.group, str_or_null(text, i)?),
-                Name::Shard => store(&mut f.shard, str_or_null(text, i)?),
-                Name::Key => store(&mut f.key, str_or_null(text, i)?),
-                Name::Count => store_as(&mut f.count, count(b, i)?, |n| n.unwrap_or(1)),
-                Name::LatencyMs => {
-                    store_as(&mut f.latency_ms, float_or_null(b, i)?, PackedF64::new)
+                Name::Ts => store(&mut obs.ts, ts(text, i)?),
+                Name::Group => store_as(
+                    &mut obs.group,
+                    str_or_null(text, i)?,
+                    Option::unwrap_or_default,
+                ),
+                Name::Shard => store_as(
+                    &mut obs.shard,
+                    str_or_null(text, i)?,
+                    Option::unwrap_or_default,
+                ),
+                Name::Key => store(&mut obs.key, str_or_null(text, i)?),
+                Name::Count => store_as(&mut obs.count, count(b, i)?, |n| n.unwrap_or(1)),
+                Name::LatencyMs => store(&mut obs.latency_ms, float_or_null(b, i)?),
+                Name::Outcome => {
+                    store_as(&mut obs.outcome, parsed(text, i, Outcome::parse)?, |o| {
+                        o.unwrap_or(Outcome::Ok)
+                    })
                 }
-                Name::Outcome => store_as(&mut f.outcome, parsed(text, i, Outcome::parse)?, |o| {
-                    o.unwrap_or(Outcome::Ok)
-                }),
-                Name::Cache => store(&mut f.cache, parsed(text, i, CacheResult::parse)?),
-                Name::CacheKey => store(&mut f.cache_key, parsed(text, i, cache_key)?),
+                Name::Cache => store(&mut obs.cache, parsed(text, i, CacheResult::parse)?),
+                Name::CacheKey => store(&mut obs.cache_key, parsed(text, i, cache_key)?),
                 Name::Reading => return None,
                 Name::Other => skip_value(text, i)?,
             };
@@ -111,58 +138,8 @@ pub(super) fn record_at(text: &str, start: usize) -> Option<(Record<'_>, usize)>
     if !matches!(b.get(i), None | Some(b'\n')) {
         return None;
     }
-    let record = f.record()?;
-    record.validate().ok()?;
-    Some((record, i))
-}
-
-/// The known fields of a record as the fast path has read them so far: absent (or `null`) is
-/// `None`, [`PackedF64::NONE`] or the field's default, so that each field takes one register
-/// at most while the loop runs. With two registers for each optional number the loop's state
-/// outgrew the registers and the text's pointer and length were read back from the stack at
-/// every bounds check (docs/performance.md, the NDJSON rise of issue 39).
-struct Fields<'a> {
-    ts: PackedF64,
-    group: Option<&'a str>,
-    shard: Option<&'a str>,
-    key: Option<&'a str>,
-    count: u64,
-    latency_ms: PackedF64,
-    outcome: Outcome,
-    cache: Option<CacheResult>,
-    cache_key: Option<CacheKeyHash>,
-}
-
-impl<'a> Fields<'a> {
-    /// No field read yet: each absent, or its default.
-    const NONE: Fields<'static> = Fields {
-        ts: PackedF64::NONE,
-        group: None,
-        shard: None,
-        key: None,
-        count: 1,
-        latency_ms: PackedF64::NONE,
-        outcome: Outcome::Ok,
-        cache: None,
-        cache_key: None,
-    };
-
-    /// The record; `None` (to serde, which names the reason) without a group or shard.
-    #[inline(always)]
-    fn record(self) -> Option<Record<'a>> {
-        Some(Record {
-            ts: self.ts,
-            group: Cow::Borrowed(self.group?),
-            shard: Cow::Borrowed(self.shard?),
-            key: self.key.map(Cow::Borrowed),
-            count: self.count,
-            latency_ms: self.latency_ms.get(),
-            outcome: self.outcome,
-            cache: self.cache,
-            cache_key: self.cache_key,
-            readings: None,
-        })
-    }
+    obs.validate().ok()?;
+    Some(i)
 }
 
 /// Puts a value read into its field and returns the index after it.
