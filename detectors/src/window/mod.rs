@@ -143,6 +143,21 @@ impl NameMap {
             .map(|(_, slot)| slot)
     }
 
+    /// The slot of `name`, as [`Self::get`], for the one lookup made per observation (the
+    /// shard's, in [`Windows::record`]) and for no other caller. The probe's closure is this
+    /// method's own, so hashbrown's `find` is instantiated for this call site alone and the
+    /// compiler inlines it there whatever else the crate calls `get` from: shared with
+    /// `get`'s callers, it was left out of line once the crate grew (+17 instructions an
+    /// observation, `scripts/instructions.sh record_no_key`; docs/performance.md).
+    #[inline(always)]
+    pub(crate) fn get_hot(&self, name: &str) -> Option<u32> {
+        self.table
+            .find(Self::hash(name), |entry| {
+                same_key(entry.0.as_bytes(), name.as_bytes())
+            })
+            .map(|entry| entry.1)
+    }
+
     /// Gives `name` the slot `slot`, replacing any slot it had.
     pub(crate) fn insert(&mut self, name: Box<str>, slot: u32) {
         let hash = Self::hash(&name);

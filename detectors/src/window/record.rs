@@ -1,17 +1,11 @@
 //! Recording: admitting groups and shards under the caps and charging observations and
 //! readings to the open window.
 
-use super::{GroupWindow, NameMap, Windows};
+use super::{GroupWindow, WindowConfig, Windows};
 use crate::keys::{KeyHash, KeySummary, same_key};
 use crate::observation::{
     Batch, CacheResult, KeyCountRef, OTHER_LABEL, ObservationRef, Outcome, ReadingRef,
 };
-
-/// Where a record goes.
-enum Slot {
-    /// A group's slot and a shard's slot in it.
-    Shard(usize, usize),
-}
 
 impl Windows {
     /// The slot of `group`, admitting it if it is new. Always inlined: [`Windows::record`] and
@@ -143,31 +137,33 @@ impl Windows {
         self.groups[gj].take_idle().map(|i| (gj, i))
     }
 
-    fn slot(&mut self, obs: &ObservationRef<'_>) -> Slot {
+    /// Adds one observation to the current window. The caller has validated it.
+    ///
+    /// The shard is looked up through `NameMap::get_hot`, inlined here. A shard its group
+    /// does not hold yet is admitted out of line (`record_new_shard`), so the path of a known
+    /// shard charges the slot it found with the group it already holds: no second bounds
+    /// check of the group, and no value kept across the probe for after a join with the
+    /// admitting path (docs/performance.md).
+    pub fn record(&mut self, obs: &ObservationRef<'_>) {
         let gi = self.group_index(obs.group);
-        // The per-observation shard lookup probes through a closure of its own, not through
-        // `NameMap::get`: hashbrown's `find` is then instantiated for this one call site, and
-        // the compiler inlines it here whatever else the crate calls `get` from. Shared, it
-        // was left out of line once the crate grew (+17 instructions an observation,
-        // `scripts/instructions.sh record_no_key`; docs/performance.md).
-        let shard = obs.shard;
-        let found = self.groups[gi]
-            .index
-            .table
-            .find(NameMap::hash(shard), |entry| {
-                same_key(entry.0.as_bytes(), shard.as_bytes())
-            })
-            .map(|entry| entry.1 as usize);
-        let si = match found {
-            Some(si) => si,
-            None => self.admit_shard(gi, shard),
-        };
-        Slot::Shard(gi, si)
+        let g = &mut self.groups[gi];
+        match g.index.get_hot(obs.shard) {
+            Some(si) => charge(
+                g,
+                si as usize,
+                obs,
+                &self.cfg,
+                self.seq,
+                &mut self.folded_groups,
+            ),
+            None => self.record_new_shard(gi, obs),
+        }
     }
 
-    /// Adds one observation to the current window. The caller has validated it.
-    pub fn record(&mut self, obs: &ObservationRef<'_>) {
-        let Slot::Shard(gi, si) = self.slot(obs);
+    /// [`Self::record`] for a shard its group does not hold yet: admits it, then records.
+    #[inline(never)]
+    fn record_new_shard(&mut self, gi: usize, obs: &ObservationRef<'_>) {
+        let si = self.admit_shard(gi, obs.shard);
         self.record_at(gi, si, obs);
     }
 
@@ -182,50 +178,14 @@ impl Windows {
     /// Adds one observation to group slot `gi`, shard slot `si`.
     #[inline(always)]
     fn record_at(&mut self, gi: usize, si: usize, obs: &ObservationRef<'_>) {
-        let sigfig = self.cfg.latency_sigfig;
-        let shard_slots = self.cfg.shard_key_slots;
-        let seq = self.seq;
-        let g = &mut self.groups[gi];
-        if g.overflow {
-            self.folded_groups = self.folded_groups.saturating_add(obs.count);
-        } else if Some(si as u32) == g.other {
-            g.folded = g.folded.saturating_add(obs.count);
-        }
-        g.last_active = seq;
-        let s = &mut g.shards[si];
-        s.last_active = seq;
-        let n = &mut s.by_outcome[obs.outcome.index()];
-        *n = n.saturating_add(obs.count);
-        match obs.cache {
-            Some(CacheResult::Hit) => s.cache_hits = s.cache_hits.saturating_add(obs.count),
-            Some(CacheResult::Miss) => s.cache_misses = s.cache_misses.saturating_add(obs.count),
-            None => {}
-        }
-        if let Some(l) = obs.latency_ms {
-            if obs.outcome.is_error() {
-                s.err_latency.record(sigfig, l, obs.count);
-            } else {
-                s.ok_latency.record(sigfig, l, obs.count);
-            }
-            if obs.cache == Some(CacheResult::Miss) {
-                g.miss_latency.record(sigfig, l, obs.count);
-            }
-            if obs.outcome == Outcome::Timeout {
-                g.timeout_latency.record(sigfig, l, obs.count);
-            }
-        }
-        if let Some(k) = obs.key {
-            // One hash for both summaries.
-            let hash = KeyHash::of(k);
-            // The overflow group mixes unrelated systems: no per-shard keys there.
-            if !g.overflow {
-                s.keys
-                    .get_or_insert_with(|| KeySummary::new(shard_slots))
-                    .record_hashed(k, hash, obs.count);
-            }
-            g.keys.record_hashed(k, hash, obs.count);
-            g.keyed_requests = g.keyed_requests.saturating_add(obs.count);
-        }
+        charge(
+            &mut self.groups[gi],
+            si,
+            obs,
+            &self.cfg,
+            self.seq,
+            &mut self.folded_groups,
+        );
     }
 
     /// Adds one saturation reading to the current window: the shard keeps the highest of each
@@ -306,5 +266,62 @@ impl Windows {
             self.groups[i as usize].shards.clear();
             self.forget_empty_groups();
         }
+    }
+}
+
+/// Adds one observation to shard slot `si` of group `g`: [`Windows::record`]'s work once
+/// the slots are known. It takes the fields it needs rather than `&mut Windows`, so the
+/// per-observation path charges the group it found the shard in (one index, one bounds
+/// check) and reads the configuration only where it uses it, keeping nothing of it on the
+/// stack across the charge.
+#[inline(always)]
+fn charge(
+    g: &mut GroupWindow,
+    si: usize,
+    obs: &ObservationRef<'_>,
+    cfg: &WindowConfig,
+    seq: u64,
+    folded_groups: &mut u64,
+) {
+    if g.overflow {
+        *folded_groups = folded_groups.saturating_add(obs.count);
+    } else if Some(si as u32) == g.other {
+        g.folded = g.folded.saturating_add(obs.count);
+    }
+    g.last_active = seq;
+    let s = &mut g.shards[si];
+    s.last_active = seq;
+    let n = &mut s.by_outcome[obs.outcome.index()];
+    *n = n.saturating_add(obs.count);
+    match obs.cache {
+        Some(CacheResult::Hit) => s.cache_hits = s.cache_hits.saturating_add(obs.count),
+        Some(CacheResult::Miss) => s.cache_misses = s.cache_misses.saturating_add(obs.count),
+        None => {}
+    }
+    if let Some(l) = obs.latency_ms {
+        let sigfig = cfg.latency_sigfig;
+        if obs.outcome.is_error() {
+            s.err_latency.record(sigfig, l, obs.count);
+        } else {
+            s.ok_latency.record(sigfig, l, obs.count);
+        }
+        if obs.cache == Some(CacheResult::Miss) {
+            g.miss_latency.record(sigfig, l, obs.count);
+        }
+        if obs.outcome == Outcome::Timeout {
+            g.timeout_latency.record(sigfig, l, obs.count);
+        }
+    }
+    if let Some(k) = obs.key {
+        // One hash for both summaries.
+        let hash = KeyHash::of(k);
+        // The overflow group mixes unrelated systems: no per-shard keys there.
+        if !g.overflow {
+            s.keys
+                .get_or_insert_with(|| KeySummary::new(cfg.shard_key_slots))
+                .record_hashed(k, hash, obs.count);
+        }
+        g.keys.record_hashed(k, hash, obs.count);
+        g.keyed_requests = g.keyed_requests.saturating_add(obs.count);
     }
 }
