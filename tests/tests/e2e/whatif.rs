@@ -78,22 +78,38 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
 
+/// Posts a round a poll (each `base` 10,000 s after the last) until `read` finds what it
+/// waits for in the agent's answers, for at most 30 s; a window may hold one round or more,
+/// with the same ratios.
+fn poll_rounds<T>(
+    agent: &Agent,
+    base: &mut u64,
+    mut read: impl FnMut(&Agent) -> Option<T>,
+) -> Option<T> {
+    agent.wait_for(Duration::from_secs(30), |a| {
+        let (code, body) = a.post_ndjson(round(*base).as_bytes(), &[]);
+        assert_eq!(code, 200, "{body}");
+        *base += 10_000;
+        std::thread::sleep(Duration::from_millis(300));
+        read(a)
+    })
+}
+
+/// The first scrape that carries the group's what-if series.
+fn scrape_with_predictions(agent: &Agent, base: &mut u64) -> Scrape {
+    poll_rounds(agent, base, |a| {
+        let s = a.scrape();
+        s.get("skewwatch_whatif_sampled_keys", &[("group", "db")])
+            .map(|_| s)
+    })
+    .expect("what-if series within 30 s")
+}
+
 #[test]
 fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
     let agent = Agent::start("window:\n  window_secs: 1\n");
     let mut base = 1_700_000_000;
-    // A round per poll until a window shows the predictions; a window may hold one round or
-    // more, with the same ratios.
-    let scrape = agent.wait_for(Duration::from_secs(30), |a| {
-        let (code, body) = a.post_ndjson(round(base).as_bytes(), &[]);
-        assert_eq!(code, 200, "{body}");
-        base += 10_000;
-        std::thread::sleep(Duration::from_millis(300));
-        let s = a.scrape();
-        s.get("skewwatch_whatif_sampled_keys", &[("group", "db")])
-            .map(|_| s)
-    });
-    let s: Scrape = scrape.expect("what-if series within 30 s");
+    let s = scrape_with_predictions(&agent, &mut base);
     for (policy, calls, hot_calls, errors) in EXPECTED {
         let labels = [("group", "db"), ("policy", policy)];
         let got = s.value("skewwatch_whatif_backend_call_ratio", &labels);
@@ -149,11 +165,7 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
 
     // The status answer: the same figures, per policy and for the busiest shard, in the
     // configured order with the observed policy first.
-    let status = agent.wait_for(Duration::from_secs(30), |a| {
-        let (code, body) = a.post_ndjson(round(base).as_bytes(), &[]);
-        assert_eq!(code, 200, "{body}");
-        base += 10_000;
-        std::thread::sleep(Duration::from_millis(300));
+    let status = poll_rounds(&agent, &mut base, |a| {
         let (_, body) = a.request("GET", "/api/v1/status?group=db", &[], b"");
         let v: Value = serde_json::from_str(&body).ok()?;
         let w = v["window"]["groups"][0]["whatif"].clone();
@@ -187,17 +199,12 @@ fn the_whatif_series_and_status_carry_the_predictions_worked_out_by_hand() {
     }
     // The live view's history answer draws the curve: the TTL ladder with the cache as
     // configured (60 s) marked, serve-stale and negative caching beside it.
-    let v = agent
-        .wait_for(Duration::from_secs(30), |a| {
-            let (code, body) = a.post_ndjson(round(base).as_bytes(), &[]);
-            assert_eq!(code, 200, "{body}");
-            base += 10_000;
-            std::thread::sleep(Duration::from_millis(300));
-            let (_, body) = a.request("GET", "/api/v1/history?group=db", &[], b"");
-            let v: Value = serde_json::from_str(&body).ok()?;
-            v["whatif"].is_object().then_some(v)
-        })
-        .expect("a history answer with the what-if curve within 30 s");
+    let v = poll_rounds(&agent, &mut base, |a| {
+        let (_, body) = a.request("GET", "/api/v1/history?group=db", &[], b"");
+        let v: Value = serde_json::from_str(&body).ok()?;
+        v["whatif"].is_object().then_some(v)
+    })
+    .expect("a history answer with the what-if curve within 30 s");
     let curve = v["whatif"]["ttl_curve"].as_array().unwrap();
     let ttls: Vec<f64> = curve
         .iter()
@@ -230,17 +237,7 @@ fn a_configured_capacity_turns_the_calls_beyond_it_into_predicted_errors() {
          - {group: db, shard: s1, calls_per_second: 0.001}\n",
     );
     let mut base = 1_700_000_000;
-    let s = agent
-        .wait_for(Duration::from_secs(30), |a| {
-            let (code, body) = a.post_ndjson(round(base).as_bytes(), &[]);
-            assert_eq!(code, 200, "{body}");
-            base += 10_000;
-            std::thread::sleep(Duration::from_millis(300));
-            let s = a.scrape();
-            s.get("skewwatch_whatif_sampled_keys", &[("group", "db")])
-                .map(|_| s)
-        })
-        .expect("what-if series within 30 s");
+    let s = scrape_with_predictions(&agent, &mut base);
     let capacity = s.value(
         "skewwatch_whatif_backend_capacity_calls_per_second",
         &[("group", "db"), ("shard", "s1"), ("source", "configured")],
