@@ -325,6 +325,20 @@ const WHATIF_POLICY_GAUGES: &[(&str, &str, PolicyValue)] = &[
     ),
 ];
 
+/// The what-if families of each group's busiest shard, per policy.
+const WHATIF_HOT_SHARD_GAUGES: &[(&str, &str, PolicyValue)] = &[
+    (
+        "skewwatch_whatif_hot_shard_backend_call_ratio",
+        "Predicted backend calls per request of the group's busiest shard in the last window, had the cache run the policy.",
+        |f| Some(f.backend_calls_per_request),
+    ),
+    (
+        "skewwatch_whatif_hot_shard_error_ratio",
+        "Predicted share of the busiest shard's requests answered with an error in the last window, had the cache run the policy (from the shard's capacity where it is known).",
+        |f| f.error_ratio,
+    ),
+];
+
 /// A what-if shard's label: the overflow's own name, or the shard's name escaped.
 fn whatif_shard_label(shard: &str) -> Cow<'_, str> {
     if shard == OTHER_LABEL {
@@ -348,35 +362,18 @@ fn render_whatif(out: &mut String, w: &WhatIfWindow) {
             }
         }
     }
-    let mut f = Family::new(
-        out,
-        "skewwatch_whatif_hot_shard_backend_call_ratio",
-        "Predicted backend calls per request of the group's busiest shard in the last window, had the cache run the policy.",
-    );
-    for g in &w.groups {
-        let Some(hot) = g.hot_shard() else { continue };
-        let (group, shard) = (label_value(&g.group), whatif_shard_label(&hot.shard));
-        for (policy, figures) in w.policies.iter().zip(&hot.policies) {
-            f.sample(
-                &[("group", &group), ("shard", &shard), ("policy", policy)],
-                figures.backend_calls_per_request,
-            );
-        }
-    }
-    let mut f = Family::new(
-        out,
-        "skewwatch_whatif_hot_shard_error_ratio",
-        "Predicted share of the busiest shard's requests answered with an error in the last window, had the cache run the policy (from the shard's capacity where it is known).",
-    );
-    for g in &w.groups {
-        let Some(hot) = g.hot_shard() else { continue };
-        let (group, shard) = (label_value(&g.group), whatif_shard_label(&hot.shard));
-        for (policy, figures) in w.policies.iter().zip(&hot.policies) {
-            if let Some(e) = figures.error_ratio {
-                f.sample(
-                    &[("group", &group), ("shard", &shard), ("policy", policy)],
-                    e,
-                );
+    for &(name, help, value) in WHATIF_HOT_SHARD_GAUGES {
+        let mut f = Family::new(out, name, help);
+        for g in &w.groups {
+            let Some(hot) = g.hot_shard() else { continue };
+            let (group, shard) = (label_value(&g.group), whatif_shard_label(&hot.shard));
+            for (policy, figures) in w.policies.iter().zip(&hot.policies) {
+                if let Some(v) = value(figures) {
+                    f.sample(
+                        &[("group", &group), ("shard", &shard), ("policy", policy)],
+                        v,
+                    );
+                }
             }
         }
     }
